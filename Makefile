@@ -1,0 +1,45 @@
+# Every target does its own set-up on a fresh machine: the virtualenv, Python packages and the local
+# control plane's binaries (built once from Go modules and cached under the home directory).
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV ?= .venv
+VENV_PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: help
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
+
+$(STAMP): setup.cfg pyproject.toml
+	@test -x $(VENV_PY) || $(PYTHON) -m venv $(VENV)
+	$(VENV_PY) -m pip install --quiet --upgrade pip
+	$(VENV_PY) -m pip install --quiet -e '.[dev]'
+	@touch $@
+
+.PHONY: venv
+venv: $(STAMP) ## create .venv with the operator and its dev tools
+
+.PHONY: dev-cluster
+dev-cluster: ## start the local control plane (first run builds it from Go modules)
+	hack/dev-cluster.sh up
+
+.PHONY: dev-cluster-down
+dev-cluster-down: ## stop every process of the local control plane
+	hack/dev-cluster.sh down
+
+.PHONY: test
+test: $(STAMP) ## run the whole test suite (starts and stops the local control plane if none runs)
+	$(VENV_PY) -m pytest $(PYTEST_ARGS)
+
+.PHONY: unit
+unit: $(STAMP) ## run the tests that need no cluster
+	$(VENV_PY) -m pytest -m 'not cluster' $(PYTEST_ARGS)
+
+.PHONY: lint
+lint: $(STAMP) ## ruff and mypy
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy

@@ -1,0 +1,1 @@
+"""The TrainingJob API: the one source of truth for its schema, defaults and validation."""

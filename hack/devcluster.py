@@ -1,0 +1,706 @@
+"""A real Kubernetes control plane on 127.0.0.1, for development, tests and the demo.
+
+Why: the operator's behaviour is a conversation with an API server (admission, schema and CEL
+validation, resourceVersion conflicts, watch expiry, RBAC, garbage collection). Mocks would let tests
+pass while the operator breaks, and these machines have no container engine. So this script runs the
+real etcd, kube-apiserver, kube-controller-manager and kube-scheduler, built from Go modules by
+hack/kube-bins.sh, with kwok playing the kubelets of fake GPU nodes.
+
+Standard library only: it runs before any project dependency is installed.
+
+    python3 hack/devcluster.py up|down|status|env      (normally through hack/dev-cluster.sh)
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+DEV = Path(os.environ.get("TJ_DEV_DIR", REPO / ".dev"))
+RUN = DEV / "run"
+LOGS = DEV / "logs"
+STATE = RUN / "state.json"
+KUBECONFIG = DEV / "kubeconfig"
+KUBECTL_LINK = DEV / "bin" / "kubectl"
+LOCK = DEV / "cluster.lock"
+STAGES = REPO / "hack" / "kwok-stages.yaml"
+CRD_DIR = REPO / "crd"
+KWOK_NODE_LABEL = "kwok.x-k8s.io/managed"
+SERVICE_CIDR = "10.96.0.0/16"
+POD_CIDR = "10.0.0.1/16"
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+START_TIMEOUT = 90.0
+STOP_TIMEOUT = 15.0
+
+_started = time.monotonic()
+
+
+def say(message: str) -> None:
+    elapsed = time.monotonic() - _started
+    print(
+        f"[dev-cluster {int(elapsed) // 60:2d}m{int(elapsed) % 60:02d}s] {message}",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+class ClusterError(Exception):
+    """A failure with a message meant for the person at the terminal."""
+
+
+@dataclass(frozen=True)
+class NodeShape:
+    count: int
+    gpus: int
+    cpu: str
+    memory: str
+    gpu_product: str
+
+
+# ---------------------------------------------------------------------------------------------- state
+
+
+def read_state() -> dict[str, Any] | None:
+    try:
+        data = json.loads(STATE.read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def pid_alive(pid: int, binary: str) -> bool:
+    """True if `pid` runs and is the binary we started (pids are reused)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    zombie = stat.rsplit(")", 1)[-1].split()[0] == "Z"
+    return not zombie and Path(cmdline).name == Path(binary).name
+
+
+def dead_components(state: dict[str, Any]) -> list[str]:
+    return [
+        name
+        for name, proc in state.get("processes", {}).items()
+        if not pid_alive(proc["pid"], proc["binary"])
+    ]
+
+
+@contextlib.contextmanager
+def cluster_lock() -> Iterator[None]:
+    """Serialises `up` and `down`: a second `up` waits for the first, then finds the cluster running."""
+    DEV.mkdir(parents=True, exist_ok=True)
+    with LOCK.open("w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say("another dev-cluster command is running; waiting for it to finish")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+# ----------------------------------------------------------------------------------------- binaries
+
+
+def ensure_binaries() -> Path:
+    script = REPO / "hack" / "kube-bins.sh"
+    result = subprocess.run([str(script), "ensure"], stdout=subprocess.PIPE, text=True, check=False)
+    if result.returncode != 0:
+        raise ClusterError("building the control plane binaries failed (see the messages above)")
+    return Path(result.stdout.strip().splitlines()[-1])
+
+
+def read_versions(bin_dir: Path) -> dict[str, str]:
+    versions: dict[str, str] = {}
+    for line in (bin_dir / "VERSIONS").read_text().splitlines():
+        key, _, value = line.partition("=")
+        versions[key] = value
+    return versions
+
+
+# ---------------------------------------------------------------------------------------------- PKI
+
+
+def openssl(*args: str, cwd: Path) -> None:
+    result = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise ClusterError(f"openssl {args[0]} failed: {result.stderr.strip()}")
+
+
+def make_pki(pki: Path) -> None:
+    """A CA per cluster, a serving certificate for 127.0.0.1, an admin client certificate and the
+    service-account token signing key pair."""
+    pki.mkdir(parents=True)
+    openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+        "-days",
+        "3650",
+        "-subj",
+        "/CN=trainingjob-dev-ca",
+        cwd=pki,
+    )
+    sans = (
+        "subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,"
+        "DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+    )
+    issue(pki, "apiserver", "/CN=kube-apiserver", f"{sans}\nextendedKeyUsage=serverAuth,clientAuth")
+    issue(pki, "admin", "/O=system:masters/CN=dev-admin", "extendedKeyUsage=clientAuth")
+    openssl("genrsa", "-out", "sa.key", "2048", cwd=pki)
+    openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=pki)
+
+
+def issue(pki: Path, name: str, subject: str, extensions: str) -> None:
+    (pki / f"{name}.ext").write_text(extensions + "\n")
+    openssl(
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        f"{name}.key",
+        "-out",
+        f"{name}.csr",
+        "-subj",
+        subject,
+        cwd=pki,
+    )
+    openssl(
+        "x509",
+        "-req",
+        "-in",
+        f"{name}.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        f"{name}.crt",
+        "-days",
+        "365",
+        "-extfile",
+        f"{name}.ext",
+        cwd=pki,
+    )
+
+
+def kubeconfig_text(server: str, pki: Path) -> str:
+    def b64(name: str) -> str:
+        return base64.b64encode((pki / name).read_bytes()).decode()
+
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "trainingjob-dev",
+                "cluster": {"server": server, "certificate-authority-data": b64("ca.crt")},
+            }
+        ],
+        "users": [
+            {
+                "name": "dev-admin",
+                "user": {"client-certificate-data": b64("admin.crt"), "client-key-data": b64("admin.key")},
+            }
+        ],
+        "contexts": [
+            {"name": "trainingjob-dev", "context": {"cluster": "trainingjob-dev", "user": "dev-admin"}}
+        ],
+        "current-context": "trainingjob-dev",
+    }
+    return json.dumps(config, indent=2)
+
+
+# -------------------------------------------------------------------------------------- processes
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports the kernel just handed out on 127.0.0.1; held open together so they are distinct."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind(("127.0.0.1", 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def spawn(name: str, binary: Path, args: list[str], processes: dict[str, Any]) -> None:
+    LOGS.mkdir(parents=True, exist_ok=True)
+    log_path = LOGS / f"{name}.log"
+    with log_path.open("ab") as log:
+        log.write(f"\n===== {time.strftime('%Y-%m-%dT%H:%M:%S')} {binary.name} {' '.join(args)}\n".encode())
+        log.flush()
+        proc = subprocess.Popen(
+            [str(binary), *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=RUN,
+        )
+    processes[name] = {"pid": proc.pid, "binary": str(binary), "log": str(log_path)}
+    write_state_processes(processes)
+
+
+def write_state_processes(processes: dict[str, Any]) -> None:
+    state = read_state() or {}
+    state["processes"] = processes
+    STATE.write_text(json.dumps(state, indent=2))
+
+
+def wait_until(
+    what: str,
+    check: Callable[[], bool],
+    processes: dict[str, Any],
+    timeout: float = START_TIMEOUT,
+    interval: float = 0.2,
+) -> None:
+    """Polls `check` until it holds; fails fast, naming the component and its log, if one died."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        dead = dead_components({"processes": processes})
+        if dead:
+            name = dead[0]
+            raise ClusterError(
+                f"{name} exited while waiting for {what}; last lines of {processes[name]['log']}:\n"
+                + tail(Path(processes[name]["log"]))
+            )
+        if check():
+            return
+        time.sleep(interval)
+    raise ClusterError(f"timed out after {timeout:.0f}s waiting for {what}; logs in {LOGS}")
+
+
+def tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def http_ok(url: str, context: ssl.SSLContext | None = None, expect: str = "ok") -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2, context=context) as response:  # noqa: S310
+            return expect in response.read().decode(errors="replace")
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def admin_ssl_context(pki: Path) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+    context.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+    return context
+
+
+def kubectl(bin_dir: Path, *args: str, stdin: str | None = None, check: bool = True) -> str:
+    result = subprocess.run(
+        [str(bin_dir / "kubectl"), "--kubeconfig", str(KUBECONFIG), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    if check and result.returncode != 0:
+        raise ClusterError(f"kubectl {' '.join(args)} failed: {result.stderr.strip()}")
+    return result.stdout
+
+
+def stop_processes(processes: dict[str, Any]) -> None:
+    """SIGTERM every process we started (newest first), then SIGKILL what is left after a grace period."""
+    alive = {name: proc for name, proc in processes.items() if pid_alive(proc["pid"], proc["binary"])}
+    for name in reversed(list(alive)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(alive[name]["pid"], signal.SIGTERM)
+    deadline = time.monotonic() + STOP_TIMEOUT
+    while alive and time.monotonic() < deadline:
+        alive = {name: proc for name, proc in alive.items() if pid_alive(proc["pid"], proc["binary"])}
+        time.sleep(0.1)
+    for name, proc in alive.items():
+        say(f"{name} (pid {proc['pid']}) ignored SIGTERM for {STOP_TIMEOUT:.0f}s; killing it")
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc["pid"], signal.SIGKILL)
+    deadline = time.monotonic() + STOP_TIMEOUT
+    while any(pid_alive(p["pid"], p["binary"]) for p in alive.values()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+# --------------------------------------------------------------------------------------------- up
+
+
+def node_manifest(name: str, shape: NodeShape) -> dict[str, Any]:
+    resources = {
+        "cpu": shape.cpu,
+        "memory": shape.memory,
+        "pods": "110",
+        "nvidia.com/gpu": str(shape.gpus),
+        "ephemeral-storage": "1Ti",
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {
+                KWOK_NODE_LABEL: "true",
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "type": "kwok",
+                "node-type": "gpu",
+                "nvidia.com/gpu.present": "true",
+                "nvidia.com/gpu.product": shape.gpu_product,
+                "nvidia.com/gpu.count": str(shape.gpus),
+                "nvidia.com/gpu.memory": "81920",
+            },
+            "annotations": {"node.alpha.kubernetes.io/ttl": "0", "kwok.x-k8s.io/node": "fake"},
+        },
+        "spec": {},
+        "status": {"capacity": resources, "allocatable": resources},
+    }
+
+
+def up(shape: NodeShape) -> None:
+    with cluster_lock():
+        state = read_state()
+        if state:
+            dead = dead_components(state)
+            if not dead:
+                say(
+                    f"already running (API server {state['server']}); `hack/dev-cluster.sh status` for details"
+                )
+                return
+            running = sorted(set(state.get("processes", {})) - set(dead))
+            say(
+                f"found a stale cluster: {', '.join(dead)} not running"
+                + (f" ({', '.join(running)} still up)" if running else "")
+                + "; restarting it cleanly"
+            )
+            teardown(state)
+        elif RUN.exists():
+            say(f"removing a run directory without state ({RUN})")
+            teardown({})
+        bin_dir = ensure_binaries()
+        start(bin_dir, shape)
+
+
+def start(bin_dir: Path, shape: NodeShape) -> None:
+    say(f"starting the control plane from {bin_dir}")
+    RUN.mkdir(parents=True)
+    etcd_data = Path(
+        tempfile.mkdtemp(prefix="trainingjob-etcd-", dir="/dev/shm" if Path("/dev/shm").is_dir() else None)
+    )
+    (etcd_client, etcd_peer, apiserver, kcm, scheduler, kwok_port) = free_ports(6)
+    server = f"https://127.0.0.1:{apiserver}"
+    STATE.write_text(
+        json.dumps(
+            {
+                "server": server,
+                "bin_dir": str(bin_dir),
+                "etcd_data": str(etcd_data),
+                "run_dir": str(RUN),
+                "versions": read_versions(bin_dir),
+                "nodes": shape.count,
+                "started": time.time(),
+                "processes": {},
+                "ports": {
+                    "etcd": etcd_client,
+                    "etcd-peer": etcd_peer,
+                    "kube-apiserver": apiserver,
+                    "kube-controller-manager": kcm,
+                    "kube-scheduler": scheduler,
+                    "kwok": kwok_port,
+                },
+            },
+            indent=2,
+        )
+    )
+    processes: dict[str, Any] = {}
+    try:
+        pki = RUN / "pki"
+        make_pki(pki)
+        KUBECONFIG.write_text(kubeconfig_text(server, pki))
+        KUBECONFIG.chmod(0o600)
+        KUBECTL_LINK.parent.mkdir(parents=True, exist_ok=True)
+        KUBECTL_LINK.unlink(missing_ok=True)
+        KUBECTL_LINK.symlink_to(bin_dir / "kubectl")
+
+        etcd_url = f"http://127.0.0.1:{etcd_client}"
+        spawn(
+            "etcd",
+            bin_dir / "etcd",
+            [
+                "--name=dev",
+                f"--data-dir={etcd_data}",
+                f"--listen-client-urls={etcd_url}",
+                f"--advertise-client-urls={etcd_url}",
+                f"--listen-peer-urls=http://127.0.0.1:{etcd_peer}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer}",
+                f"--initial-cluster=dev=http://127.0.0.1:{etcd_peer}",
+                "--unsafe-no-fsync=true",
+                "--quota-backend-bytes=8589934592",
+                "--log-level=warn",
+            ],
+            processes,
+        )
+        wait_until("etcd /health", lambda: http_ok(f"{etcd_url}/health", expect='"health":"true"'), processes)
+        say("etcd is healthy")
+
+        spawn(
+            "kube-apiserver",
+            bin_dir / "kube-apiserver",
+            [
+                f"--etcd-servers={etcd_url}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={apiserver}",
+                f"--tls-cert-file={pki / 'apiserver.crt'}",
+                f"--tls-private-key-file={pki / 'apiserver.key'}",
+                f"--client-ca-file={pki / 'ca.crt'}",
+                "--authorization-mode=Node,RBAC",
+                "--service-account-issuer=https://kubernetes.default.svc",
+                f"--service-account-key-file={pki / 'sa.pub'}",
+                f"--service-account-signing-key-file={pki / 'sa.key'}",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                "--endpoint-reconciler-type=none",
+                f"--cert-dir={RUN / 'apiserver-certs'}",
+                "--allow-privileged=true",
+                "--profiling=false",
+                "--enable-priority-and-fairness=true",
+                "--max-requests-inflight=2000",
+                "--max-mutating-requests-inflight=1000",
+                "--v=1",
+            ],
+            processes,
+        )
+        context = admin_ssl_context(pki)
+        wait_until("kube-apiserver /readyz", lambda: http_ok(f"{server}/readyz", context), processes)
+        say("kube-apiserver is ready")
+
+        crds = sorted(CRD_DIR.glob("*.yaml")) if CRD_DIR.is_dir() else []
+        crds = [path for path in crds if path.name != "kustomization.yaml"]
+        for path in crds:
+            kubectl(bin_dir, "apply", "--server-side", "--force-conflicts", "-f", str(path))
+        if crds:
+            say(f"installed {len(crds)} CRD file(s) from crd/ before the garbage collector starts")
+
+        kubeconfig = str(KUBECONFIG)
+        spawn(
+            "kube-controller-manager",
+            bin_dir / "kube-controller-manager",
+            [
+                f"--kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={kcm}",
+                "--leader-elect=false",
+                f"--service-account-private-key-file={pki / 'sa.key'}",
+                f"--root-ca-file={pki / 'ca.crt'}",
+                "--use-service-account-credentials=false",
+                f"--cluster-signing-cert-file={pki / 'ca.crt'}",
+                f"--cluster-signing-key-file={pki / 'ca.key'}",
+                "--controllers=*,-cloud-node-lifecycle-controller,-service-lb-controller,-node-route-controller",
+                "--kube-api-qps=200",
+                "--kube-api-burst=400",
+                "--concurrent-gc-syncs=40",
+                "--v=1",
+            ],
+            processes,
+        )
+        spawn(
+            "kube-scheduler",
+            bin_dir / "kube-scheduler",
+            [
+                f"--kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={scheduler}",
+                "--leader-elect=false",
+                "--v=1",
+            ],
+            processes,
+        )
+        spawn(
+            "kwok",
+            bin_dir / "kwok",
+            [
+                f"--kubeconfig={kubeconfig}",
+                f"--manage-nodes-with-label-selector={KWOK_NODE_LABEL}=true",
+                f"--config={STAGES}",
+                f"--cidr={POD_CIDR}",
+                "--node-ip=10.1.0.1",
+                "--node-lease-duration-seconds=40",
+                f"--server-address=127.0.0.1:{kwok_port}",
+            ],
+            processes,
+        )
+
+        nodes = [node_manifest(f"gpu-node-{index}", shape) for index in range(shape.count)]
+        kubectl(
+            bin_dir,
+            "apply",
+            "-f",
+            "-",
+            stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": nodes}),
+        )
+        wait_until(f"{shape.count} Ready nodes", lambda: ready_nodes(bin_dir) >= shape.count, processes)
+        wait_until(
+            "the default ServiceAccount",
+            lambda: bool(
+                kubectl(
+                    bin_dir, "get", "serviceaccount", "default", "-n", "default", "-o", "name", check=False
+                )
+            ),
+            processes,
+        )
+        say(f'ready: {shape.count} nodes x {shape.gpus} nvidia.com/gpu; `eval "$(hack/dev-cluster.sh env)"`')
+    except BaseException:
+        say("start failed; stopping what was started")
+        teardown(read_state() or {"processes": processes, "etcd_data": str(etcd_data)})
+        raise
+
+
+def ready_nodes(bin_dir: Path) -> int:
+    out = kubectl(bin_dir, "get", "nodes", "-o", "json", check=False)
+    try:
+        items = json.loads(out).get("items", [])
+    except ValueError:
+        return 0
+    ready = 0
+    for node in items:
+        conditions = node.get("status", {}).get("conditions", [])
+        taints = node.get("spec", {}).get("taints", [])
+        if any(c["type"] == "Ready" and c["status"] == "True" for c in conditions) and not any(
+            t.get("key") == "node.kubernetes.io/not-ready" for t in taints
+        ):
+            ready += 1
+    return ready
+
+
+# ------------------------------------------------------------------------------------------- down
+
+
+def teardown(state: dict[str, Any]) -> None:
+    stop_processes(state.get("processes", {}))
+    etcd_data = state.get("etcd_data")
+    if etcd_data:
+        shutil.rmtree(etcd_data, ignore_errors=True)
+    shutil.rmtree(RUN, ignore_errors=True)
+
+
+def down() -> None:
+    with cluster_lock():
+        state = read_state()
+        if state is None and not RUN.exists():
+            say("nothing running")
+            return
+        teardown(state or {})
+        say("stopped; every process this cluster started has exited")
+
+
+# ----------------------------------------------------------------------------------- status / env
+
+
+def status() -> int:
+    state = read_state()
+    if state is None:
+        print("dev cluster: not running")
+        return 1
+    dead = dead_components(state)
+    print(f"dev cluster: {'running' if not dead else 'DEGRADED'}  API server {state['server']}")
+    print(f"kubeconfig:  {KUBECONFIG}")
+    versions = state.get("versions", {})
+    print(
+        "versions:    "
+        + ", ".join(
+            f"{k.removesuffix('_VERSION').lower()} {v}" for k, v in versions.items() if k.endswith("_VERSION")
+        )
+    )
+    print(f"binaries:    {state['bin_dir']}")
+    print(f"logs:        {LOGS}/<component>.log")
+    for name, proc in state.get("processes", {}).items():
+        alive = pid_alive(proc["pid"], proc["binary"])
+        port = state.get("ports", {}).get(name, "")
+        print(
+            f"  {name:<24} pid {proc['pid']:<8} {'running' if alive else 'NOT RUNNING':<12} "
+            f"127.0.0.1:{port}  {proc['log']}"
+        )
+    return 0 if not dead else 1
+
+
+def env() -> None:
+    print(f"export KUBECONFIG={KUBECONFIG}")
+    print(f'export PATH={KUBECTL_LINK.parent}:"$PATH"')
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="hack/dev-cluster.sh", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    up_parser = sub.add_parser("up", help="build (first time) and start the cluster; no-op when running")
+    up_parser.add_argument("--nodes", type=int, default=int(os.environ.get("TJ_DEV_NODES", "4")))
+    up_parser.add_argument("--gpus-per-node", type=int, default=int(os.environ.get("TJ_DEV_GPUS", "8")))
+    up_parser.add_argument("--cpu-per-node", default=os.environ.get("TJ_DEV_CPU", "64"))
+    up_parser.add_argument("--memory-per-node", default=os.environ.get("TJ_DEV_MEMORY", "512Gi"))
+    up_parser.add_argument("--gpu-product", default=os.environ.get("TJ_DEV_GPU_PRODUCT", "A100-SXM4-80GB"))
+    sub.add_parser("down", help="stop every process the cluster started and remove its run directory")
+    sub.add_parser("status", help="what runs, versions, ports and logs")
+    sub.add_parser("env", help="print export lines for eval")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "up":
+            up(
+                NodeShape(
+                    args.nodes, args.gpus_per_node, args.cpu_per_node, args.memory_per_node, args.gpu_product
+                )
+            )
+        elif args.command == "down":
+            down()
+        elif args.command == "status":
+            return status()
+        else:
+            env()
+    except ClusterError as error:
+        say(f"error: {error}")
+        return 1
+    except KeyboardInterrupt:
+        say("interrupted")
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,280 @@
+"""Test helpers for the local control plane: the project's kubectl, waiting on conditions, and playing kubelet.
+
+Why: no kubelet runs on the local cluster (kwok stands in for it and only moves pods to Running and
+removes deleted ones), so how a training container ends is the test's decision. `end_pod` writes what
+a kubelet would write when a container exits: the phase, the container's terminated state with exit code
+and reason (e.g. OOMKilled), and optionally a DisruptionTarget condition (preemption, eviction, node
+drain). `lose_node` makes a node behave like one whose kubelet died. Everything goes through the
+project's built kubectl, the client users use.
+
+Usage::
+
+    from tests.cluster import Kubectl, end_pod, wait_for
+    kubectl = Kubectl.from_dev_cluster()
+    end_pod(kubectl, "ns", "job-worker-1", exit_code=137, reason="OOMKilled")
+    wait_for("job failed", lambda: kubectl.get_json("trainingjob", "job", "-n", "ns")["status"].get("state") == "Failed")
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+REPO = Path(__file__).resolve().parent.parent
+DEV = Path(os.environ.get("TJ_DEV_DIR", REPO / ".dev"))
+KWOK_NODE_LABEL = "kwok.x-k8s.io/managed"
+
+T = TypeVar("T")
+
+
+class WaitTimeout(AssertionError):
+    """A condition did not hold before its deadline; the message says what was awaited and the last value."""
+
+
+def wait_for(
+    description: str, probe: Callable[[], T | None], timeout: float = 60.0, interval: float = 0.25
+) -> T:
+    """Polls `probe` until it returns something truthy, and returns it; fails after `timeout` seconds.
+
+    Tests wait for conditions with deadlines like this, never with fixed sleeps.
+    """
+    deadline = time.monotonic() + timeout
+    last: object = None
+    while True:
+        last = probe()
+        if last:
+            return last
+        if time.monotonic() >= deadline:
+            raise WaitTimeout(f"timed out after {timeout:.0f}s waiting for {description} (last: {last!r})")
+        time.sleep(interval)
+
+
+@dataclass(frozen=True)
+class KubectlError(Exception):
+    args_: tuple[str, ...]
+    returncode: int
+    stderr: str
+
+    def __str__(self) -> str:
+        return f"kubectl {' '.join(self.args_)} exited {self.returncode}: {self.stderr.strip()}"
+
+
+@dataclass(frozen=True)
+class Kubectl:
+    """The project's built kubectl bound to one kubeconfig (admin, or an impersonating one)."""
+
+    binary: Path
+    kubeconfig: Path
+    extra: tuple[str, ...] = ()
+
+    @classmethod
+    def from_dev_cluster(cls) -> Kubectl:
+        return cls(DEV / "bin" / "kubectl", DEV / "kubeconfig")
+
+    def as_user(self, user: str, groups: tuple[str, ...] = ()) -> Kubectl:
+        extra = (*self.extra, f"--as={user}", *(f"--as-group={group}" for group in groups))
+        return Kubectl(self.binary, self.kubeconfig, extra)
+
+    def run(self, *args: str, stdin: str | None = None, check: bool = True, timeout: float = 120) -> str:
+        command = [str(self.binary), f"--kubeconfig={self.kubeconfig}", *self.extra, *args]
+        result = subprocess.run(
+            command, input=stdin, capture_output=True, text=True, timeout=timeout, check=False
+        )
+        if check and result.returncode != 0:
+            raise KubectlError(tuple(args), result.returncode, result.stderr)
+        return result.stdout
+
+    def attempt(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        """Runs kubectl and returns the whole result, for tests that expect a refusal."""
+        command = [str(self.binary), f"--kubeconfig={self.kubeconfig}", *self.extra, *args]
+        return subprocess.run(command, input=stdin, capture_output=True, text=True, timeout=120, check=False)
+
+    def get_json(self, *args: str) -> dict[str, Any]:
+        out = self.run("get", *args, "-o", "json")
+        value = json.loads(out)
+        assert isinstance(value, dict)
+        return value
+
+    def get_or_none(self, *args: str) -> dict[str, Any] | None:
+        result = self.attempt("get", *args, "-o", "json")
+        if result.returncode != 0:
+            if "NotFound" in result.stderr or "not found" in result.stderr:
+                return None
+            raise KubectlError(tuple(args), result.returncode, result.stderr)
+        value = json.loads(result.stdout)
+        assert isinstance(value, dict)
+        return value
+
+    def apply(self, manifest: dict[str, Any] | str, *extra: str) -> str:
+        text = manifest if isinstance(manifest, str) else json.dumps(manifest)
+        return self.run("apply", "-f", "-", *extra, stdin=text)
+
+    def items(self, *args: str) -> list[dict[str, Any]]:
+        items = self.get_json(*args).get("items", [])
+        assert isinstance(items, list)
+        return items
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def end_pod(
+    kubectl: Kubectl,
+    namespace: str,
+    name: str,
+    *,
+    exit_code: int = 0,
+    reason: str | None = None,
+    message: str | None = None,
+    disruption: str | None = None,
+    container: str | None = None,
+) -> dict[str, Any]:
+    """Ends a pod's containers the way a kubelet reports it, and returns the patched pod.
+
+    exit_code 0 ends the pod Succeeded, anything else Failed. `reason` is the container's terminated
+    reason (default Completed or Error; e.g. OOMKilled). `disruption` adds the DisruptionTarget
+    condition with that reason (PreemptionByScheduler, EvictionByEvictionAPI, DeletionByTaintManager,
+    TerminationByKubelet). `container` ends only that container's state (the others keep theirs); by
+    default every container ends with the same code.
+    """
+    pod = kubectl.get_json("pod", name, "-n", namespace)
+    now = _now()
+    phase = "Succeeded" if exit_code == 0 else "Failed"
+    statuses = []
+    by_name = {s["name"]: s for s in pod.get("status", {}).get("containerStatuses", [])}
+    for spec in pod["spec"]["containers"]:
+        previous = by_name.get(spec["name"], {})
+        if container is not None and spec["name"] != container:
+            statuses.append(previous)
+            continue
+        started = previous.get("state", {}).get("running", {}).get("startedAt", now)
+        terminated: dict[str, Any] = {
+            "exitCode": exit_code,
+            "reason": reason or ("Completed" if exit_code == 0 else "Error"),
+            "startedAt": started,
+            "finishedAt": now,
+        }
+        if message:
+            terminated["message"] = message
+        statuses.append(
+            {
+                "name": spec["name"],
+                "image": spec["image"],
+                "imageID": previous.get("imageID", ""),
+                "containerID": previous.get("containerID", f"kwok://{spec['name']}"),
+                "ready": False,
+                "started": False,
+                "restartCount": previous.get("restartCount", 0),
+                "state": {"terminated": terminated},
+            }
+        )
+    conditions: list[dict[str, Any]] = [
+        {
+            "type": "Ready",
+            "status": "False",
+            "reason": "PodCompleted" if exit_code == 0 else "PodFailed",
+            "lastTransitionTime": now,
+        },
+        {
+            "type": "ContainersReady",
+            "status": "False",
+            "reason": "PodCompleted" if exit_code == 0 else "PodFailed",
+            "lastTransitionTime": now,
+        },
+    ]
+    if disruption:
+        conditions.append(
+            {
+                "type": "DisruptionTarget",
+                "status": "True",
+                "reason": disruption,
+                "message": f"{disruption} (simulated by the test)",
+                "lastTransitionTime": now,
+            }
+        )
+    patch = {"status": {"phase": phase, "containerStatuses": statuses, "conditions": conditions}}
+    if disruption or message:
+        patch["status"]["message"] = message or disruption
+    out = kubectl.run(
+        "patch",
+        "pod",
+        name,
+        "-n",
+        namespace,
+        "--subresource=status",
+        "--type=strategic",
+        "-p",
+        json.dumps(patch),
+        "-o",
+        "json",
+    )
+    patched = json.loads(out)
+    assert isinstance(patched, dict)
+    return patched
+
+
+def add_disruption_condition(kubectl: Kubectl, namespace: str, name: str, reason: str) -> None:
+    """Adds DisruptionTarget=True without ending the pod (what the scheduler or eviction API does first)."""
+    patch = {
+        "status": {
+            "conditions": [
+                {
+                    "type": "DisruptionTarget",
+                    "status": "True",
+                    "reason": reason,
+                    "message": f"{reason} (simulated by the test)",
+                    "lastTransitionTime": _now(),
+                }
+            ]
+        }
+    }
+    kubectl.run(
+        "patch",
+        "pod",
+        name,
+        "-n",
+        namespace,
+        "--subresource=status",
+        "--type=strategic",
+        "-p",
+        json.dumps(patch),
+    )
+
+
+def lose_node(kubectl: Kubectl, node: str) -> None:
+    """Makes `node` behave like one whose kubelet died: kwok stops managing it (no lease renewals, pods
+    deleted on it stay Terminating), and its Ready condition turns Unknown as the node lifecycle
+    controller would report after the grace period."""
+    kubectl.run("label", "node", node, f"{KWOK_NODE_LABEL}=false", "--overwrite")
+    now = _now()
+    patch = {
+        "status": {
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "Unknown",
+                    "reason": "NodeStatusUnknown",
+                    "message": "Kubelet stopped posting node status.",
+                    "lastHeartbeatTime": now,
+                    "lastTransitionTime": now,
+                }
+            ]
+        }
+    }
+    kubectl.run("patch", "node", node, "--subresource=status", "--type=strategic", "-p", json.dumps(patch))
+
+
+def restore_node(kubectl: Kubectl, node: str) -> None:
+    """Gives a lost node back to kwok, which marks it Ready again."""
+    kubectl.run("label", "node", node, f"{KWOK_NODE_LABEL}=true", "--overwrite")
+    kubectl.run(
+        "taint", "node", node, "node.kubernetes.io/unreachable-", "node.kubernetes.io/not-ready-", check=False
+    )

@@ -1,0 +1,90 @@
+"""Shared fixtures: one real local control plane per test session, one namespace per test.
+
+Tests marked `cluster` get the control plane from hack/dev-cluster.sh: a running one is reused (and
+left running); otherwise the session starts it and stops it at the end (unless TJ_KEEP_CLUSTER=1),
+so a test run leaves no process behind. The project's CRDs are applied from crd/ and awaited until
+Established.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.cluster import DEV, REPO, Kubectl, wait_for
+
+CRD_DIR = REPO / "crd"
+
+
+def _cluster_running() -> bool:
+    result = subprocess.run(
+        [str(REPO / "hack" / "dev-cluster.sh"), "status"], capture_output=True, check=False
+    )
+    return result.returncode == 0
+
+
+def crd_files() -> list[Path]:
+    return sorted(path for path in CRD_DIR.glob("*.yaml") if path.name != "kustomization.yaml")
+
+
+def install_crds(kubectl: Kubectl) -> None:
+    for path in crd_files():
+        kubectl.run("apply", "--server-side", "--force-conflicts", "-f", str(path))
+        name = kubectl.run("get", "-f", str(path), "-o", "name").strip()
+        kubectl.run("wait", "--for=condition=Established", "--timeout=60s", name)
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Kubectl]:
+    """An admin kubectl for the session's control plane, with the project's CRDs Established."""
+    started_here = not _cluster_running()
+    subprocess.run([str(REPO / "hack" / "dev-cluster.sh"), "up"], check=True)
+    kubectl = Kubectl.from_dev_cluster()
+    try:
+        install_crds(kubectl)
+        yield kubectl
+    finally:
+        if started_here and os.environ.get("TJ_KEEP_CLUSTER") != "1":
+            subprocess.run([str(REPO / "hack" / "dev-cluster.sh"), "down"], check=False)
+
+
+def _namespace_name(node_name: str) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "-", node_name.lower()).strip("-")
+    return f"t-{slug[:40].strip('-')}-{uuid.uuid4().hex[:6]}"
+
+
+@pytest.fixture
+def namespace(cluster: Kubectl, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace whose default ServiceAccount exists (pods are refused until it does); deleted after."""
+    name = _namespace_name(request.node.name)
+    cluster.run("create", "namespace", name)
+    wait_for(
+        f"default ServiceAccount in {name}",
+        lambda: cluster.get_or_none("serviceaccount", "default", "-n", name),
+        timeout=60,
+    )
+    try:
+        yield name
+    finally:
+        cluster.run("delete", "namespace", name, "--wait=false", "--ignore-not-found", check=False)
+
+
+@pytest.fixture
+def kubectl(cluster: Kubectl) -> Kubectl:
+    return cluster
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that use the cluster fixture are marked `cluster`, so `-m "not cluster"` runs the unit tests alone."""
+    for item in items:
+        if "cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.cluster)
+
+
+__all__ = ["DEV", "cluster", "install_crds", "kubectl", "namespace"]
