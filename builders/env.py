@@ -1,0 +1,253 @@
+"""The environment of a worker's trainer container: topology, configuration and wiring.
+
+Distributed training frameworks find their peers through environment variables whose meaning users'
+scripts already depend on (docs/env.md). The arithmetic lives here, in one place, because getting it
+wrong (WORLD_SIZE counting pods instead of processes, a rank off by a GPU count) makes jobs hang
+rather than fail.
+
+Counting: numWorkers counts pods (torchrun "nodes"); each pod runs max(gpusPerWorker, 1) processes.
+WORLD_SIZE and RANK count processes, PET_NNODES/PET_NODE_RANK and JAX_* count pods.
+
+Only the chosen framework's family (PET_* for pytorch, TF_CONFIG for tensorflow, JAX_* for jax) is
+injected: TF_CONFIG in particular changes the behaviour of any TensorFlow code in the process.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import posixpath
+from collections.abc import Iterable
+from typing import Any, TypeAlias
+
+from builders.names import job_name, master_service_name, pod_dns_name
+from builders.storage import CheckpointStorage, checkpoint_storage, resume_path
+from crd import contract
+
+EnvVar: TypeAlias = dict[str, Any]
+
+TENSORBOARD_FALLBACK_DIR = "/tmp/tensorboard"  # noqa: S108 - a log directory inside the container
+HYPERPARAMETER_ENV = {
+    "learningRate": "LEARNING_RATE",
+    "batchSize": "BATCH_SIZE",
+    "epochs": "EPOCHS",
+    "optimizer": "OPTIMIZER",
+    "warmupSteps": "WARMUP_STEPS",
+    "gradientAccumulationSteps": "GRADIENT_ACCUMULATION_STEPS",
+    "mixedPrecision": "MIXED_PRECISION",
+}
+
+
+def var(name: str, value: object) -> EnvVar:
+    return {"name": name, "value": env_text(value)}
+
+
+def field_ref(name: str, field_path: str) -> EnvVar:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": field_path}}}
+
+
+def secret_ref(name: str, secret: str, *, optional: bool = False) -> EnvVar:
+    ref: dict[str, Any] = {"name": secret, "key": name}
+    if optional:
+        ref["optional"] = True
+    return {"name": name, "valueFrom": {"secretKeyRef": ref}}
+
+
+def env_text(value: object) -> str:
+    """Values as the trainer parses them: JSON spelling for booleans, Python's repr for floats."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def is_reserved(name: str) -> bool:
+    return name in contract.RESERVED_ENV_NAMES or name.startswith(contract.RESERVED_ENV_PREFIXES)
+
+
+def processes_per_pod(job: dict[str, Any]) -> int:
+    return max(int(job["spec"]["gpusPerWorker"]), 1)
+
+
+def world_size(job: dict[str, Any]) -> int:
+    return int(job["spec"]["numWorkers"]) * processes_per_pod(job)
+
+
+def master_port(job: dict[str, Any]) -> int:
+    return int(job["spec"]["networking"]["masterPort"])
+
+
+def identity_env(job: dict[str, Any], index: int, attempt: int) -> list[EnvVar]:
+    spec = job["spec"]
+    return [
+        var("TRAININGJOB_NAME", job_name(job)),
+        field_ref("TRAININGJOB_NAMESPACE", "metadata.namespace"),
+        field_ref("POD_NAME", "metadata.name"),
+        var("TRAININGJOB_REPLICA_INDEX", index),
+        var("TRAININGJOB_NUM_WORKERS", spec["numWorkers"]),
+        var("TRAININGJOB_ATTEMPT", attempt),
+        var("TRAININGJOB_CONFIG", f"{contract.CONFIG_MOUNT_PATH}/{contract.CONFIG_FILE}"),
+        var("TRAININGJOB_PROGRESS_ANNOTATION", contract.PROGRESS_ANNOTATION),
+        var("MODEL_NAME", spec["model"]),
+        var("DATASET_NAME", spec["dataset"]),
+        var("FRAMEWORK", spec["framework"]),
+        var("PYTHONUNBUFFERED", "1"),
+    ]
+
+
+def topology_env(job: dict[str, Any], index: int) -> list[EnvVar]:
+    """Rendezvous variables every framework gets, with torch.distributed's process counting."""
+    procs = processes_per_pod(job)
+    return [
+        var("MASTER_ADDR", master_service_name(job)),
+        var("MASTER_PORT", master_port(job)),
+        var("WORLD_SIZE", world_size(job)),
+        var("RANK", index * procs),
+        var("LOCAL_WORLD_SIZE", procs),
+    ]
+
+
+def pytorch_env(job: dict[str, Any], index: int) -> list[EnvVar]:
+    backend = job["spec"]["networking"]["backend"]
+    return [
+        var("PET_NNODES", job["spec"]["numWorkers"]),
+        var("PET_NODE_RANK", index),
+        var("PET_NPROC_PER_NODE", processes_per_pod(job)),
+        var("PET_MASTER_ADDR", master_service_name(job)),
+        var("PET_MASTER_PORT", master_port(job)),
+        var("TORCH_DISTRIBUTED_BACKEND", backend),
+        var("DIST_BACKEND", backend),
+    ]
+
+
+def tf_config(job: dict[str, Any], index: int) -> str:
+    port = master_port(job)
+    workers = [f"{pod_dns_name(job, i)}:{port}" for i in range(int(job["spec"]["numWorkers"]))]
+    config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+    return json.dumps(config, sort_keys=True, separators=(",", ":"))
+
+
+def tensorflow_env(job: dict[str, Any], index: int) -> list[EnvVar]:
+    return [var("TF_CONFIG", tf_config(job, index))]
+
+
+def jax_env(job: dict[str, Any], index: int) -> list[EnvVar]:
+    return [
+        var("JAX_COORDINATOR_ADDRESS", f"{master_service_name(job)}:{master_port(job)}"),
+        var("JAX_NUM_PROCESSES", job["spec"]["numWorkers"]),
+        var("JAX_PROCESS_ID", index),
+    ]
+
+
+FRAMEWORK_ENV = {"pytorch": pytorch_env, "tensorflow": tensorflow_env, "jax": jax_env}
+
+
+def communication_env(job: dict[str, Any]) -> list[EnvVar]:
+    networking = job["spec"]["networking"]
+    env = [] if networking.get("rdmaEnabled") else [var("NCCL_IB_DISABLE", "1")]
+    interface = networking.get("socketInterface")
+    if interface:
+        env += [var("NCCL_SOCKET_IFNAME", interface), var("GLOO_SOCKET_IFNAME", interface)]
+    return env
+
+
+def hyperparameter_env(job: dict[str, Any]) -> list[EnvVar]:
+    hyperparameters = job["spec"].get("hyperparameters", {})
+    env = [
+        var(name, hyperparameters[field])
+        for field, name in HYPERPARAMETER_ENV.items()
+        if field in hyperparameters
+    ]
+    extra = hyperparameters.get("additionalParams", {})
+    env += [var(f"HP_{key.upper()}", extra[key]) for key in sorted(extra)]
+    return env
+
+
+def tensorboard_log_dir(job: dict[str, Any], storage: CheckpointStorage | None) -> str:
+    configured = job["spec"]["monitoring"].get("tensorboardLogDir")
+    if configured:
+        return str(configured)
+    if storage is not None and storage.is_volume:
+        return posixpath.join(storage.mount_path, "tensorboard")
+    return TENSORBOARD_FALLBACK_DIR
+
+
+def monitoring_env(job: dict[str, Any], storage: CheckpointStorage | None) -> list[EnvVar]:
+    monitoring = job["spec"]["monitoring"]
+    env: list[EnvVar] = []
+    if monitoring.get("enabled"):
+        env.append(var("METRICS_PORT", monitoring["metricsPort"]))
+    if monitoring.get("tensorboardEnabled"):
+        env.append(var("TENSORBOARD_LOG_DIR", tensorboard_log_dir(job, storage)))
+    if monitoring.get("mlflowTrackingUri"):
+        env.append(var("MLFLOW_TRACKING_URI", monitoring["mlflowTrackingUri"]))
+        env.append(var("MLFLOW_EXPERIMENT_NAME", monitoring.get("mlflowExperiment") or job_name(job)))
+    if monitoring.get("wandbProject"):
+        env.append(var("WANDB_PROJECT", monitoring["wandbProject"]))
+        if monitoring.get("wandbEntity"):
+            env.append(var("WANDB_ENTITY", monitoring["wandbEntity"]))
+        env.append(var("WANDB_RUN_GROUP", job_name(job)))
+    return env
+
+
+def credentials_env(storage: CheckpointStorage) -> list[EnvVar]:
+    env: list[EnvVar] = []
+    if storage.type == "s3":
+        if storage.credentials_secret:
+            env += [
+                secret_ref("AWS_ACCESS_KEY_ID", storage.credentials_secret),
+                secret_ref("AWS_SECRET_ACCESS_KEY", storage.credentials_secret),
+                secret_ref("AWS_SESSION_TOKEN", storage.credentials_secret, optional=True),
+            ]
+        if storage.endpoint:
+            env.append(var("AWS_ENDPOINT_URL", storage.endpoint))
+        if storage.region:
+            env.append(var("AWS_DEFAULT_REGION", storage.region))
+    if storage.type == "gcs" and storage.credentials_secret:
+        key_file = f"{contract.GCS_CREDENTIALS_MOUNT_PATH}/{contract.GCS_KEY_FILE}"
+        env.append(var("GOOGLE_APPLICATION_CREDENTIALS", key_file))
+    return env
+
+
+def checkpoint_env(
+    job: dict[str, Any], storage: CheckpointStorage | None, resume_from: str | None
+) -> list[EnvVar]:
+    checkpoint = job["spec"]["checkpoint"]
+    env: list[EnvVar] = []
+    if storage is not None and checkpoint.get("enabled"):
+        env += [
+            var("CHECKPOINT_DIR", storage.directory),
+            var("CHECKPOINT_FREQUENCY", checkpoint["frequency"]),
+            var("CHECKPOINT_RETENTION", checkpoint["retention"]),
+        ]
+    if resume_from:
+        env.append(var("RESUME_FROM", resume_path(storage, resume_from)))
+    if storage is not None:
+        env += credentials_env(storage)
+    return env
+
+
+def merge_user_env(operator_env: list[EnvVar], user_env: Iterable[EnvVar]) -> list[EnvVar]:
+    """The operator's variables, then the user's. A user entry replaces an overridable operator entry of
+    the same name; reserved names from the user are dropped (admission rejects them anyway)."""
+    user = [copy.deepcopy(entry) for entry in user_env if not is_reserved(str(entry["name"]))]
+    overridden = {entry["name"] for entry in user}
+    return [entry for entry in operator_env if entry["name"] not in overridden] + user
+
+
+def distributed_env(
+    job: dict[str, Any], index: int, *, attempt: int = 0, resume_from: str | None = None
+) -> list[EnvVar]:
+    """The full environment of worker `index` of a defaulted job, user entries last."""
+    storage = checkpoint_storage(job)
+    operator_env = [
+        *identity_env(job, index, attempt),
+        *topology_env(job, index),
+        *FRAMEWORK_ENV[job["spec"]["framework"]](job, index),
+        *communication_env(job),
+        *hyperparameter_env(job),
+        *monitoring_env(job, storage),
+        *checkpoint_env(job, storage, resume_from),
+    ]
+    return merge_user_env(operator_env, job["spec"].get("env", []))

@@ -1,0 +1,58 @@
+"""Labels, owner references and object metadata shared by every object the operator creates.
+
+Every object carries the same three labels (so informers select them and users can find them with
+`kubectl get all -l training-job=<job>`) and a controller ownerReference to its TrainingJob (so the
+garbage collector deletes them with the job and the controller maps events back to the job).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from builders.names import job_name
+from crd import contract
+
+
+def common_labels(job: dict[str, Any]) -> dict[str, str]:
+    return {
+        contract.JOB_NAME_LABEL: job_name(job),
+        contract.MANAGED_BY_LABEL: contract.MANAGED_BY_VALUE,
+        contract.APP_NAME_LABEL: contract.APP_NAME_VALUE,
+    }
+
+
+def selector_labels(job: dict[str, Any]) -> dict[str, str]:
+    """The labels that select the job's pods (a subset of common_labels)."""
+    return {
+        contract.JOB_NAME_LABEL: job_name(job),
+        contract.MANAGED_BY_LABEL: contract.MANAGED_BY_VALUE,
+    }
+
+
+def owner_reference(job: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": contract.API_VERSION,
+        "kind": contract.KIND,
+        "name": job_name(job),
+        "uid": job["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def object_meta(
+    job: dict[str, Any],
+    name: str,
+    *,
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name}
+    namespace = job["metadata"].get("namespace")
+    if namespace:
+        meta["namespace"] = namespace
+    meta["labels"] = {**common_labels(job), **(labels or {})}
+    if annotations:
+        meta["annotations"] = dict(annotations)
+    meta["ownerReferences"] = [owner_reference(job)]
+    return meta

@@ -1,0 +1,62 @@
+"""The names of every object the operator creates for a TrainingJob.
+
+Names are deterministic so that a create after a crash finds the existing object (409) instead of
+making a second one, and so that pods can find each other (hostname + subdomain) without lookups.
+The admission rules cap job names at crd.contract.MAX_JOB_NAME characters, which keeps every name
+that must be a DNS label (pod hostnames, Services) within 63 characters.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from crd import contract
+
+
+def job_name(job: dict[str, Any]) -> str:
+    return str(job["metadata"]["name"])
+
+
+def pod_name(job: dict[str, Any], index: int) -> str:
+    return f"{job_name(job)}{contract.WORKER_INFIX}{index}"
+
+
+def pod_names(job: dict[str, Any]) -> list[str]:
+    return [pod_name(job, i) for i in range(int(job["spec"]["numWorkers"]))]
+
+
+def headless_service_name(job: dict[str, Any]) -> str:
+    return f"{job_name(job)}{contract.HEADLESS_SUFFIX}"
+
+
+def master_service_name(job: dict[str, Any]) -> str:
+    return f"{job_name(job)}{contract.MASTER_SUFFIX}"
+
+
+def config_map_name(job: dict[str, Any]) -> str:
+    return f"{job_name(job)}{contract.CONFIG_SUFFIX}"
+
+
+def service_account_name(job: dict[str, Any]) -> str:
+    return f"{job_name(job)}{contract.TRAINER_SUFFIX}"
+
+
+def role_name(job: dict[str, Any]) -> str:
+    return service_account_name(job)
+
+
+def role_binding_name(job: dict[str, Any]) -> str:
+    return service_account_name(job)
+
+
+def pvc_name(job: dict[str, Any]) -> str:
+    return f"{job_name(job)}{contract.CHECKPOINTS_SUFFIX}"
+
+
+def pod_group_name(job: dict[str, Any]) -> str:
+    return job_name(job)
+
+
+def pod_dns_name(job: dict[str, Any], index: int) -> str:
+    """The pod's stable DNS name within the namespace: <hostname>.<subdomain>."""
+    return f"{pod_name(job, index)}.{headless_service_name(job)}"

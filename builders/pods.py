@@ -1,0 +1,223 @@
+"""The worker Pod: one per replica index, created and deleted by the controller as a gang.
+
+Pods are bare (no Job or StatefulSet in between) because the controller restarts the whole gang
+itself: restartPolicy is Never so the kubelet never restarts a single trainer that could not rejoin
+the collective. Each pod gets a stable DNS name (hostname + the headless Service as subdomain), the
+training environment, the job's ConfigMap, checkpoint storage and a memory-backed /dev/shm, and
+records the world size and spec generation it was built for so stale pods can be recognised.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from builders.env import distributed_env, world_size
+from builders.meta import object_meta
+from builders.names import config_map_name, headless_service_name, pod_name, service_account_name
+from builders.podgroup import Gang, pod_decoration
+from builders.storage import CheckpointStorage, checkpoint_storage
+from crd import contract
+
+CONFIG_VOLUME = "config"
+SHM_VOLUME = "dshm"
+CHECKPOINT_VOLUME = "checkpoints"
+GCS_CREDENTIALS_VOLUME = "gcs-credentials"
+SECRET_FILE_MODE = 0o440
+
+
+def quantity_text(value: object) -> str:
+    return str(value)
+
+
+def container_resources(job: dict[str, Any]) -> dict[str, Any]:
+    """spec.resources with every quantity as a string, plus nvidia.com/gpu = gpusPerWorker when > 0."""
+    spec = job["spec"]
+    configured = spec.get("resources", {})
+    requests = {k: quantity_text(v) for k, v in configured.get("requests", {}).items()}
+    limits = {k: quantity_text(v) for k, v in configured.get("limits", {}).items()}
+    gpus = int(spec["gpusPerWorker"])
+    if gpus > 0:
+        requests[contract.GPU_RESOURCE] = limits[contract.GPU_RESOURCE] = str(gpus)
+    resources: dict[str, Any] = {}
+    if requests:
+        resources["requests"] = requests
+    if limits:
+        resources["limits"] = limits
+    return resources
+
+
+def container_ports(job: dict[str, Any]) -> list[dict[str, Any]]:
+    spec = job["spec"]
+    ports = [
+        {
+            "name": contract.DIST_PORT_NAME,
+            "containerPort": int(spec["networking"]["masterPort"]),
+            "protocol": "TCP",
+        }
+    ]
+    if spec["monitoring"].get("enabled"):
+        ports.append(
+            {
+                "name": contract.METRICS_PORT_NAME,
+                "containerPort": int(spec["monitoring"]["metricsPort"]),
+                "protocol": "TCP",
+            }
+        )
+    return ports
+
+
+def volumes_and_mounts(
+    job: dict[str, Any], storage: CheckpointStorage | None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    volumes: list[dict[str, Any]] = [
+        {"name": CONFIG_VOLUME, "configMap": {"name": config_map_name(job)}},
+        {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}},
+    ]
+    mounts: list[dict[str, Any]] = [
+        {"name": CONFIG_VOLUME, "mountPath": contract.CONFIG_MOUNT_PATH, "readOnly": True},
+        {"name": SHM_VOLUME, "mountPath": contract.SHM_MOUNT_PATH},
+    ]
+    if storage is None:
+        return volumes, mounts
+    if storage.type == "pvc":
+        volumes.append(
+            {"name": CHECKPOINT_VOLUME, "persistentVolumeClaim": {"claimName": storage.claim_name}}
+        )
+    elif storage.type == "nfs":
+        volumes.append(
+            {"name": CHECKPOINT_VOLUME, "nfs": {"server": storage.nfs_server, "path": storage.nfs_path}}
+        )
+    if storage.is_volume:
+        mounts.append({"name": CHECKPOINT_VOLUME, "mountPath": storage.mount_path})
+    if storage.type == "gcs" and storage.credentials_secret:
+        volumes.append(
+            {
+                "name": GCS_CREDENTIALS_VOLUME,
+                "secret": {"secretName": storage.credentials_secret, "defaultMode": SECRET_FILE_MODE},
+            }
+        )
+        mounts.append(
+            {
+                "name": GCS_CREDENTIALS_VOLUME,
+                "mountPath": contract.GCS_CREDENTIALS_MOUNT_PATH,
+                "readOnly": True,
+            }
+        )
+    return volumes, mounts
+
+
+def security_context(job: dict[str, Any]) -> dict[str, Any]:
+    """No privilege escalation; RDMA needs to pin memory (IPC_LOCK). Pod-level settings (user IDs) are
+    left to the image: the default framework images run as root."""
+    context: dict[str, Any] = {"allowPrivilegeEscalation": False}
+    if job["spec"]["networking"].get("rdmaEnabled"):
+        context["capabilities"] = {"add": ["IPC_LOCK"]}
+    return context
+
+
+def trainer_container(
+    job: dict[str, Any], index: int, *, attempt: int, resume_from: str | None, mounts: list[dict[str, Any]]
+) -> dict[str, Any]:
+    spec = job["spec"]
+    container: dict[str, Any] = {"name": contract.CONTAINER_NAME, "image": spec["image"]}
+    if spec.get("command"):
+        container["command"] = list(spec["command"])
+    if spec.get("args"):
+        container["args"] = list(spec["args"])
+    container["env"] = distributed_env(job, index, attempt=attempt, resume_from=resume_from)
+    container["ports"] = container_ports(job)
+    resources = container_resources(job)
+    if resources:
+        container["resources"] = resources
+    container["volumeMounts"] = mounts
+    container["securityContext"] = security_context(job)
+    # The tail of the log becomes the termination message when the trainer dies without writing one,
+    # so status can say why a worker failed.
+    container["terminationMessagePolicy"] = "FallbackToLogsOnError"
+    return container
+
+
+def scheduling_fields(job: dict[str, Any]) -> dict[str, Any]:
+    scheduling = job["spec"].get("scheduling", {})
+    fields: dict[str, Any] = {}
+    if scheduling.get("nodeSelector"):
+        fields["nodeSelector"] = dict(scheduling["nodeSelector"])
+    if scheduling.get("affinity"):
+        fields["affinity"] = copy.deepcopy(scheduling["affinity"])
+    if scheduling.get("tolerations"):
+        fields["tolerations"] = copy.deepcopy(scheduling["tolerations"])
+    if scheduling.get("priority"):
+        fields["priorityClassName"] = scheduling["priority"]
+    if scheduling.get("schedulerName"):
+        fields["schedulerName"] = scheduling["schedulerName"]
+    return fields
+
+
+def pod_labels(index: int, attempt: int) -> dict[str, str]:
+    return {
+        contract.REPLICA_INDEX_LABEL: str(index),
+        contract.ROLE_LABEL: contract.ROLE_MASTER if index == 0 else contract.ROLE_WORKER,
+        contract.ATTEMPT_LABEL: str(attempt),
+    }
+
+
+def pod_annotations(job: dict[str, Any]) -> dict[str, str]:
+    annotations = {
+        contract.NUM_WORKERS_ANNOTATION: str(job["spec"]["numWorkers"]),
+        contract.WORLD_SIZE_ANNOTATION: str(world_size(job)),
+    }
+    generation = job["metadata"].get("generation")
+    if generation is not None:
+        annotations[contract.SPEC_GENERATION_ANNOTATION] = str(generation)
+    return annotations
+
+
+def build_pod(
+    job: dict[str, Any],
+    index: int,
+    *,
+    attempt: int,
+    resume_from: str | None,
+    service_account: str | None = None,
+    gang: Gang | None = None,
+) -> dict[str, Any]:
+    """Worker `index` of a defaulted job for gang attempt `attempt`.
+
+    resume_from: the checkpoint the trainer starts from (RESUME_FROM), decided by the controller.
+    service_account: the account to run under; None picks spec.serviceAccountName or the per-job one.
+    gang: the gang scheduler whose PodGroup the pod joins, or None.
+    """
+    spec = job["spec"]
+    storage = checkpoint_storage(job)
+    volumes, mounts = volumes_and_mounts(job, storage)
+    account = service_account or spec.get("serviceAccountName") or service_account_name(job)
+    labels = pod_labels(index, attempt)
+    annotations = pod_annotations(job)
+    pod_spec: dict[str, Any] = {
+        "hostname": pod_name(job, index),
+        "subdomain": headless_service_name(job),
+        "restartPolicy": "Never",
+        "containers": [
+            trainer_container(job, index, attempt=attempt, resume_from=resume_from, mounts=mounts)
+        ],
+        "volumes": volumes,
+        "serviceAccountName": account,
+        "terminationGracePeriodSeconds": contract.TERMINATION_GRACE_SECONDS,
+        "enableServiceLinks": False,
+        **scheduling_fields(job),
+    }
+    if account == service_account_name(job):
+        # The per-job account exists only so the pod can report progress on itself.
+        pod_spec["automountServiceAccountToken"] = True
+    if gang is not None:
+        decoration = pod_decoration(job, gang)
+        labels.update(decoration.labels)
+        annotations.update(decoration.annotations)
+        pod_spec["schedulerName"] = decoration.scheduler_name
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": object_meta(job, pod_name(job, index), labels=labels, annotations=annotations),
+        "spec": pod_spec,
+    }

@@ -1,0 +1,55 @@
+"""The job's two Services: stable DNS names for every worker, and a name that always means rank 0.
+
+Both are headless (no cluster IP, no kube-proxy in the path) and publish not-ready addresses, so a
+name resolves to the pod IP as soon as the pod has one, before any readiness: workers start their
+rendezvous while rank 0 is still starting, and must be able to resolve it.
+- <job>-headless selects every worker; as the pods' subdomain it gives each one the DNS name
+  <job>-worker-<i>.<job>-headless (TF_CONFIG uses these).
+- <job>-master selects replica index 0 only; MASTER_ADDR and JAX_COORDINATOR_ADDRESS name it, and
+  it resolves straight to rank 0's pod IP (a ClusterIP would add kube-proxy NAT and wait for
+  readiness, and the rendezvous port is not a load-balanced service).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from builders.meta import object_meta, selector_labels
+from builders.names import headless_service_name, master_service_name
+from crd import contract
+
+
+def _port(name: str, port: int) -> dict[str, Any]:
+    return {"name": name, "port": port, "targetPort": port, "protocol": "TCP"}
+
+
+def _headless(
+    job: dict[str, Any], name: str, selector: dict[str, str], ports: list[dict[str, Any]]
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": object_meta(job, name),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": selector,
+            "ports": ports,
+        },
+    }
+
+
+def build_headless_service(job: dict[str, Any]) -> dict[str, Any]:
+    port = int(job["spec"]["networking"]["masterPort"])
+    return _headless(
+        job, headless_service_name(job), selector_labels(job), [_port(contract.DIST_PORT_NAME, port)]
+    )
+
+
+def build_master_service(job: dict[str, Any]) -> dict[str, Any]:
+    spec = job["spec"]
+    ports = [_port(contract.DIST_PORT_NAME, int(spec["networking"]["masterPort"]))]
+    if spec["monitoring"].get("enabled"):
+        ports.append(_port(contract.METRICS_PORT_NAME, int(spec["monitoring"]["metricsPort"])))
+    selector = {**selector_labels(job), contract.REPLICA_INDEX_LABEL: "0"}
+    return _headless(job, master_service_name(job), selector, ports)

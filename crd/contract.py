@@ -1,0 +1,178 @@
+"""Names shared by the CRD, the builders and the controller: API identity, labels, annotations, limits.
+
+Everything another component can observe (label keys users select on, annotations the training code
+writes, reserved environment variable names) is defined here once so the schema, the objects the
+operator builds and the controller that reads them back cannot drift apart.
+"""
+
+from typing import Final
+
+GROUP: Final = "ml.example.com"
+VERSION: Final = "v1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+KIND: Final = "TrainingJob"
+PLURAL: Final = "trainingjobs"
+SINGULAR: Final = "trainingjob"
+SHORT_NAMES: Final = ("tj",)
+CRD_NAME: Final = f"{PLURAL}.{GROUP}"
+
+OPERATOR_NAME: Final = "trainingjob-operator"
+
+# Labels on every object the operator creates. `training-job` is the key the seed's examples and
+# `kubectl logs -l training-job=<name>` use; the informers select on MANAGED_BY_LABEL.
+JOB_NAME_LABEL: Final = "training-job"
+MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
+MANAGED_BY_VALUE: Final = OPERATOR_NAME
+REPLICA_INDEX_LABEL: Final = f"{GROUP}/replica-index"
+ROLE_LABEL: Final = f"{GROUP}/role"
+ATTEMPT_LABEL: Final = f"{GROUP}/attempt"
+ROLE_MASTER: Final = "master"
+ROLE_WORKER: Final = "worker"
+MANAGED_SELECTOR: Final = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
+
+# Annotation rank 0 patches on its own Pod to report progress (JSON object).
+PROGRESS_ANNOTATION: Final = f"{GROUP}/progress"
+
+# Kubernetes name limits: pod hostnames and Service names are DNS-1035/1123 labels.
+DNS_LABEL_MAX: Final = 63
+MAX_WORKERS: Final = 100
+WORKER_INFIX: Final = "-worker-"
+HEADLESS_SUFFIX: Final = "-headless"
+MASTER_SUFFIX: Final = "-master"
+# The longest generated name is "<job>-worker-<numWorkers-1>" (pod hostname); with at most 100 workers
+# a job name of up to 53 characters always fits.
+MAX_JOB_NAME: Final = DNS_LABEL_MAX - len(WORKER_INFIX) - len(str(MAX_WORKERS - 1))
+
+GPU_RESOURCE: Final = "nvidia.com/gpu"
+
+# Labels every object the operator creates carries, besides JOB_NAME_LABEL and MANAGED_BY_LABEL.
+APP_NAME_LABEL: Final = "app.kubernetes.io/name"
+APP_NAME_VALUE: Final = "trainingjob"
+
+# Annotations on each Pod recording the spec it was built from, so the controller can tell a stale
+# Pod (built for another world size or an older spec generation) from a current one.
+NUM_WORKERS_ANNOTATION: Final = f"{GROUP}/num-workers"
+WORLD_SIZE_ANNOTATION: Final = f"{GROUP}/world-size"
+SPEC_GENERATION_ANNOTATION: Final = f"{GROUP}/spec-generation"
+
+# Suffixes of the other per-job object names (see builders/names.py).
+CONFIG_SUFFIX: Final = "-config"
+TRAINER_SUFFIX: Final = "-trainer"
+CHECKPOINTS_SUFFIX: Final = "-checkpoints"
+
+# The single container of every worker Pod, and the named ports it exposes.
+CONTAINER_NAME: Final = "trainer"
+DIST_PORT_NAME: Final = "dist"
+METRICS_PORT_NAME: Final = "metrics"
+
+# Where the job's ConfigMap (config.json, later the reference trainer) is mounted, read-only.
+CONFIG_MOUNT_PATH: Final = "/etc/trainingjob"
+CONFIG_FILE: Final = "config.json"
+TRAINER_FILE: Final = "train.py"
+# Without spec.command, pods run the operator's reference trainer from the ConfigMap.
+DEFAULT_COMMAND: Final = ("python", f"{CONFIG_MOUNT_PATH}/{TRAINER_FILE}")
+# Shared memory for PyTorch DataLoader workers (the container runtime's default /dev/shm is 64 MiB).
+SHM_MOUNT_PATH: Final = "/dev/shm"  # noqa: S108 - a mount point in the pod, not a temp file
+# The GCS service-account key Secret is mounted here; the Secret must hold the key under GCS_KEY_FILE.
+GCS_CREDENTIALS_MOUNT_PATH: Final = "/var/run/secrets/trainingjob/gcs"
+GCS_KEY_FILE: Final = "key.json"
+# Mount paths the user's checkpoint.mountPath must not shadow.
+RESERVED_MOUNT_PATHS: Final = (CONFIG_MOUNT_PATH, SHM_MOUNT_PATH, GCS_CREDENTIALS_MOUNT_PATH)
+
+# Public Docker Hub images used when spec.image is absent.
+DEFAULT_IMAGES: Final = {
+    "pytorch": "pytorch/pytorch:2.8.0-cuda12.8-cudnn9-runtime",
+    "tensorflow": "tensorflow/tensorflow:2.19.0-gpu",
+    "jax": "python:3.11-slim",
+}
+FRAMEWORKS: Final = tuple(DEFAULT_IMAGES)
+
+# A checkpoint claim the operator creates (storage type pvc without claimName) is named
+# "<job>-checkpoints" and gets this size unless spec.checkpoint.storage.pvc.create.size says otherwise.
+DEFAULT_CHECKPOINT_CLAIM_SIZE: Final = "10Gi"
+
+# Seconds a worker gets between SIGTERM and SIGKILL: enough to flush a checkpoint on preemption,
+# short enough that a gang restart is not held up for long.
+TERMINATION_GRACE_SECONDS: Final = 60
+
+# Gang scheduling through a PodGroup (builders/podgroup.py).
+GANG_COSCHEDULING: Final = "coscheduling"
+GANG_VOLCANO: Final = "volcano"
+COSCHEDULING_GROUP_VERSION: Final = "scheduling.x-k8s.io/v1alpha1"
+COSCHEDULING_POD_GROUP_LABEL: Final = "scheduling.x-k8s.io/pod-group"
+# The scheduler name scheduler-plugins' "as a second scheduler" installation registers.
+COSCHEDULING_SCHEDULER_NAME: Final = "scheduler-plugins-scheduler"
+VOLCANO_GROUP_VERSION: Final = "scheduling.volcano.sh/v1beta1"
+VOLCANO_GROUP_NAME_ANNOTATION: Final = "scheduling.k8s.io/group-name"
+VOLCANO_SCHEDULER_NAME: Final = "volcano"
+
+# Environment variables the operator injects and spec.env may NOT set: the job's identity, its
+# topology (ranks, world size, rendezvous address), values derived from spec fields, and the
+# checkpoint wiring. Admission rejects them (a CEL rule built from these tuples); the pod builder
+# also drops them defensively. Framework-specific names are reserved for every framework.
+RESERVED_ENV_NAMES: Final = (
+    # identity
+    "TRAININGJOB_NAME",
+    "TRAININGJOB_NAMESPACE",
+    "POD_NAME",
+    "MODEL_NAME",
+    "DATASET_NAME",
+    "FRAMEWORK",
+    # topology shared by all frameworks
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "WORLD_SIZE",
+    "RANK",
+    "LOCAL_WORLD_SIZE",
+    # PyTorch / torchrun
+    "PET_NNODES",
+    "PET_NODE_RANK",
+    "PET_NPROC_PER_NODE",
+    "PET_MASTER_ADDR",
+    "PET_MASTER_PORT",
+    "TORCH_DISTRIBUTED_BACKEND",
+    "DIST_BACKEND",
+    # TensorFlow
+    "TF_CONFIG",
+    # JAX
+    "JAX_COORDINATOR_ADDRESS",
+    "JAX_NUM_PROCESSES",
+    "JAX_PROCESS_ID",
+    # hyperparameters
+    "LEARNING_RATE",
+    "BATCH_SIZE",
+    "EPOCHS",
+    "OPTIMIZER",
+    "WARMUP_STEPS",
+    "GRADIENT_ACCUMULATION_STEPS",
+    "MIXED_PRECISION",
+    # checkpoints
+    "CHECKPOINT_DIR",
+    "CHECKPOINT_FREQUENCY",
+    "CHECKPOINT_RETENTION",
+    "RESUME_FROM",
+    # monitoring settings that only the operator defines
+    "METRICS_PORT",
+    "TENSORBOARD_LOG_DIR",
+)
+# Whole families: HP_<KEY> carries hyperparameters.additionalParams, TRAININGJOB_* is the operator's.
+RESERVED_ENV_PREFIXES: Final = ("HP_", "TRAININGJOB_")
+# Injected too, but third-party tools' own settings, which spec.env may override (the user's entry
+# replaces the operator's): NCCL/Gloo tuning knobs, Python, experiment trackers, cloud credentials.
+OVERRIDABLE_ENV_NAMES: Final = (
+    "PYTHONUNBUFFERED",
+    "NCCL_IB_DISABLE",
+    "NCCL_SOCKET_IFNAME",
+    "GLOO_SOCKET_IFNAME",
+    "MLFLOW_TRACKING_URI",
+    "MLFLOW_EXPERIMENT_NAME",
+    "WANDB_PROJECT",
+    "WANDB_ENTITY",
+    "WANDB_RUN_GROUP",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_ENDPOINT_URL",
+    "AWS_DEFAULT_REGION",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+)

@@ -1,0 +1,155 @@
+"""Render the CRD dict as the committed YAML manifest and as the markdown API reference.
+
+Both artifacts are checked into the repository (kubectl and kustomize read the YAML; people read
+docs/api.md), and both must match crd/schema.py byte for byte, so rendering is deterministic: key
+order as built, no timestamps, fixed line width.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import yaml
+
+from crd import contract
+from crd.openapi import Schema
+from crd.schema import custom_resource_definition, open_api_schema_of, printer_columns
+
+CRD_FILE_NAME = f"{contract.CRD_NAME}.yaml"
+YAML_HEADER = "# Generated from crd/schema.py by `python -m crd write`; do not edit by hand.\n"
+DOCS_HEADER = "<!-- Generated from crd/schema.py by `python -m crd write`; do not edit by hand. -->\n"
+
+
+def crd_yaml() -> str:
+    body = yaml.safe_dump(custom_resource_definition(), sort_keys=False, width=110, allow_unicode=True)
+    return YAML_HEADER + body
+
+
+def _object_type_name(node: Schema) -> str:
+    if isinstance(node.get("additionalProperties"), dict):
+        return "map[string]" + type_name(node["additionalProperties"])
+    if node.get("x-kubernetes-preserve-unknown-fields") and not node.get("properties"):
+        return "object (free-form)"
+    return "object"
+
+
+def type_name(node: Schema) -> str:
+    kind = str(node.get("type", ""))
+    if node.get("x-kubernetes-int-or-string"):
+        name = "quantity (integer or string)"
+    elif kind == "array":
+        name = "[]" + type_name(node["items"])
+    elif kind == "object":
+        name = _object_type_name(node)
+    elif "format" in node:
+        name = f"{kind} ({node['format']})"
+    else:
+        name = kind
+    return name
+
+
+def _children(node: Schema) -> Iterator[tuple[str, Schema, bool]]:
+    required = set(node.get("required", ()))
+    for name, child in node.get("properties", {}).items():
+        yield name, child, name in required
+
+
+def walk(node: Schema, prefix: str) -> Iterator[tuple[str, Schema, bool]]:
+    """Every field under `node` as (dotted path, schema, required), depth first in declaration order."""
+    for name, child, required in _children(node):
+        path = f"{prefix}.{name}" if prefix else name
+        yield path, child, required
+        inner = child["items"] if child.get("type") == "array" else child
+        inner_path = f"{path}[]" if child.get("type") == "array" else path
+        yield from walk(inner, inner_path)
+
+
+def rules(node: Schema, prefix: str) -> Iterator[tuple[str, dict[str, str]]]:
+    """Every CEL rule under `node` (including its own) with the path of the node carrying it."""
+    for entry in node.get("x-kubernetes-validations", ()):
+        yield prefix, entry
+    for name, child, _ in _children(node):
+        path = f"{prefix}.{name}" if prefix else name
+        if child.get("type") == "array":
+            yield from rules(child, path)
+            yield from rules(child["items"], f"{path}[]")
+        else:
+            yield from rules(child, path)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _field_table(node: Schema, prefix: str) -> list[str]:
+    lines = ["| Field | Type | Required | Description |", "|---|---|---|---|"]
+    for path, child, required in walk(node, prefix):
+        lines.append(
+            f"| `{path}` | {_cell(type_name(child))} | {'yes' if required else ''} | "
+            f"{_cell(child.get('description', ''))} |"
+        )
+    return lines
+
+
+def _rule_message(entry: dict[str, str]) -> str:
+    if "message" in entry:
+        return entry["message"]
+    return f"computed: `{entry['messageExpression']}`"
+
+
+def api_docs() -> str:
+    crd = custom_resource_definition()
+    root = open_api_schema_of(crd)
+    names = crd["spec"]["names"]
+    lines = [
+        DOCS_HEADER,
+        f"# {contract.KIND} API reference ({contract.API_VERSION})",
+        "",
+        root["description"],
+        "",
+        f"Kind `{names['kind']}`, plural `{names['plural']}`, short name "
+        f"{', '.join(f'`{n}`' for n in names['shortNames'])}, categories "
+        f"{', '.join(f'`{c}`' for c in names['categories'])}; namespaced; status subresource.",
+        "",
+        "Defaults are applied by the API server and show up in `kubectl get -o yaml`. Fields whose default "
+        "depends on other fields (image, command, networking.backend, the checkpoint claim, "
+        "monitoring.mlflowExperiment, monitoring.tensorboardLogDir) are filled in by the operator when it "
+        "builds the pods and are not written back.",
+        "",
+        "## Printer columns",
+        "",
+        "| Column | Type | JSONPath | Description |",
+        "|---|---|---|---|",
+        *(
+            f"| {c['name']} | {c['type']} | `{c['jsonPath']}` | {c['description']} |"
+            for c in printer_columns()
+        ),
+        "",
+        "## spec",
+        "",
+        *_field_table(root["properties"]["spec"], "spec"),
+        "",
+        "## status",
+        "",
+        *_field_table(root["properties"]["status"], "status"),
+        "",
+        "## Validation rules (CEL)",
+        "",
+        "Checked by the API server on create and update. Rules that mention `oldSelf` are transition rules, "
+        "checked on update only.",
+        "",
+        "| Where | Rule | Message |",
+        "|---|---|---|",
+        *(
+            f"| `{path or '(root)'}`{_field_path_note(entry)} | `{_cell(entry['rule'])}` | "
+            f"{_cell(_rule_message(entry))} |"
+            for path, entry in rules(root, "")
+        ),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _field_path_note(entry: dict[str, Any]) -> str:
+    return f" (reported at `{entry['fieldPath']}`)" if "fieldPath" in entry else ""

@@ -1,0 +1,434 @@
+"""The OpenAPI schema of TrainingJob.spec: every field, its default, its bounds and its CEL rules.
+
+This is the single statement of what a valid TrainingJob looks like. The API server enforces it at
+admission (so a bad manifest is rejected by `kubectl apply` with a message naming the field), and
+crd/defaults.py reads the same defaults back out of it, so the operator never restates them.
+
+Every list, map and string is bounded (maxItems/maxProperties/maxLength): the API server estimates
+the worst-case cost of each CEL rule from those bounds and refuses rules it cannot bound.
+"""
+
+from __future__ import annotations
+
+from crd import contract
+from crd.openapi import (
+    Schema,
+    array,
+    boolean,
+    free_form,
+    integer,
+    number,
+    obj,
+    quantity_map,
+    rule,
+    string,
+    string_map,
+)
+from crd.schema_parts import (
+    DNS_SUBDOMAIN_PATTERN,
+    IDENTIFIER_PATTERN,
+    LABEL_VALUE_LENGTH,
+    MAX_ENV,
+    NAME_LENGTH,
+    PATH_LENGTH,
+    URL_LENGTH,
+    env_var,
+    gpu_rule,
+    immutable,
+    immutable_optional,
+    not_above,
+    parses,
+    string_list,
+    toleration,
+)
+from crd.schema_storage import checkpoint
+
+
+def resources() -> Schema:
+    limit = 32
+    request, cap = "self.requests[k]", "self.limits[k]"
+    within = f"!(k in self.limits) || !{parses(request)} || !{parses(cap)} || {not_above(request, cap)}"
+    return obj(
+        "Compute resources of each worker's trainer container. nvidia.com/gpu is set from gpusPerWorker "
+        "(requests and limits); if given here it must equal gpusPerWorker.",
+        {
+            "requests": quantity_map('Minimum resources, e.g. cpu: "8", memory: 32Gi.', max_properties=limit),
+            "limits": quantity_map("Maximum resources, e.g. memory: 64Gi.", max_properties=limit),
+        },
+        rules=[
+            rule(
+                f"!has(self.requests) || !has(self.limits) || self.requests.all(k, {within})",
+                message="resources.requests must not exceed resources.limits for the same resource",
+                field_path=".requests",
+            )
+        ],
+    )
+
+
+def hyperparameters() -> Schema:
+    return obj(
+        "Training hyperparameters, passed to the trainer as environment variables (LEARNING_RATE, ...) and "
+        "in config.json. Immutable.",
+        {
+            "learningRate": number("Learning rate.", minimum=0, exclusive_minimum=True),
+            "batchSize": integer("Batch size per process.", minimum=1),
+            "epochs": integer("Number of epochs; also status.totalEpochs.", minimum=1),
+            "optimizer": string("Optimizer.", max_length=16, enum=["adam", "sgd", "adamw", "rmsprop"]),
+            "warmupSteps": integer("Learning-rate warmup steps.", minimum=0),
+            "gradientAccumulationSteps": integer("Micro-batches accumulated per optimizer step.", minimum=1),
+            "mixedPrecision": boolean("Train with mixed precision (fp16/bf16)."),
+            "additionalParams": string_map(
+                "Further hyperparameters, passed as HP_<KEY upper-cased> environment variables. Keys must "
+                "be identifiers ([A-Za-z_][A-Za-z0-9_]*).",
+                max_properties=64,
+                value_max_length=1024,
+                rules=[
+                    rule(
+                        f"self.all(k, k.matches('{IDENTIFIER_PATTERN}'))",
+                        message=(
+                            f"hyperparameters.additionalParams keys must match {IDENTIFIER_PATTERN}: they "
+                            "become HP_<KEY> environment variables"
+                        ),
+                    )
+                ],
+            ),
+        },
+    )
+
+
+def scheduling() -> Schema:
+    return obj(
+        "Where and how worker pods are scheduled.",
+        {
+            "priority": string(
+                "Name of the PriorityClass of the worker pods (pod spec priorityClassName).",
+                max_length=NAME_LENGTH,
+                pattern=DNS_SUBDOMAIN_PATTERN,
+            ),
+            "nodeSelector": string_map(
+                "Node labels every worker's node must have.",
+                max_properties=64,
+                value_max_length=LABEL_VALUE_LENGTH,
+            ),
+            "affinity": free_form("Pod affinity rules (a core/v1 Affinity), copied to every worker pod."),
+            "tolerations": array("Taints the worker pods tolerate.", toleration(), max_items=64),
+            "schedulerName": string(
+                "Scheduler for the worker pods. With gang scheduling the operator picks the gang scheduler's "
+                "name unless this is set.",
+                max_length=NAME_LENGTH,
+            ),
+            "gangScheduling": boolean(
+                "Schedule all workers together through a PodGroup when the cluster runs scheduler-plugins' "
+                "coscheduling or Volcano (detected from their CRDs); otherwise ignored.",
+                default=False,
+            ),
+            "scheduleTimeoutSeconds": integer(
+                "If not every worker is scheduled within this time, the operator deletes the pods, backs off "
+                "and tries again (counted in status.restarts.scheduling). Unset: wait indefinitely.",
+                minimum=1,
+            ),
+        },
+        default_empty=True,
+    )
+
+
+def monitoring() -> Schema:
+    return obj(
+        "Metrics, experiment tracking and stall detection.",
+        {
+            "enabled": boolean(
+                "Expose the trainer's metrics port (METRICS_PORT, port name metrics).", default=False
+            ),
+            "metricsPort": integer(
+                "Port of the trainer's metrics endpoint.", minimum=1, maximum=65535, default=8080
+            ),
+            "tensorboardEnabled": boolean("Write TensorBoard logs (TENSORBOARD_LOG_DIR).", default=False),
+            "tensorboardLogDir": string(
+                "TensorBoard log directory. Unset: <checkpoint.mountPath>/tensorboard when pvc or nfs "
+                "checkpoint storage is in use, else /tmp/tensorboard.",
+                max_length=PATH_LENGTH,
+            ),
+            "mlflowTrackingUri": string(
+                "MLflow tracking server (MLFLOW_TRACKING_URI).", max_length=URL_LENGTH
+            ),
+            "mlflowExperiment": string(
+                "MLflow experiment (MLFLOW_EXPERIMENT_NAME); the job's name when unset.",
+                max_length=NAME_LENGTH,
+            ),
+            "wandbProject": string("Weights & Biases project (WANDB_PROJECT).", max_length=NAME_LENGTH),
+            "wandbEntity": string("Weights & Biases entity (WANDB_ENTITY).", max_length=NAME_LENGTH),
+            "progressDeadlineSeconds": integer(
+                "A Running job that reports no progress for this long gets condition Stalled.", minimum=1
+            ),
+            "restartOnStall": boolean(
+                "Restart the workers when the job stalls (counted in status.restarts.stall); needs "
+                "progressDeadlineSeconds.",
+                default=False,
+            ),
+        },
+        default_empty=True,
+        rules=[
+            rule(
+                "!has(self.restartOnStall) || !self.restartOnStall || has(self.progressDeadlineSeconds)",
+                message="monitoring.restartOnStall needs monitoring.progressDeadlineSeconds",
+                field_path=".restartOnStall",
+            )
+        ],
+    )
+
+
+def networking() -> Schema:
+    return obj(
+        "Collective communication between the workers. Immutable.",
+        {
+            "backend": string(
+                "torch.distributed backend (TORCH_DISTRIBUTED_BACKEND, DIST_BACKEND). Unset: nccl when "
+                "gpusPerWorker > 0, else gloo. nccl needs NVIDIA GPUs (gpusPerWorker, or nvidia.com/* "
+                "resources such as MIG slices).",
+                max_length=8,
+                enum=["nccl", "gloo", "mpi"],
+            ),
+            "masterPort": integer(
+                "Port of the rendezvous on rank 0 (MASTER_PORT) and of the TF_CONFIG cluster addresses.",
+                minimum=1024,
+                maximum=65535,
+                default=29500,
+            ),
+            "rdmaEnabled": boolean(
+                "Allow InfiniBand/RoCE: NCCL_IB_DISABLE=1 is injected unless this is true.", default=False
+            ),
+            "socketInterface": string(
+                "Network interface for NCCL and Gloo sockets (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME), e.g. "
+                "eth0.",
+                max_length=64,
+            ),
+        },
+        default_empty=True,
+        rules=[immutable("networking")],
+    )
+
+
+def failure_policy() -> Schema:
+    exit_code = {"type": "integer", "minimum": 0, "maximum": 255}
+    return obj(
+        "How failures restart the job. A restart always replaces every worker (gang restart).",
+        {
+            "restartPolicy": string(
+                "Never: the first failure fails the job. OnFailure: every failure restarts the workers, up "
+                "to backoffLimit. ExitCode: exit codes >= 128 (signals, OOM kill) restart, 1-127 fail the "
+                "job, unless listed in retryableExitCodes or permanentExitCodes.",
+                max_length=16,
+                enum=["Never", "OnFailure", "ExitCode"],
+                default="OnFailure",
+            ),
+            "backoffLimit": integer(
+                "Restarts after worker failures before the job fails.", minimum=0, maximum=100, default=3
+            ),
+            "activeDeadlineSeconds": integer(
+                "Maximum time the job may run, not counting time suspended; then it fails "
+                "(DeadlineExceeded).",
+                minimum=1,
+            ),
+            "retryableExitCodes": array(
+                "With restartPolicy ExitCode: exit codes that restart the job.",
+                exit_code,
+                max_items=256,
+                list_type="set",
+            ),
+            "permanentExitCodes": array(
+                "With restartPolicy ExitCode: exit codes that fail the job.",
+                exit_code,
+                max_items=256,
+                list_type="set",
+            ),
+            "restartBackoff": obj(
+                "Delay before each restart: initialDelaySeconds * multiplier^(restarts so far), capped at "
+                "maxDelaySeconds, with jitter.",
+                {
+                    "initialDelaySeconds": integer("Delay before the first restart.", minimum=0, default=10),
+                    "maxDelaySeconds": integer("Longest delay.", minimum=0, default=360),
+                    "multiplier": number("Growth factor per restart.", minimum=1, default=2),
+                },
+                default_empty=True,
+                rules=[
+                    rule(
+                        "!has(self.maxDelaySeconds) || !has(self.initialDelaySeconds) || "
+                        "self.maxDelaySeconds >= self.initialDelaySeconds",
+                        message="restartBackoff.maxDelaySeconds must be at least initialDelaySeconds",
+                        field_path=".maxDelaySeconds",
+                    )
+                ],
+            ),
+            "maxDisruptionRestarts": integer(
+                "Restarts caused by preemption, eviction or node loss before the job fails; counted apart "
+                "from backoffLimit.",
+                minimum=0,
+                default=20,
+            ),
+        },
+        default_empty=True,
+        rules=[
+            rule(
+                "!has(self.retryableExitCodes) || !has(self.permanentExitCodes) || "
+                "!self.retryableExitCodes.exists(c, c in self.permanentExitCodes)",
+                message=(
+                    "failurePolicy: an exit code is listed in both retryableExitCodes and permanentExitCodes"
+                ),
+                field_path=".permanentExitCodes",
+            ),
+            rule(
+                "(has(self.restartPolicy) && self.restartPolicy == 'ExitCode') || "
+                "(!has(self.retryableExitCodes) && !has(self.permanentExitCodes))",
+                message="failurePolicy: retryableExitCodes and permanentExitCodes need restartPolicy "
+                "ExitCode",
+                field_path=".restartPolicy",
+            ),
+        ],
+    )
+
+
+def success_policy() -> Schema:
+    return obj(
+        "When the job counts as Completed besides finishing its epochs.",
+        {
+            "mode": string(
+                "AllWorkers: Completed when every worker exits 0. RankZero: Completed when rank 0 exits 0 "
+                "(the other workers are then stopped).",
+                max_length=16,
+                enum=["AllWorkers", "RankZero"],
+                default="AllWorkers",
+            ),
+            "targetAccuracy": number(
+                "Stop as Completed (reason TargetReached) once the reported metric reaches this value.",
+                minimum=0,
+                maximum=1,
+            ),
+            "metric": string(
+                "Reported metric compared to targetAccuracy and watched for early stopping.",
+                min_length=1,
+                max_length=NAME_LENGTH,
+                default="accuracy",
+            ),
+            "metricMode": string(
+                "Whether a larger (max) or smaller (min) metric is better.",
+                max_length=4,
+                enum=["max", "min"],
+                default="max",
+            ),
+            "earlyStoppingPatience": integer(
+                "Epochs without improvement of the metric by more than minDelta before the job stops as "
+                "Completed (reason EarlyStopped).",
+                minimum=1,
+            ),
+            "minDelta": number("Smallest change that counts as an improvement.", minimum=0, default=0),
+        },
+        default_empty=True,
+    )
+
+
+def spec() -> Schema:
+    return obj(
+        "Desired state of the training job.",
+        {
+            "model": string(
+                "Model architecture or identifier to train. Immutable.",
+                min_length=1,
+                max_length=512,
+                rules=[immutable("model")],
+            ),
+            "dataset": string(
+                "Dataset name or location. Immutable.",
+                min_length=1,
+                max_length=512,
+                rules=[immutable("dataset")],
+            ),
+            "numWorkers": integer(
+                "Number of worker pods (torchrun nodes). Changing it restarts all workers with the new world "
+                "size.",
+                minimum=1,
+                maximum=contract.MAX_WORKERS,
+            ),
+            "gpusPerWorker": integer(
+                "NVIDIA GPUs per worker pod (nvidia.com/gpu); one process per GPU. 0 runs CPU-only with one "
+                "process per pod. Immutable.",
+                minimum=0,
+                maximum=16,
+                default=1,
+                rules=[immutable("gpusPerWorker")],
+            ),
+            "framework": string(
+                "ML framework; selects the default image and the distributed environment (PET_*, TF_CONFIG "
+                "or JAX_*). Immutable.",
+                max_length=16,
+                enum=list(contract.FRAMEWORKS),
+                default="pytorch",
+                rules=[immutable("framework")],
+            ),
+            "image": string(
+                "Trainer container image. Unset: "
+                + "; ".join(f"{fw}: {img}" for fw, img in contract.DEFAULT_IMAGES.items())
+                + ". Immutable.",
+                max_length=512,
+            ),
+            "command": string_list(
+                "Container entrypoint. Unset: the operator's reference trainer, "
+                f"{' '.join(contract.DEFAULT_COMMAND)}. Set it to run the image's own entrypoint. Immutable."
+            ),
+            "args": string_list("Arguments to the entrypoint. Immutable."),
+            "env": array(
+                "Extra environment variables for every worker. Immutable.",
+                env_var(),
+                max_items=MAX_ENV,
+                list_type="map",
+                map_keys=["name"],
+            ),
+            "resources": resources(),
+            "serviceAccountName": string(
+                "Run the workers under this existing ServiceAccount. Unset: the operator creates "
+                f"<job>{contract.TRAINER_SUFFIX} with a Role allowing the workers to report progress on "
+                "their own pods; when set, that account needs get and patch on the job's pods for progress "
+                "reporting.",
+                max_length=NAME_LENGTH,
+                pattern=DNS_SUBDOMAIN_PATTERN,
+            ),
+            "suspend": boolean(
+                "Suspend the job: workers are deleted, deadlines stop; resuming starts them again from the "
+                "latest checkpoint.",
+                default=False,
+            ),
+            "ttlSecondsAfterFinished": integer(
+                "Delete the job this long after it Completed or Failed. Unset: keep it.", minimum=0
+            ),
+            "cleanPodPolicy": string(
+                "Which worker pods are deleted when the job finishes: All, Running (those still running) or "
+                "None (keep them for inspection).",
+                max_length=8,
+                enum=["All", "Running", "None"],
+                default="Running",
+            ),
+            "hyperparameters": hyperparameters(),
+            "checkpoint": checkpoint(),
+            "scheduling": scheduling(),
+            "monitoring": monitoring(),
+            "networking": networking(),
+            "failurePolicy": failure_policy(),
+            "successPolicy": success_policy(),
+        },
+        required=["model", "dataset", "numWorkers"],
+        rules=[
+            *(
+                immutable_optional(field)
+                for field in ("image", "command", "args", "env", "resources", "hyperparameters")
+            ),
+            gpu_rule("limits"),
+            gpu_rule("requests"),
+            rule(
+                "!has(self.monitoring) || !has(self.monitoring.enabled) || !self.monitoring.enabled || "
+                "!has(self.monitoring.metricsPort) || !has(self.networking) || "
+                "!has(self.networking.masterPort) || "
+                "self.monitoring.metricsPort != self.networking.masterPort",
+                message="monitoring.metricsPort must differ from networking.masterPort",
+                field_path=".monitoring.metricsPort",
+            ),
+        ],
+    )

@@ -1,0 +1,143 @@
+"""The OpenAPI schema of TrainingJob.status: what users read, and what the controller persists.
+
+The controller is crash-only and may be replaced by a standby at any moment, so everything its
+lifecycle decisions depend on over time lives here rather than in memory: when the next gang start
+is allowed (restart backoff), how much deadline time was used before the current run (deadlines stop
+while suspended), which attempt is running, the best metric seen (early stopping) and when progress
+was last reported (stall detection). The schema is fully structural (every field declared; the API
+server does not accept `x-kubernetes-preserve-unknown-fields: false`, undeclared fields are pruned):
+a field the controller writes must be added here first.
+"""
+
+from __future__ import annotations
+
+from crd.openapi import Schema, array, integer, map_of, number, obj, string
+
+STATES = ("Pending", "Initializing", "Running", "Restarting", "Suspended", "Completed", "Failed")
+MESSAGE_LENGTH = 32768
+REASON_LENGTH = 1024
+
+
+def _timestamp(description: str) -> Schema:
+    return string(description, max_length=64, fmt="date-time")
+
+
+def _count(description: str) -> Schema:
+    return integer(description, minimum=0)
+
+
+def condition() -> Schema:
+    return obj(
+        "An observation of one aspect of the job (Kubernetes condition conventions).",
+        {
+            "type": string(
+                "Condition type, e.g. Created, Scheduled, Running, Restarting, Suspended, Stalled, "
+                "Succeeded, Failed.",
+                max_length=316,
+            ),
+            "status": string("Whether the condition holds.", max_length=8, enum=["True", "False", "Unknown"]),
+            "reason": string(
+                "Machine-readable CamelCase reason of the last transition.", max_length=REASON_LENGTH
+            ),
+            "message": string(
+                "Human-readable details, naming what blocks the job.", max_length=MESSAGE_LENGTH
+            ),
+            "lastTransitionTime": _timestamp("When status last changed."),
+            "lastUpdateTime": _timestamp("When reason or message last changed."),
+            "observedGeneration": _count("metadata.generation the condition was computed from."),
+        },
+        required=["type", "status"],
+    )
+
+
+def status() -> Schema:
+    return obj(
+        "Observed state of the training job, written by the operator.",
+        {
+            "state": string("Lifecycle state.", max_length=16, enum=list(STATES)),
+            "message": string("Why the job is in its state, in one sentence.", max_length=MESSAGE_LENGTH),
+            "conditions": array(
+                "Standard conditions, one per type.",
+                condition(),
+                max_items=32,
+                list_type="map",
+                map_keys=["type"],
+            ),
+            "observedGeneration": _count("metadata.generation the status was computed from."),
+            "progress": string('Training progress as a percentage, e.g. "45%".', max_length=8),
+            "currentEpoch": _count("Epoch the trainer last reported."),
+            "totalEpochs": _count("Epochs planned (spec.hyperparameters.epochs)."),
+            "step": _count("Global step the trainer last reported."),
+            "metrics": map_of(
+                "Latest metrics reported by rank 0, e.g. loss and accuracy.",
+                {"type": "number"},
+                max_properties=64,
+            ),
+            "bestMetric": obj(
+                "Best value of successPolicy.metric so far (early stopping).",
+                {
+                    "value": number("The best value."),
+                    "epoch": _count("Epoch it was reported in."),
+                },
+            ),
+            "lastProgressTime": _timestamp("When the trainer last reported progress (stall detection)."),
+            "workers": obj(
+                "Worker pods of the current attempt by phase.",
+                {
+                    "pending": _count("Pods not yet running."),
+                    "active": _count("Pods running."),
+                    "succeeded": _count("Pods that exited 0."),
+                    "failed": _count("Pods that failed."),
+                },
+            ),
+            "checkpoint": obj(
+                "Checkpoints reported by the trainer.",
+                {
+                    "latest": string(
+                        "Path or URL of the latest checkpoint; restarts resume from it.", max_length=1024
+                    ),
+                    "count": _count("Checkpoints written so far."),
+                    "time": _timestamp("When the latest checkpoint was written."),
+                },
+            ),
+            "resources": obj(
+                "Resources allocated to the current attempt.",
+                {
+                    "gpus": _count("GPUs requested by the job's pods."),
+                    "workers": _count("Worker pods of the current attempt."),
+                },
+            ),
+            "attempt": _count("Number of the current gang attempt (pod label attempt); 0 for the first."),
+            "attemptStartTime": _timestamp(
+                "When the current attempt's pods were created (scheduling.scheduleTimeoutSeconds)."
+            ),
+            "restartAt": _timestamp("Earliest time the next attempt may start (restart backoff)."),
+            "activeSeconds": _count(
+                "Seconds the job ran before the current run (failurePolicy.activeDeadlineSeconds excludes "
+                "time suspended)."
+            ),
+            "runningSince": _timestamp(
+                "Start of the current run of the deadline clock; unset while stopped."
+            ),
+            "startTime": _timestamp("When the job first started running."),
+            "completionTime": _timestamp("When the job Completed or Failed (ttlSecondsAfterFinished)."),
+            "duration": string(
+                "Wall time from startTime to completion (or now), e.g. 1h2m3s.", max_length=32
+            ),
+            "failureReason": string("Why the job failed, when it did.", max_length=REASON_LENGTH),
+            "restartCount": _count("Gang restarts of any cause."),
+            "lastRestartReason": string("Reason of the latest restart.", max_length=REASON_LENGTH),
+            "restarts": obj(
+                "Gang restarts by cause.",
+                {
+                    "failure": _count("After worker failures (bounded by failurePolicy.backoffLimit)."),
+                    "disruption": _count(
+                        "After preemption, eviction or node loss (bounded by "
+                        "failurePolicy.maxDisruptionRestarts)."
+                    ),
+                    "scheduling": _count("After scheduling.scheduleTimeoutSeconds expired."),
+                    "stall": _count("After a stall (monitoring.restartOnStall)."),
+                },
+            ),
+        },
+    )

@@ -1,0 +1,494 @@
+"""Unit tests of builders/: every object built for the README's examples validates against the
+Kubernetes 1.34 schemas, carries the job's labels and owner reference, and has the shape the
+controller relies on."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+import kubernetes_validate
+import pytest
+
+from builders import names
+from builders.configmap import build_config_map
+from builders.podgroup import build_pod_group, pod_decoration
+from builders.pods import build_pod
+from builders.pvc import build_checkpoint_pvc
+from builders.rbac import build_rbac, build_role
+from builders.services import build_headless_service, build_master_service
+from crd import contract
+from crd.defaults import with_defaults
+from tests.unit import crd_cases
+from tests.unit.crd_cases import job
+
+KUBE_VERSION = "1.34"
+DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+STORAGE = "spec.checkpoint.storage"
+
+
+def materialize(manifest: dict[str, Any]) -> dict[str, Any]:
+    """A manifest as the controller sees it: stored (namespace, uid, generation) and defaulted."""
+    stored = copy.deepcopy(manifest)
+    stored["metadata"].update({"namespace": "ml-training", "uid": "0f6b6c2e-uid", "generation": 3})
+    return with_defaults(stored)
+
+
+def defaulted(changes: dict[str, Any] | None = None, *, name: str = "case-job") -> dict[str, Any]:
+    return materialize(job(changes, name=name))
+
+
+def all_objects(tj: dict[str, Any]) -> list[dict[str, Any]]:
+    workers = int(tj["spec"]["numWorkers"])
+    objects = [
+        build_headless_service(tj),
+        build_master_service(tj),
+        build_config_map(tj),
+        *build_rbac(tj),
+        *(build_pod(tj, i, attempt=0, resume_from=None) for i in {0, workers - 1}),
+    ]
+    claim = build_checkpoint_pvc(tj)
+    if claim is not None:
+        objects.append(claim)
+    return objects
+
+
+EXAMPLES = crd_cases.example_manifests()
+VALID = crd_cases.valid_manifests()
+
+
+@pytest.mark.parametrize("name", sorted(VALID))
+def test_every_built_object_validates_against_kubernetes(name: str) -> None:
+    tj = materialize(VALID[name])
+    for obj in all_objects(tj):
+        assert kubernetes_validate.validate(obj, KUBE_VERSION, strict=True) == KUBE_VERSION, obj["kind"]
+    for gang in (contract.GANG_COSCHEDULING, contract.GANG_VOLCANO):
+        pod = build_pod(tj, 0, attempt=2, resume_from="x", gang=gang)
+        kubernetes_validate.validate(pod, KUBE_VERSION, strict=True)
+
+
+@pytest.mark.parametrize("name", sorted(VALID))
+def test_every_object_carries_labels_and_controller_reference(name: str) -> None:
+    tj = materialize(VALID[name])
+    job_name = tj["metadata"]["name"]
+    objects = [*all_objects(tj), build_pod_group(tj, "coscheduling"), build_pod_group(tj, "volcano")]
+    for obj in objects:
+        meta = obj["metadata"]
+        assert meta["namespace"] == "ml-training"
+        assert meta["labels"][contract.JOB_NAME_LABEL] == job_name
+        assert meta["labels"]["app.kubernetes.io/managed-by"] == "trainingjob-operator"
+        assert meta["labels"]["app.kubernetes.io/name"] == "trainingjob"
+        assert meta["ownerReferences"] == [
+            {
+                "apiVersion": "ml.example.com/v1",
+                "kind": "TrainingJob",
+                "name": job_name,
+                "uid": "0f6b6c2e-uid",
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+
+
+def test_builders_do_not_mutate_the_job() -> None:
+    tj = materialize(EXAMPLES["trainingjob-advanced.yaml"])
+    snapshot = copy.deepcopy(tj)
+    objects = [*all_objects(tj), build_pod_group(tj, "volcano")]
+    pod = next(o for o in objects if o["kind"] == "Pod")
+    pod["spec"]["affinity"]["podAntiAffinity"].clear()
+    pod["spec"]["tolerations"][0]["key"] = "changed"
+    assert tj == snapshot
+
+
+# ---------------------------------------------------------------------------------------------------
+# Names
+
+
+def test_names() -> None:
+    tj = defaulted()
+    assert names.pod_name(tj, 3) == "case-job-worker-3"
+    assert names.pod_names(tj) == ["case-job-worker-0", "case-job-worker-1"]
+    assert names.headless_service_name(tj) == "case-job-headless"
+    assert names.master_service_name(tj) == "case-job-master"
+    assert names.config_map_name(tj) == "case-job-config"
+    assert (
+        names.service_account_name(tj)
+        == names.role_name(tj)
+        == names.role_binding_name(tj)
+        == "case-job-trainer"
+    )
+    assert names.pvc_name(tj) == "case-job-checkpoints"
+    assert names.pod_group_name(tj) == "case-job"
+    assert names.pod_dns_name(tj, 1) == "case-job-worker-1.case-job-headless"
+
+
+def test_names_at_the_job_name_limit_fit_dns_labels() -> None:
+    tj = defaulted({"spec.numWorkers": contract.MAX_WORKERS}, name="a" * contract.MAX_JOB_NAME)
+    labels = [
+        names.pod_name(tj, contract.MAX_WORKERS - 1),
+        names.headless_service_name(tj),
+        names.master_service_name(tj),
+    ]
+    assert len(labels[0]) == contract.DNS_LABEL_MAX
+    assert all(DNS_LABEL.match(n) and len(n) <= contract.DNS_LABEL_MAX for n in labels)
+    assert all(
+        len(n) <= 253 for n in (names.config_map_name(tj), names.pvc_name(tj), names.service_account_name(tj))
+    )
+    for obj in all_objects(tj):
+        kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
+        assert all(len(v) <= 63 for v in obj["metadata"]["labels"].values())
+
+
+# ---------------------------------------------------------------------------------------------------
+# Pods
+
+
+def container(pod: dict[str, Any]) -> dict[str, Any]:
+    (trainer,) = pod["spec"]["containers"]
+    assert trainer["name"] == "trainer"
+    return dict(trainer)
+
+
+def env_names(pod: dict[str, Any]) -> list[str]:
+    return [e["name"] for e in container(pod)["env"]]
+
+
+def test_pod_identity_labels_and_annotations() -> None:
+    tj = defaulted({"spec.numWorkers": 3, "spec.gpusPerWorker": 2})
+    master = build_pod(tj, 0, attempt=5, resume_from=None)
+    worker = build_pod(tj, 2, attempt=5, resume_from=None)
+    assert master["metadata"]["name"] == master["spec"]["hostname"] == "case-job-worker-0"
+    assert master["spec"]["subdomain"] == "case-job-headless"
+    assert master["metadata"]["labels"][contract.ROLE_LABEL] == "master"
+    assert worker["metadata"]["labels"][contract.ROLE_LABEL] == "worker"
+    assert worker["metadata"]["labels"][contract.REPLICA_INDEX_LABEL] == "2"
+    assert worker["metadata"]["labels"][contract.ATTEMPT_LABEL] == "5"
+    assert worker["metadata"]["annotations"] == {
+        contract.NUM_WORKERS_ANNOTATION: "3",
+        contract.WORLD_SIZE_ANNOTATION: "6",
+        contract.SPEC_GENERATION_ANNOTATION: "3",
+    }
+
+
+def test_pod_runtime_settings() -> None:
+    pod = build_pod(defaulted(), 0, attempt=0, resume_from=None)
+    spec = pod["spec"]
+    assert spec["restartPolicy"] == "Never"
+    assert spec["enableServiceLinks"] is False
+    assert spec["terminationGracePeriodSeconds"] == contract.TERMINATION_GRACE_SECONDS
+    trainer = container(pod)
+    assert trainer["image"] == contract.DEFAULT_IMAGES["pytorch"]
+    assert trainer["command"] == ["python", "/etc/trainingjob/train.py"]
+    assert "args" not in trainer
+    assert trainer["securityContext"] == {"allowPrivilegeEscalation": False}
+    assert trainer["ports"] == [{"name": "dist", "containerPort": 29500, "protocol": "TCP"}]
+
+
+def test_pod_resources_merge_gpus_into_spec_resources() -> None:
+    tj = materialize(EXAMPLES["trainingjob-distributed.yaml"])
+    resources = container(build_pod(tj, 1, attempt=0, resume_from=None))["resources"]
+    assert resources == {
+        "requests": {"memory": "32Gi", "cpu": "8", "nvidia.com/gpu": "2"},
+        "limits": {"memory": "64Gi", "cpu": "16", "nvidia.com/gpu": "2"},
+    }
+    cpu_only = container(build_pod(defaulted({"spec.gpusPerWorker": 0}), 0, attempt=0, resume_from=None))
+    assert "resources" not in cpu_only
+    ints = container(
+        build_pod(defaulted({"spec.resources.limits": {"cpu": 4}}), 0, attempt=0, resume_from=None)
+    )
+    assert ints["resources"]["limits"] == {"cpu": "4", "nvidia.com/gpu": "1"}
+
+
+def volumes_by_name(pod: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {v["name"]: v for v in pod["spec"]["volumes"]}
+
+
+def mounts_by_path(pod: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {m["mountPath"]: m for m in container(pod)["volumeMounts"]}
+
+
+def test_pod_always_mounts_config_and_shared_memory() -> None:
+    pod = build_pod(defaulted(), 0, attempt=0, resume_from=None)
+    volumes = volumes_by_name(pod)
+    assert volumes["config"] == {"name": "config", "configMap": {"name": "case-job-config"}}
+    assert volumes["dshm"] == {"name": "dshm", "emptyDir": {"medium": "Memory"}}
+    mounts = mounts_by_path(pod)
+    assert mounts["/etc/trainingjob"]["readOnly"] is True
+    assert mounts["/dev/shm"]["name"] == "dshm"
+    assert "checkpoints" not in volumes
+
+
+@pytest.mark.parametrize(
+    ("storage", "volume"),
+    [
+        ({}, {"persistentVolumeClaim": {"claimName": "case-job-checkpoints"}}),
+        ({"pvcName": "shared"}, {"persistentVolumeClaim": {"claimName": "shared"}}),
+        ({"pvc": {"claimName": "team"}}, {"persistentVolumeClaim": {"claimName": "team"}}),
+        (
+            {"type": "nfs", "nfs": {"server": "10.0.0.2", "path": "/exports"}},
+            {"nfs": {"server": "10.0.0.2", "path": "/exports"}},
+        ),
+        ({"type": "nfs", "nfsServer": "nfs", "nfsPath": "/x"}, {"nfs": {"server": "nfs", "path": "/x"}}),
+    ],
+)
+def test_checkpoint_volume(storage: dict[str, Any], volume: dict[str, Any]) -> None:
+    pod = build_pod(
+        defaulted({"spec.checkpoint.enabled": True, STORAGE: storage}), 0, attempt=0, resume_from=None
+    )
+    assert volumes_by_name(pod)["checkpoints"] == {"name": "checkpoints", **volume}
+    assert mounts_by_path(pod)["/checkpoints"]["name"] == "checkpoints"
+
+
+def test_object_storage_mounts_no_volume_but_gcs_credentials() -> None:
+    s3 = build_pod(
+        defaulted({"spec.checkpoint.enabled": True, STORAGE: {"type": "s3", "s3Bucket": "b"}}),
+        0,
+        attempt=0,
+        resume_from=None,
+    )
+    assert set(volumes_by_name(s3)) == {"config", "dshm"}
+    gcs = build_pod(
+        defaulted(
+            {
+                "spec.checkpoint.enabled": True,
+                STORAGE: {"type": "gcs", "gcs": {"bucket": "g", "credentialsSecret": "sa"}},
+            }
+        ),
+        0,
+        attempt=0,
+        resume_from=None,
+    )
+    assert volumes_by_name(gcs)["gcs-credentials"]["secret"] == {"secretName": "sa", "defaultMode": 0o440}
+    assert mounts_by_path(gcs)[contract.GCS_CREDENTIALS_MOUNT_PATH]["readOnly"] is True
+
+
+def test_pod_scheduling_from_the_advanced_example() -> None:
+    tj = materialize(EXAMPLES["trainingjob-advanced.yaml"])
+    spec = build_pod(tj, 7, attempt=0, resume_from=None)["spec"]
+    assert spec["priorityClassName"] == "high-priority"
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.product": "A100-SXM4-80GB", "node-type": "gpu-large"}
+    assert spec["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert spec["affinity"] == tj["spec"]["scheduling"]["affinity"]
+    assert "schedulerName" not in spec
+
+
+def test_advanced_example_container() -> None:
+    tj = materialize(EXAMPLES["trainingjob-advanced.yaml"])
+    pod = build_pod(tj, 0, attempt=0, resume_from="s3://ml-checkpoints/resnet152/checkpoint-epoch-50")
+    trainer = container(pod)
+    assert trainer["image"] == "pytorch/pytorch:2.8.0-cuda12.8-cudnn9-runtime"
+    assert trainer["command"] == ["python", "-m", "torch.distributed.run"]
+    assert trainer["args"] == ["--nproc_per_node=4", "train.py"]
+    assert trainer["ports"][1] == {"name": "metrics", "containerPort": 8080, "protocol": "TCP"}
+    env = {e["name"]: e.get("value") for e in trainer["env"]}
+    assert env["WORLD_SIZE"] == "32"
+    assert env["PET_NPROC_PER_NODE"] == "4"
+    assert env["CHECKPOINT_DIR"] == "s3://ml-checkpoints/advanced-training"
+    assert env["RESUME_FROM"] == "s3://ml-checkpoints/resnet152/checkpoint-epoch-50"
+    assert env["HP_WEIGHT_DECAY"] == "0.01"
+    assert env["NCCL_DEBUG"] == "INFO"
+    assert env_names(pod).count("NCCL_IB_DISABLE") == 1
+    assert env["MLFLOW_EXPERIMENT_NAME"] == "advanced-training"
+
+
+def test_service_account_and_token() -> None:
+    own = build_pod(defaulted(), 0, attempt=0, resume_from=None)["spec"]
+    assert own["serviceAccountName"] == "case-job-trainer"
+    assert own["automountServiceAccountToken"] is True
+    users = build_pod(defaulted({"spec.serviceAccountName": "ml-runner"}), 0, attempt=0, resume_from=None)[
+        "spec"
+    ]
+    assert users["serviceAccountName"] == "ml-runner"
+    assert "automountServiceAccountToken" not in users
+    explicit = build_pod(defaulted(), 0, attempt=0, resume_from=None, service_account="other")["spec"]
+    assert explicit["serviceAccountName"] == "other"
+    assert "automountServiceAccountToken" not in explicit
+
+
+def test_rdma_adds_ipc_lock() -> None:
+    trainer = container(
+        build_pod(defaulted({"spec.networking.rdmaEnabled": True}), 0, attempt=0, resume_from=None)
+    )
+    assert trainer["securityContext"]["capabilities"] == {"add": ["IPC_LOCK"]}
+
+
+def test_resume_from_reaches_the_container() -> None:
+    pod = build_pod(defaulted({"spec.checkpoint.enabled": True}), 1, attempt=1, resume_from="epoch-4")
+    env = {e["name"]: e.get("value") for e in container(pod)["env"]}
+    assert env["RESUME_FROM"] == "/checkpoints/epoch-4"
+    assert env["TRAININGJOB_ATTEMPT"] == "1"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Gang scheduling
+
+
+def test_coscheduling_pod_group_and_decoration() -> None:
+    tj = defaulted({"spec.numWorkers": 4, "spec.scheduling.scheduleTimeoutSeconds": 120})
+    group = build_pod_group(tj, "coscheduling")
+    assert (group["apiVersion"], group["kind"], group["metadata"]["name"]) == (
+        "scheduling.x-k8s.io/v1alpha1",
+        "PodGroup",
+        "case-job",
+    )
+    assert group["spec"] == {"minMember": 4, "scheduleTimeoutSeconds": 120}
+    pod = build_pod(tj, 1, attempt=0, resume_from=None, gang="coscheduling")
+    assert pod["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] == "case-job"
+    assert pod["spec"]["schedulerName"] == "scheduler-plugins-scheduler"
+
+
+def test_volcano_pod_group_and_decoration() -> None:
+    tj = defaulted({"spec.numWorkers": 4, "spec.scheduling.priority": "high"})
+    group = build_pod_group(tj, "volcano")
+    assert group["apiVersion"] == "scheduling.volcano.sh/v1beta1"
+    assert group["spec"] == {"minMember": 4, "priorityClassName": "high"}
+    pod = build_pod(tj, 1, attempt=0, resume_from=None, gang="volcano")
+    assert pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "case-job"
+    assert pod["spec"]["schedulerName"] == "volcano"
+
+
+def test_configured_scheduler_name_wins() -> None:
+    tj = defaulted({"spec.scheduling.schedulerName": "coscheduler"})
+    assert pod_decoration(tj, "coscheduling").scheduler_name == "coscheduler"
+    assert build_pod(tj, 0, attempt=0, resume_from=None)["spec"]["schedulerName"] == "coscheduler"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Services, ConfigMap, RBAC, PVC
+
+
+def test_headless_service() -> None:
+    svc = build_headless_service(defaulted({"spec.networking.masterPort": 23456}))
+    assert svc["metadata"]["name"] == "case-job-headless"
+    assert svc["spec"] == {
+        "clusterIP": "None",
+        "publishNotReadyAddresses": True,
+        "selector": {"training-job": "case-job", "app.kubernetes.io/managed-by": "trainingjob-operator"},
+        "ports": [{"name": "dist", "port": 23456, "targetPort": 23456, "protocol": "TCP"}],
+    }
+
+
+def test_master_service_selects_rank_zero_only() -> None:
+    tj = defaulted({"spec.monitoring.enabled": True, "spec.monitoring.metricsPort": 9100})
+    svc = build_master_service(tj)
+    assert svc["metadata"]["name"] == "case-job-master"
+    assert svc["spec"]["clusterIP"] == "None"
+    assert svc["spec"]["publishNotReadyAddresses"] is True
+    assert svc["spec"]["selector"][contract.REPLICA_INDEX_LABEL] == "0"
+    assert [p["name"] for p in svc["spec"]["ports"]] == ["dist", "metrics"]
+    master = build_pod(tj, 0, attempt=0, resume_from=None)
+    worker = build_pod(tj, 1, attempt=0, resume_from=None)
+    selects: Callable[[dict[str, Any]], bool] = lambda pod: all(  # noqa: E731
+        pod["metadata"]["labels"].get(k) == v for k, v in svc["spec"]["selector"].items()
+    )
+    assert selects(master)
+    assert not selects(worker)
+    headless = build_headless_service(tj)["spec"]["selector"]
+    assert all(worker["metadata"]["labels"][k] == v for k, v in headless.items())
+
+
+def test_config_map_is_deterministic_json() -> None:
+    tj = materialize(EXAMPLES["trainingjob-advanced.yaml"])
+    cm = build_config_map(tj)
+    assert cm["metadata"]["name"] == "advanced-training-config"
+    text = cm["data"]["config.json"]
+    config = json.loads(text)
+    assert text == json.dumps(config, sort_keys=True, indent=2) + "\n"
+    assert config["name"] == "advanced-training"
+    assert config["numWorkers"] == 8
+    assert config["gpusPerWorker"] == 4
+    assert config["hyperparameters"]["additionalParams"] == {"weight_decay": "0.01", "label_smoothing": "0.1"}
+    assert config["checkpoint"]["storage"] == {"type": "s3", "s3Bucket": "ml-checkpoints"}
+    assert set(config) == {
+        "name",
+        "model",
+        "dataset",
+        "framework",
+        "numWorkers",
+        "gpusPerWorker",
+        "hyperparameters",
+        "checkpoint",
+        "monitoring",
+        "networking",
+        "successPolicy",
+    }
+    reordered = copy.deepcopy(tj)
+    reordered["spec"]["hyperparameters"] = dict(reversed(list(tj["spec"]["hyperparameters"].items())))
+    assert build_config_map(reordered) == cm
+
+
+def test_rbac_allows_get_and_patch_on_the_jobs_pods_only() -> None:
+    tj = defaulted({"spec.numWorkers": 3})
+    account, role, binding = build_rbac(tj)
+    assert (account["kind"], account["metadata"]["name"]) == ("ServiceAccount", "case-job-trainer")
+    assert role["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["pods"],
+            "resourceNames": ["case-job-worker-0", "case-job-worker-1", "case-job-worker-2"],
+            "verbs": ["get", "patch"],
+        }
+    ]
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": "case-job-trainer",
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "case-job-trainer", "namespace": "ml-training"}
+    ]
+    assert build_rbac(defaulted({"spec.serviceAccountName": "mine"})) == []
+    scaled = build_role(defaulted({"spec.numWorkers": 5}))
+    assert len(scaled["rules"][0]["resourceNames"]) == 5
+
+
+def test_checkpoint_pvc_only_when_the_operator_creates_it() -> None:
+    claim = build_checkpoint_pvc(defaulted({"spec.checkpoint.enabled": True}))
+    assert claim is not None
+    assert claim["metadata"]["name"] == "case-job-checkpoints"
+    assert claim["spec"] == {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "10Gi"}}}
+    custom = build_checkpoint_pvc(
+        defaulted(
+            {
+                "spec.checkpoint.enabled": True,
+                STORAGE: {
+                    "pvc": {
+                        "create": {
+                            "size": "1Ti",
+                            "storageClassName": "fast",
+                            "accessModes": ["ReadWriteOnce"],
+                        }
+                    }
+                },
+            }
+        )
+    )
+    assert custom is not None
+    assert custom["spec"] == {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": "1Ti"}},
+        "storageClassName": "fast",
+    }
+    assert build_checkpoint_pvc(defaulted()) is None
+    assert (
+        build_checkpoint_pvc(defaulted({"spec.checkpoint.enabled": True, STORAGE: {"pvcName": "x"}})) is None
+    )
+    s3 = {"spec.checkpoint.enabled": True, STORAGE: {"type": "s3", "s3Bucket": "b"}}
+    assert build_checkpoint_pvc(defaulted(s3)) is None
+
+
+def test_seed_examples_build_the_expected_object_set() -> None:
+    kinds = {
+        name: sorted(o["kind"] for o in all_objects(materialize(manifest)))
+        for name, manifest in EXAMPLES.items()
+    }
+    base = ["ConfigMap", "Pod", "Pod", "Role", "RoleBinding", "Service", "Service", "ServiceAccount"]
+    assert kinds == {
+        "trainingjob-advanced.yaml": base,
+        "trainingjob-distributed.yaml": base,
+        "trainingjob-resume.yaml": base,
+        "trainingjob-simple.yaml": base,
+    }

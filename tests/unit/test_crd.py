@@ -1,0 +1,671 @@
+"""Unit tests of crd/: the schema's shape, generated artifacts, defaults, operator-side validation, and
+the consistency of the admission test table (tests/unit/crd_cases.py) with the schema."""
+
+from __future__ import annotations
+
+import copy
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonschema  # type: ignore[import-untyped]
+import kubernetes_validate
+import pytest
+import yaml
+
+from crd import contract
+from crd.__main__ import main as crd_main
+from crd.defaults import apply_schema_defaults, subschema, with_defaults
+from crd.openapi import Schema
+from crd.render import CRD_FILE_NAME, api_docs, crd_yaml, rules, walk
+from crd.schema import custom_resource_definition, open_api_schema, open_api_schema_of
+from crd.validation import FieldError, validate
+from tests.unit import crd_cases
+from tests.unit.crd_cases import InvalidCase, job
+
+REPO = Path(__file__).resolve().parents[2]
+ROOT = open_api_schema()
+SPEC = ROOT["properties"]["spec"]
+KUBE_VERSION = "1.34"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Helpers: an offline approximation of the API server's OpenAPI checks (no CEL)
+
+
+def _path_text(parts: Any) -> str:
+    text = ""
+    for part in parts:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def schema_error_paths(manifest: dict[str, Any]) -> list[str]:
+    """Paths of OpenAPI errors in a manifest, after schema defaulting (as the API server validates)."""
+    defaulted = apply_schema_defaults(manifest, ROOT)
+    paths = []
+    for error in jsonschema.Draft4Validator(ROOT).iter_errors(defaulted):
+        parts = list(error.absolute_path)
+        if error.validator == "required":
+            parts += [name for name in error.validator_value if name not in error.instance][:1]
+        paths.append(_path_text(parts))
+    return paths
+
+
+def unknown_field_paths(value: Any, schema: Schema, path: str = "") -> Iterator[str]:
+    if isinstance(value, dict) and schema.get("type") == "object":
+        properties = schema.get("properties")
+        additional = schema.get("additionalProperties")
+        for name, item in value.items():
+            child = f"{path}.{name}" if path else name
+            if properties is not None and name in properties:
+                yield from unknown_field_paths(item, properties[name], child)
+            elif isinstance(additional, dict):
+                yield from unknown_field_paths(item, additional, child)
+            elif properties is not None and not schema.get("x-kubernetes-preserve-unknown-fields"):
+                yield child
+    elif isinstance(value, list) and "items" in schema:
+        for i, item in enumerate(value):
+            yield from unknown_field_paths(item, schema["items"], f"{path}[{i}]")
+
+
+def duplicate_item_paths(value: Any, schema: Schema, path: str = "") -> Iterator[str]:
+    if isinstance(value, dict):
+        properties = schema.get("properties", {})
+        for name, item in value.items():
+            if name in properties:
+                yield from duplicate_item_paths(item, properties[name], f"{path}.{name}" if path else name)
+    elif isinstance(value, list):
+        list_type = schema.get("x-kubernetes-list-type")
+        keys = schema.get("x-kubernetes-list-map-keys", [])
+        seen: list[Any] = []
+        for i, item in enumerate(value):
+            identity = [item.get(k) for k in keys] if list_type == "map" else item
+            if list_type in ("set", "map") and identity in seen:
+                yield f"{path}[{i}]"
+            seen.append(identity)
+
+
+def schema_at(path: str) -> Schema | None:
+    """The schema node of an error path such as spec.env[0].name, or None if the schema has no such field."""
+    node: Schema | None = ROOT
+    for part in re.sub(r"\[\d+\]", ".[]", path).split("."):
+        if node is None:
+            return None
+        if part == "[]":
+            node = node.get("items")
+        elif part in node.get("properties", {}):
+            node = node["properties"][part]
+        elif isinstance(node.get("additionalProperties"), dict):
+            node = node["additionalProperties"]
+        else:
+            return None
+    return node
+
+
+def all_nodes(node: Schema, path: str = "") -> Iterator[tuple[str, Schema]]:
+    yield path, node
+    for name, child in node.get("properties", {}).items():
+        yield from all_nodes(child, f"{path}.{name}" if path else name)
+    if isinstance(node.get("items"), dict):
+        yield from all_nodes(node["items"], f"{path}[]")
+    if isinstance(node.get("additionalProperties"), dict):
+        yield from all_nodes(node["additionalProperties"], f"{path}{{}}")
+
+
+def all_rules() -> list[tuple[str, dict[str, str]]]:
+    return list(rules(ROOT, ""))
+
+
+# ---------------------------------------------------------------------------------------------------
+# The CRD
+
+
+def test_crd_identity_and_printer_columns() -> None:
+    crd = custom_resource_definition()
+    assert crd["metadata"]["name"] == "trainingjobs.ml.example.com"
+    names = crd["spec"]["names"]
+    assert names == {
+        "kind": "TrainingJob",
+        "listKind": "TrainingJobList",
+        "plural": "trainingjobs",
+        "singular": "trainingjob",
+        "shortNames": ["tj"],
+        "categories": ["ml"],
+    }
+    (version,) = crd["spec"]["versions"]
+    assert (version["name"], version["served"], version["storage"]) == ("v1", True, True)
+    assert version["subresources"] == {"status": {}}
+    columns = [(c["name"].upper(), c["type"], c["jsonPath"]) for c in version["additionalPrinterColumns"]]
+    assert columns == [
+        ("STATE", "string", ".status.state"),
+        ("PROGRESS", "string", ".status.progress"),
+        ("EPOCH", "integer", ".status.currentEpoch"),
+        ("WORKERS", "integer", ".status.workers.active"),
+        ("RESTARTS", "integer", ".status.restartCount"),
+        ("AGE", "date", ".metadata.creationTimestamp"),
+    ]
+
+
+def test_crd_validates_against_kubernetes_schema() -> None:
+    assert (
+        kubernetes_validate.validate(custom_resource_definition(), KUBE_VERSION, strict=True) == KUBE_VERSION
+    )
+
+
+def test_every_field_has_a_description() -> None:
+    missing = [path for path, node, _ in walk(ROOT, "") if path != "metadata" and not node.get("description")]
+    assert missing == []
+
+
+def test_every_string_list_and_map_is_bounded_for_cel_cost() -> None:
+    unbounded = []
+    for path, node in all_nodes(ROOT):
+        kind = node.get("type")
+        if path.startswith("metadata"):
+            continue
+        if kind == "string" and "enum" not in node and "maxLength" not in node:
+            unbounded.append(path)
+        if kind == "array" and "maxItems" not in node:
+            unbounded.append(path)
+        if kind == "object" and "additionalProperties" in node and "maxProperties" not in node:
+            unbounded.append(path)
+    assert unbounded == []
+
+
+def test_lists_declare_list_type_and_map_keys_are_required() -> None:
+    for path, node in all_nodes(ROOT):
+        if node.get("type") != "array":
+            continue
+        assert node.get("x-kubernetes-list-type") in ("atomic", "set", "map"), path
+        if node["x-kubernetes-list-type"] == "map":
+            keys = node["x-kubernetes-list-map-keys"]
+            assert set(keys) <= set(node["items"].get("required", [])), path
+
+
+def test_structural_every_object_declares_its_fields() -> None:
+    for path, node in all_nodes(ROOT):
+        if node.get("type") == "object" and path not in ("metadata",):
+            declared = "properties" in node or "additionalProperties" in node
+            assert declared or node.get("x-kubernetes-preserve-unknown-fields") is True, path
+
+
+def test_status_is_fully_structural() -> None:
+    status = ROOT["properties"]["status"]
+    assert all(not n.get("x-kubernetes-preserve-unknown-fields") for _, n in all_nodes(status))
+    assert status["properties"]["state"]["enum"] == [
+        "Pending",
+        "Initializing",
+        "Running",
+        "Restarting",
+        "Suspended",
+        "Completed",
+        "Failed",
+    ]
+    conditions = status["properties"]["conditions"]
+    assert conditions["x-kubernetes-list-type"] == "map"
+    assert conditions["x-kubernetes-list-map-keys"] == ["type"]
+    for field in (
+        "restartAt",
+        "activeSeconds",
+        "runningSince",
+        "attempt",
+        "lastProgressTime",
+        "completionTime",
+    ):
+        assert field in status["properties"], field
+
+
+def test_spec_bounds_and_defaults_match_the_api_reference() -> None:
+    props = SPEC["properties"]
+    assert SPEC["required"] == ["model", "dataset", "numWorkers"]
+    assert (props["numWorkers"]["minimum"], props["numWorkers"]["maximum"]) == (1, 100)
+    assert (props["gpusPerWorker"]["minimum"], props["gpusPerWorker"]["maximum"]) == (0, 16)
+    assert props["gpusPerWorker"]["default"] == 1
+    assert props["framework"]["enum"] == ["pytorch", "tensorflow", "jax"]
+    assert props["cleanPodPolicy"]["enum"] == ["All", "Running", "None"]
+    hyper = props["hyperparameters"]["properties"]
+    assert hyper["learningRate"]["exclusiveMinimum"] is True
+    assert hyper["optimizer"]["enum"] == ["adam", "sgd", "adamw", "rmsprop"]
+    networking = props["networking"]["properties"]
+    assert (networking["masterPort"]["minimum"], networking["masterPort"]["maximum"]) == (1024, 65535)
+    assert "default" not in networking["backend"]  # an operator default: depends on gpusPerWorker
+
+
+def test_descriptions_state_defaults_and_bounds() -> None:
+    props = SPEC["properties"]
+    assert "Default: 1." in props["gpusPerWorker"]["description"]
+    assert "At most 100." in props["numWorkers"]["description"]
+    assert "One of: pytorch, tensorflow, jax." in props["framework"]["description"]
+
+
+def test_immutable_fields() -> None:
+    immutable = {
+        f"{path}.{entry['fieldPath'].lstrip('.')}" if "fieldPath" in entry else path
+        for path, entry in all_rules()
+        if "oldSelf" in entry["rule"]
+    }
+    assert immutable == {
+        f"spec.{f}"
+        for f in (
+            "model",
+            "dataset",
+            "framework",
+            "gpusPerWorker",
+            "image",
+            "command",
+            "args",
+            "env",
+            "resources",
+            "hyperparameters",
+            "checkpoint.storage",
+            "networking",
+        )
+    }
+    assert all(
+        entry["message"].endswith("is immutable") for _, entry in all_rules() if "oldSelf" in entry["rule"]
+    )
+
+
+def test_name_rules_explain_the_generated_names() -> None:
+    root_rules = ROOT["x-kubernetes-validations"]
+    assert any(f"size() <= {contract.MAX_JOB_NAME}" in r["rule"] for r in root_rules)
+    length_rule = next(r for r in root_rules if "size()" in r["rule"])
+    assert "<name>-worker-99" in length_rule["message"]
+    assert "63 characters" in length_rule["message"]
+    assert any("^[a-z]([-a-z0-9]*[a-z0-9])?$" in r["rule"] for r in root_rules)
+
+
+def test_reserved_env_rule_lists_every_reserved_name() -> None:
+    env_rules = SPEC["properties"]["env"]["items"]["x-kubernetes-validations"]
+    reserved_rule = next(r for r in env_rules if "startsWith" in r["rule"])
+    for name in contract.RESERVED_ENV_NAMES:
+        assert f"'{name}'" in reserved_rule["rule"]
+    for prefix in contract.RESERVED_ENV_PREFIXES:
+        assert f"startsWith('{prefix}')" in reserved_rule["rule"]
+    assert "self.name" in reserved_rule["messageExpression"]
+
+
+def test_every_rule_has_a_message() -> None:
+    for path, entry in all_rules():
+        assert "message" in entry or "messageExpression" in entry, (path, entry["rule"])
+        assert "\n" not in entry.get("message", "")
+
+
+def test_every_rule_field_path_exists() -> None:
+    for path, entry in all_rules():
+        if "fieldPath" in entry:
+            assert schema_at(f"{path}{entry['fieldPath']}") is not None, (path, entry["fieldPath"])
+
+
+def test_contract_limits() -> None:
+    assert contract.MAX_JOB_NAME == 53
+    longest_pod = "a" * contract.MAX_JOB_NAME + contract.WORKER_INFIX + str(contract.MAX_WORKERS - 1)
+    assert len(longest_pod) == contract.DNS_LABEL_MAX
+
+
+def test_default_images_are_docker_hub_short_names() -> None:
+    assert set(contract.DEFAULT_IMAGES) == set(SPEC["properties"]["framework"]["enum"])
+    for image in contract.DEFAULT_IMAGES.values():
+        first = image.split("/")[0]
+        assert "/" not in image or ("." not in first and ":" not in first), image
+        assert ":" in image, image
+        assert not image.endswith(":latest"), image
+
+
+# ---------------------------------------------------------------------------------------------------
+# Generated artifacts
+
+
+def test_committed_crd_yaml_is_generated_from_schema() -> None:
+    committed = (REPO / "crd" / CRD_FILE_NAME).read_text(encoding="utf-8")
+    assert committed == crd_yaml()
+    assert yaml.safe_load(committed) == custom_resource_definition()
+
+
+def test_committed_api_docs_are_generated_from_schema() -> None:
+    assert (REPO / "docs" / "api.md").read_text(encoding="utf-8") == api_docs()
+
+
+def test_api_docs_cover_every_field_and_rule() -> None:
+    docs = api_docs()
+    for path, _, _ in walk(SPEC, "spec"):
+        assert f"`{path}`" in docs, path
+    assert docs.count("| `") >= len(all_rules())
+
+
+def test_check_command_passes_on_committed_files() -> None:
+    assert crd_main(["check"]) == 0
+
+
+def test_check_command_fails_on_stale_files_and_write_fixes_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    crd_file, docs_file = tmp_path / CRD_FILE_NAME, tmp_path / "docs" / "api.md"
+    monkeypatch.setattr("crd.__main__.CRD_FILE", crd_file)
+    monkeypatch.setattr("crd.__main__.DOCS_FILE", docs_file)
+    monkeypatch.setattr("crd.__main__.PACKAGE_DIR", tmp_path / "crd")
+    assert crd_main(["check"]) == 1
+    assert crd_main(["write"]) == 0
+    assert crd_main(["check"]) == 0
+    crd_file.write_text(crd_yaml() + "# edited\n", encoding="utf-8")
+    assert crd_main(["check"]) == 1
+    assert crd_main(["write"]) == 0
+    docs_file.write_text(api_docs() + "edited\n", encoding="utf-8")
+    assert crd_main(["check"]) == 1
+
+
+def test_yaml_command_prints_the_crd() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "crd", "yaml"], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    assert result.stdout == crd_yaml()
+
+
+def test_kustomization_lists_the_crd() -> None:
+    kustomization = yaml.safe_load((REPO / "crd" / "kustomization.yaml").read_text())
+    assert kustomization["resources"] == [CRD_FILE_NAME]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Defaults
+
+
+def test_apply_schema_defaults_recurses_into_defaulted_objects_lists_and_maps() -> None:
+    schema: Schema = {
+        "type": "object",
+        "properties": {
+            "outer": {
+                "type": "object",
+                "default": {},
+                "properties": {
+                    "inner": {"type": "object", "default": {}, "properties": {"n": {"default": 7}}}
+                },
+            },
+            "items": {"type": "array", "items": {"type": "object", "properties": {"k": {"default": "x"}}}},
+            "map": {
+                "type": "object",
+                "additionalProperties": {"type": "object", "properties": {"v": {"default": 1}}},
+            },
+            "kept": {"type": "integer", "default": 3},
+            "dropped_null": {"type": "integer"},
+        },
+    }
+    value = {"items": [{}, {"k": "y"}], "map": {"a": {}}, "kept": 5, "dropped_null": None, "extra": {"z": 1}}
+    assert apply_schema_defaults(value, schema) == {
+        "outer": {"inner": {"n": 7}},
+        "items": [{"k": "x"}, {"k": "y"}],
+        "map": {"a": {"v": 1}},
+        "kept": 5,
+        "extra": {"z": 1},
+    }
+
+
+def test_with_defaults_applies_every_schema_default_and_leaves_input_alone() -> None:
+    original = job()
+    snapshot = copy.deepcopy(original)
+    spec = with_defaults(original)["spec"]
+    assert original == snapshot
+    # Every default in the schema whose parent object exists after defaulting is present.
+    for path, node, _ in walk(SPEC, ""):
+        if "default" not in node or "[]" in path:
+            continue
+        *parents, leaf = path.split(".")
+        parent = spec
+        for name in parents:
+            parent = parent.get(name) if isinstance(parent, dict) else None
+        if isinstance(parent, dict):
+            assert parent.get(leaf) == node["default"] or isinstance(node["default"], dict), path
+    assert spec["gpusPerWorker"] == 1
+    assert spec["framework"] == "pytorch"
+    assert spec["failurePolicy"]["restartBackoff"] == {
+        "initialDelaySeconds": 10,
+        "maxDelaySeconds": 360,
+        "multiplier": 2,
+    }
+    assert spec["checkpoint"]["storage"] == {"type": "pvc"}
+
+
+def test_with_defaults_keeps_user_values() -> None:
+    spec = with_defaults(
+        job(
+            {
+                "spec.gpusPerWorker": 0,
+                "spec.failurePolicy.restartBackoff": {"multiplier": 3},
+                "spec.suspend": True,
+            }
+        )
+    )["spec"]
+    assert spec["gpusPerWorker"] == 0
+    assert spec["failurePolicy"]["restartBackoff"]["multiplier"] == 3
+    assert spec["failurePolicy"]["restartBackoff"]["initialDelaySeconds"] == 10
+    assert spec["suspend"] is True
+
+
+def test_with_defaults_follows_the_schema_not_a_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    schema = copy.deepcopy(open_api_schema_of(custom_resource_definition()))
+    schema["properties"]["spec"]["properties"]["cleanPodPolicy"]["default"] = "All"
+    monkeypatch.setattr("crd.defaults._root_schema", lambda: schema)
+    assert with_defaults(job())["spec"]["cleanPodPolicy"] == "All"
+
+
+@pytest.mark.parametrize("framework", ["pytorch", "tensorflow", "jax"])
+def test_operator_default_image_and_command(framework: str) -> None:
+    spec = with_defaults(job({"spec.framework": framework}))["spec"]
+    assert spec["image"] == contract.DEFAULT_IMAGES[framework]
+    assert spec["command"] == ["python", "/etc/trainingjob/train.py"]
+
+
+def test_operator_defaults_keep_explicit_image_and_command() -> None:
+    spec = with_defaults(job({"spec.image": "my/image:1", "spec.command": ["torchrun"]}))["spec"]
+    assert (spec["image"], spec["command"]) == ("my/image:1", ["torchrun"])
+
+
+@pytest.mark.parametrize(
+    ("gpus", "backend", "expected"),
+    [(1, None, "nccl"), (0, None, "gloo"), (2, "gloo", "gloo"), (0, "mpi", "mpi")],
+)
+def test_operator_default_backend(gpus: int, backend: str | None, expected: str) -> None:
+    changes: dict[str, Any] = {"spec.gpusPerWorker": gpus}
+    if backend:
+        changes["spec.networking.backend"] = backend
+    assert with_defaults(job(changes))["spec"]["networking"]["backend"] == expected
+
+
+def test_operator_default_checkpoint_claim() -> None:
+    created = with_defaults(job({"spec.checkpoint.enabled": True}))["spec"]["checkpoint"]["storage"]
+    assert created["pvc"]["create"] == {"size": "10Gi", "accessModes": ["ReadWriteMany"]}
+    assert created["pvc"]["create"] == apply_schema_defaults(
+        {}, subschema("spec", "checkpoint", "storage", "pvc", "create")
+    )
+    by_resume = with_defaults(job({"spec.checkpoint.resumeFrom": "epoch-1"}))["spec"]["checkpoint"]["storage"]
+    assert "create" in by_resume["pvc"]
+    for storage in ({"pvcName": "x"}, {"pvc": {"claimName": "x"}}, {"type": "s3", "s3Bucket": "b"}):
+        spec = with_defaults(job({"spec.checkpoint.enabled": True, "spec.checkpoint.storage": storage}))[
+            "spec"
+        ]
+        assert "create" not in spec["checkpoint"]["storage"].get("pvc", {})
+    assert "pvc" not in with_defaults(job())["spec"]["checkpoint"]["storage"]
+
+
+def test_operator_default_mlflow_experiment() -> None:
+    monitoring = with_defaults(job({"spec.monitoring.mlflowTrackingUri": "http://mlflow:5000"}))["spec"][
+        "monitoring"
+    ]
+    assert monitoring["mlflowExperiment"] == "case-job"
+    assert "mlflowExperiment" not in with_defaults(job())["spec"]["monitoring"]
+
+
+# ---------------------------------------------------------------------------------------------------
+# The admission test table
+
+
+CASES = crd_cases.invalid_cases()
+
+
+def test_case_ids_are_unique_and_every_layer_is_covered() -> None:
+    ids = [case.id for case in CASES]
+    assert len(ids) == len(set(ids))
+    assert {case.layer for case in CASES} == {"schema", "list", "unknown-field", "cel", "transition"}
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.layer == "schema"], ids=lambda c: c.id)
+def test_schema_case_fails_openapi_validation_at_its_field(case: InvalidCase) -> None:
+    assert case.field in schema_error_paths(case.manifest)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.layer == "list"], ids=lambda c: c.id)
+def test_list_case_has_a_duplicate_at_its_field(case: InvalidCase) -> None:
+    assert schema_error_paths(case.manifest) == []
+    assert list(duplicate_item_paths(case.manifest, ROOT)) == [case.field]
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.layer == "unknown-field"], ids=lambda c: c.id)
+def test_unknown_field_case_names_an_undeclared_field(case: InvalidCase) -> None:
+    assert list(unknown_field_paths(case.manifest, ROOT)) == [case.field]
+    parent = case.field.rsplit(".", 1)[0]
+    assert schema_at(parent) is not None
+    assert schema_at(case.field) is None
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.layer in ("cel", "transition")], ids=lambda c: c.id)
+def test_cel_case_passes_openapi_so_only_its_rule_rejects_it(case: InvalidCase) -> None:
+    for manifest in (case.manifest, case.before):
+        if manifest is not None:
+            assert schema_error_paths(manifest) == []
+            assert list(unknown_field_paths(manifest, ROOT)) == []
+            assert list(duplicate_item_paths(manifest, ROOT)) == []
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.layer != "unknown-field"], ids=lambda c: c.id)
+def test_case_field_exists_in_schema(case: InvalidCase) -> None:
+    assert case.field == "metadata.name" or schema_at(case.field) is not None
+
+
+def test_transition_cases_differ_only_in_a_mutable_way_from_before() -> None:
+    for case in CASES:
+        if case.layer == "transition":
+            assert case.before is not None, case.id
+            assert case.before != case.manifest, case.id
+
+
+@pytest.mark.parametrize(("name", "manifest"), sorted(crd_cases.valid_manifests().items()))
+def test_valid_manifest_passes_openapi_and_operator_checks(name: str, manifest: dict[str, Any]) -> None:
+    assert schema_error_paths(manifest) == []
+    assert list(unknown_field_paths(manifest, ROOT)) == []
+    assert list(duplicate_item_paths(manifest, ROOT)) == []
+    assert validate(manifest) == []
+
+
+def test_examples_are_the_four_readme_examples() -> None:
+    examples = crd_cases.example_manifests()
+    assert {m["metadata"]["name"] for m in examples.values()} == {
+        "mnist-training",
+        "bert-distributed",
+        "gpt-resume",
+        "advanced-training",
+    }
+    for manifest in examples.values():
+        assert manifest["apiVersion"] == contract.API_VERSION
+        assert manifest["kind"] == contract.KIND
+
+
+@pytest.mark.parametrize(("name", "before", "after"), crd_cases.valid_updates(), ids=lambda v: str(v)[:40])
+def test_valid_updates_pass_openapi(name: str, before: dict[str, Any], after: dict[str, Any]) -> None:
+    assert schema_error_paths(before) == schema_error_paths(after) == []
+
+
+# ---------------------------------------------------------------------------------------------------
+# Operator-side validation
+
+
+def _errors(changes: dict[str, Any]) -> list[FieldError]:
+    return validate(job(changes))
+
+
+def test_validate_accepts_the_base_job_and_does_not_mutate_it() -> None:
+    original = job()
+    assert validate(original) == []
+    assert original == job()
+
+
+@pytest.mark.parametrize(
+    ("storage", "resume_from"),
+    [
+        ({"type": "s3", "s3Bucket": "b"}, "s3://other/run/epoch-3"),
+        ({"type": "gcs", "gcs": {"bucket": "b"}}, "gs://b/x"),
+        ({"type": "pvc"}, "epoch-3"),
+        ({"type": "pvc", "pvcName": "c"}, "/checkpoints/epoch-3"),
+        ({"type": "nfs", "nfsServer": "n", "nfsPath": "/e"}, "runs/../epoch-3"),
+    ],
+)
+def test_resume_from_matching_its_storage(storage: dict[str, Any], resume_from: str) -> None:
+    assert _errors({"spec.checkpoint.storage": storage, "spec.checkpoint.resumeFrom": resume_from}) == []
+
+
+@pytest.mark.parametrize(
+    ("storage", "resume_from"),
+    [
+        ({"type": "s3", "s3Bucket": "b"}, "gs://b/x"),
+        ({"type": "s3", "s3Bucket": "b"}, "/checkpoints/x"),
+        ({"type": "s3", "s3Bucket": "b"}, "s3://"),
+        ({"type": "gcs", "gcsBucket": "b"}, "s3://b/x"),
+        ({"type": "pvc"}, "s3://b/x"),
+        ({"type": "pvc", "pvcName": "c"}, "/data/epoch-3"),
+        ({"type": "nfs", "nfsServer": "n", "nfsPath": "/e"}, "../../etc/passwd"),
+    ],
+)
+def test_resume_from_not_matching_its_storage(storage: dict[str, Any], resume_from: str) -> None:
+    errors = _errors({"spec.checkpoint.storage": storage, "spec.checkpoint.resumeFrom": resume_from})
+    assert [e.path for e in errors] == ["spec.checkpoint.resumeFrom"]
+
+
+def test_value_from_must_name_one_known_source() -> None:
+    def env_errors(value_from: dict[str, Any]) -> list[str]:
+        return [str(e) for e in _errors({"spec.env": [{"name": "X", "valueFrom": value_from}]})]
+
+    assert env_errors({"secretKeyRef": {"name": "s", "key": "k"}}) == []
+    assert env_errors({}) == [
+        "spec.env[0].valueFrom: must name exactly one source "
+        "(fieldRef, resourceFieldRef, configMapKeyRef, secretKeyRef, fileKeyRef), got []"
+    ]
+    assert "unknown source 'vaultRef'" in env_errors({"vaultRef": {"path": "x"}})[0]
+    assert "got ['fieldRef', 'futureRef']" in env_errors({"fieldRef": {"fieldPath": "a"}, "futureRef": {}})[0]
+    errors = env_errors({"resourceFieldRef": {"containerName": "sidecar", "resource": "limits.cpu"}})
+    assert errors[0].startswith("spec.env[0].valueFrom.resourceFieldRef.containerName:")
+
+
+def test_affinity_kinds() -> None:
+    assert _errors({"spec.scheduling.affinity": {"podAntiAffinity": {}}}) == []
+    errors = _errors({"spec.scheduling.affinity": {"nodeAfinity": {}}})
+    assert [e.path for e in errors] == ["spec.scheduling.affinity.nodeAfinity"]
+
+
+def test_additional_params_colliding_after_upper_casing() -> None:
+    assert _errors({"spec.hyperparameters.additionalParams": {"lr": "1", "wd": "2"}}) == []
+    errors = _errors({"spec.hyperparameters.additionalParams": {"lr": "1", "LR": "2"}})
+    assert len(errors) == 1
+    assert "HP_LR" in errors[0].message
+
+
+def test_other_accelerators_with_gpus_per_worker() -> None:
+    errors = _errors({"spec.gpusPerWorker": 1, "spec.resources.limits": {"amd.com/gpu": 1}})
+    assert [e.path for e in errors] == ["spec.resources"]
+    errors = _errors({"spec.gpusPerWorker": 1, "spec.resources.limits": {"nvidia.com/mig-1g.5gb": 1}})
+    assert [e.path for e in errors] == ["spec.resources"]
+    assert _errors({"spec.gpusPerWorker": 2, "spec.resources.limits": {"nvidia.com/gpu": 2, "cpu": 4}}) == []
+
+
+def test_nccl_needs_nvidia_devices() -> None:
+    errors = _errors({"spec.gpusPerWorker": 0, "spec.networking.backend": "nccl"})
+    assert [e.path for e in errors] == ["spec.networking.backend"]
+    assert _errors({"spec.gpusPerWorker": 0}) == []  # defaults to gloo
+    mig = {
+        "spec.gpusPerWorker": 0,
+        "spec.networking.backend": "nccl",
+        "spec.resources.limits": {"nvidia.com/mig-1g.5gb": 1},
+    }
+    assert _errors(mig) == []
