@@ -43,6 +43,8 @@ KUBECONFIG = DEV / "kubeconfig"
 KUBECTL_LINK = DEV / "bin" / "kubectl"
 LOCK = DEV / "cluster.lock"
 STAGES = REPO / "hack" / "kwok-stages.yaml"
+# etcd keeps its data on tmpfs (in a fresh private directory) for speed; the cluster is disposable.
+SHM = Path("/dev/shm")  # noqa: S108
 CRD_DIR = REPO / "crd"
 KWOK_NODE_LABEL = "kwok.x-k8s.io/managed"
 SERVICE_CIDR = "10.96.0.0/16"
@@ -87,23 +89,28 @@ def read_state() -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def pid_alive(pid: int, binary: str) -> bool:
-    """True if `pid` runs and is the binary we started (pids are reused)."""
+def process_start_time(pid: int) -> str | None:
+    """The kernel's start time of `pid` (field 22 of /proc/<pid>/stat); None if it is gone or a zombie.
+
+    Together with the pid it identifies the process we started even if the pid is later reused.
+    """
     try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
-        return False
-    zombie = stat.rsplit(")", 1)[-1].split()[0] == "Z"
-    return not zombie and Path(cmdline).name == Path(binary).name
+        return None
+    fields = stat.rsplit(")", 1)[-1].split()
+    if fields[0] == "Z":
+        return None
+    return fields[19]
+
+
+def pid_alive(process: dict[str, Any]) -> bool:
+    started = process_start_time(int(process["pid"]))
+    return started is not None and started == process.get("start_time", started)
 
 
 def dead_components(state: dict[str, Any]) -> list[str]:
-    return [
-        name
-        for name, proc in state.get("processes", {}).items()
-        if not pid_alive(proc["pid"], proc["binary"])
-    ]
+    return [name for name, proc in state.get("processes", {}).items() if not pid_alive(proc)]
 
 
 @contextlib.contextmanager
@@ -270,7 +277,12 @@ def spawn(name: str, binary: Path, args: list[str], processes: dict[str, Any]) -
             start_new_session=True,
             cwd=RUN,
         )
-    processes[name] = {"pid": proc.pid, "binary": str(binary), "log": str(log_path)}
+    processes[name] = {
+        "pid": proc.pid,
+        "start_time": process_start_time(proc.pid),
+        "binary": str(binary),
+        "log": str(log_path),
+    }
     write_state_processes(processes)
 
 
@@ -340,20 +352,20 @@ def kubectl(bin_dir: Path, *args: str, stdin: str | None = None, check: bool = T
 
 def stop_processes(processes: dict[str, Any]) -> None:
     """SIGTERM every process we started (newest first), then SIGKILL what is left after a grace period."""
-    alive = {name: proc for name, proc in processes.items() if pid_alive(proc["pid"], proc["binary"])}
+    alive = {name: proc for name, proc in processes.items() if pid_alive(proc)}
     for name in reversed(list(alive)):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(alive[name]["pid"], signal.SIGTERM)
     deadline = time.monotonic() + STOP_TIMEOUT
     while alive and time.monotonic() < deadline:
-        alive = {name: proc for name, proc in alive.items() if pid_alive(proc["pid"], proc["binary"])}
+        alive = {name: proc for name, proc in alive.items() if pid_alive(proc)}
         time.sleep(0.1)
     for name, proc in alive.items():
         say(f"{name} (pid {proc['pid']}) ignored SIGTERM for {STOP_TIMEOUT:.0f}s; killing it")
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc["pid"], signal.SIGKILL)
     deadline = time.monotonic() + STOP_TIMEOUT
-    while any(pid_alive(p["pid"], p["binary"]) for p in alive.values()) and time.monotonic() < deadline:
+    while any(pid_alive(p) for p in alive.values()) and time.monotonic() < deadline:
         time.sleep(0.1)
 
 
@@ -399,7 +411,7 @@ def up(shape: NodeShape) -> None:
             dead = dead_components(state)
             if not dead:
                 say(
-                    f"already running (API server {state['server']}); `hack/dev-cluster.sh status` for details"
+                    f"already running (API server {state['server']}); `hack/dev-cluster.sh status` tells more"
                 )
                 return
             running = sorted(set(state.get("processes", {})) - set(dead))
@@ -419,9 +431,7 @@ def up(shape: NodeShape) -> None:
 def start(bin_dir: Path, shape: NodeShape) -> None:
     say(f"starting the control plane from {bin_dir}")
     RUN.mkdir(parents=True)
-    etcd_data = Path(
-        tempfile.mkdtemp(prefix="trainingjob-etcd-", dir="/dev/shm" if Path("/dev/shm").is_dir() else None)
-    )
+    etcd_data = Path(tempfile.mkdtemp(prefix="trainingjob-etcd-", dir=SHM if SHM.is_dir() else None))
     (etcd_client, etcd_peer, apiserver, kcm, scheduler, kwok_port) = free_ports(6)
     server = f"https://127.0.0.1:{apiserver}"
     STATE.write_text(
@@ -653,7 +663,7 @@ def status() -> int:
     print(f"binaries:    {state['bin_dir']}")
     print(f"logs:        {LOGS}/<component>.log")
     for name, proc in state.get("processes", {}).items():
-        alive = pid_alive(proc["pid"], proc["binary"])
+        alive = pid_alive(proc)
         port = state.get("ports", {}).get(name, "")
         print(
             f"  {name:<24} pid {proc['pid']:<8} {'running' if alive else 'NOT RUNNING':<12} "

@@ -1,4 +1,4 @@
-"""Test helpers for the local control plane: the project's kubectl, waiting on conditions, and playing kubelet.
+"""Test helpers for the local control plane: the project's kubectl, waits with deadlines, playing kubelet.
 
 Why: no kubelet runs on the local cluster (kwok stands in for it and only moves pods to Running and
 removes deleted ones), so how a training container ends is the test's decision. `end_pod` writes what
@@ -12,7 +12,8 @@ Usage::
     from tests.cluster import Kubectl, end_pod, wait_for
     kubectl = Kubectl.from_dev_cluster()
     end_pod(kubectl, "ns", "job-worker-1", exit_code=137, reason="OOMKilled")
-    wait_for("job failed", lambda: kubectl.get_json("trainingjob", "job", "-n", "ns")["status"].get("state") == "Failed")
+    wait_for("job failed",
+             lambda: kubectl.get_json("trainingjob", "job", "-n", "ns")["status"].get("state") == "Failed")
 """
 
 from __future__ import annotations
@@ -200,9 +201,10 @@ def end_pod(
                 "lastTransitionTime": now,
             }
         )
-    patch = {"status": {"phase": phase, "containerStatuses": statuses, "conditions": conditions}}
+    status: dict[str, Any] = {"phase": phase, "containerStatuses": statuses, "conditions": conditions}
     if disruption or message:
-        patch["status"]["message"] = message or disruption
+        status["message"] = message or disruption
+    patch = {"status": status}
     out = kubectl.run(
         "patch",
         "pod",

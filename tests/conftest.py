@@ -61,7 +61,7 @@ def _namespace_name(node_name: str) -> str:
 
 @pytest.fixture
 def namespace(cluster: Kubectl, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A fresh namespace whose default ServiceAccount exists (pods are refused until it does); deleted after."""
+    """A fresh namespace whose default ServiceAccount exists (pods are refused until then); deleted after."""
     name = _namespace_name(request.node.name)
     cluster.run("create", "namespace", name)
     wait_for(
@@ -81,7 +81,7 @@ def kubectl(cluster: Kubectl) -> Kubectl:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests that use the cluster fixture are marked `cluster`, so `-m "not cluster"` runs the unit tests alone."""
+    """Tests using the cluster fixture are marked `cluster`: `-m "not cluster"` runs the unit tests alone."""
     for item in items:
         if "cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.cluster)

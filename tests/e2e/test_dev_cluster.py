@@ -1,0 +1,395 @@
+"""The local control plane does what every other test relies on.
+
+Fake GPU nodes are Ready, pods requesting GPUs run, owned objects are garbage-collected, the kubelet
+stand-in helpers end pods and lose nodes, everything listens on 127.0.0.1 only, and hack/dev-cluster.sh
+copes with a second `up`, a dead component, a stale run directory, racing starts and a failing build.
+The fault tests run a second, throwaway cluster in a temporary directory so the session's cluster is
+left alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.cluster import (
+    REPO,
+    Kubectl,
+    add_disruption_condition,
+    end_pod,
+    lose_node,
+    restore_node,
+    wait_for,
+)
+
+SCRIPT = REPO / "hack" / "dev-cluster.sh"
+
+
+def dev_cluster(
+    *args: str, dev_dir: Path | None = None, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    if dev_dir is not None:
+        env["TJ_DEV_DIR"] = str(dev_dir)
+    result = subprocess.run(
+        [str(SCRIPT), *args], capture_output=True, text=True, env=env, timeout=600, check=False
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(f"dev-cluster.sh {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+def read_state(dev_dir: Path) -> dict[str, Any]:
+    state = json.loads((dev_dir / "run" / "state.json").read_text())
+    assert isinstance(state, dict)
+    return state
+
+
+def listening_addresses(pid: int) -> set[tuple[str, int]]:
+    """(address, port) of every TCP socket `pid` listens on, read from /proc (no external tools)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    found = set()
+    for table, width in (("/proc/net/tcp", 8), ("/proc/net/tcp6", 32)):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            local, state, inode = fields[1], fields[3], fields[9]
+            if state != "0A" or inode not in inodes:
+                continue
+            address_hex, port_hex = local.split(":")
+            raw = bytes.fromhex(address_hex)
+            if width == 8:
+                address = socket.inet_ntop(socket.AF_INET, raw[::-1])
+            else:
+                words = b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4))
+                address = socket.inet_ntop(socket.AF_INET6, words)
+            found.add((address, int(port_hex, 16)))
+    return found
+
+
+def pid_running(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
+def listening_ports() -> set[int]:
+    """Every TCP port something on this machine listens on."""
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A":
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+# ------------------------------------------------------------------------------ the session cluster
+
+
+def test_four_ready_gpu_nodes(cluster: Kubectl) -> None:
+    nodes = cluster.items("nodes")
+    assert len(nodes) >= 4
+    for node in nodes[:4]:
+        ready = [c for c in node["status"]["conditions"] if c["type"] == "Ready"]
+        assert ready
+        assert ready[0]["status"] == "True"
+        assert node["status"]["allocatable"]["nvidia.com/gpu"] == "8"
+        assert node["status"]["allocatable"]["cpu"] == "64"
+        assert node["status"]["allocatable"]["memory"] == "512Gi"
+        assert node["metadata"]["labels"]["nvidia.com/gpu.product"]
+        assert not [t for t in node["spec"].get("taints", []) if t["key"] == "node.kubernetes.io/not-ready"]
+
+
+def test_versions_are_stamped(cluster: Kubectl) -> None:
+    version = json.loads(cluster.run("version", "-o", "json"))
+    assert version["serverVersion"]["gitVersion"].startswith("v1.34.")
+    assert version["clientVersion"]["gitVersion"] == version["serverVersion"]["gitVersion"]
+
+
+def gpu_pod(namespace: str, name: str, owner: dict[str, Any] | None = None) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace}
+    if owner is not None:
+        metadata["ownerReferences"] = [
+            {
+                "apiVersion": "v1",
+                "kind": owner["kind"],
+                "name": owner["metadata"]["name"],
+                "uid": owner["metadata"]["uid"],
+            }
+        ]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata,
+        "spec": {
+            "containers": [
+                {"name": "trainer", "image": "busybox", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+            ]
+        },
+    }
+
+
+def test_gpu_pod_runs_and_is_garbage_collected_with_its_owner(cluster: Kubectl, namespace: str) -> None:
+    cluster.run("create", "configmap", "owner", "-n", namespace)
+    owner = cluster.get_json("configmap", "owner", "-n", namespace)
+    cluster.apply(gpu_pod(namespace, "gpu", owner))
+    pod = wait_for(
+        "gpu pod Running",
+        lambda: (
+            (p := cluster.get_json("pod", "gpu", "-n", namespace))
+            and p["status"].get("phase") == "Running"
+            and p
+        ),
+    )
+    assert pod["spec"]["nodeName"].startswith("gpu-node-")
+    assert pod["status"]["podIP"]
+    assert pod["status"]["containerStatuses"][0]["ready"] is True
+    cluster.run("delete", "configmap", "owner", "-n", namespace)
+    wait_for("pod garbage-collected", lambda: cluster.get_or_none("pod", "gpu", "-n", namespace) is None)
+
+
+def test_gpu_requests_beyond_capacity_stay_pending(cluster: Kubectl, namespace: str) -> None:
+    pod = gpu_pod(namespace, "too-big")
+    pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "9"
+    cluster.apply(pod)
+    message = wait_for(
+        "scheduler reports Insufficient nvidia.com/gpu",
+        lambda: next(
+            (
+                c.get("message")
+                for c in cluster.get_json("pod", "too-big", "-n", namespace)["status"].get("conditions", [])
+                if c["type"] == "PodScheduled" and c["status"] == "False"
+            ),
+            None,
+        ),
+    )
+    assert "Insufficient nvidia.com/gpu" in message
+
+
+def run_pod(cluster: Kubectl, namespace: str, name: str) -> None:
+    cluster.apply(gpu_pod(namespace, name))
+    wait_for(
+        f"{name} Running",
+        lambda: cluster.get_json("pod", name, "-n", namespace)["status"].get("phase") == "Running",
+    )
+
+
+def test_end_pod_succeeded_failed_oom_and_disruption(cluster: Kubectl, namespace: str) -> None:
+    for name in ("ok", "oom", "preempted"):
+        run_pod(cluster, namespace, name)
+    ok = end_pod(cluster, namespace, "ok")
+    assert ok["status"]["phase"] == "Succeeded"
+    assert ok["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
+
+    oom = end_pod(cluster, namespace, "oom", exit_code=137, reason="OOMKilled")
+    terminated = oom["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert (oom["status"]["phase"], terminated["exitCode"], terminated["reason"]) == (
+        "Failed",
+        137,
+        "OOMKilled",
+    )
+
+    add_disruption_condition(cluster, namespace, "preempted", "PreemptionByScheduler")
+    preempted = end_pod(cluster, namespace, "preempted", exit_code=143, disruption="PreemptionByScheduler")
+    conditions = {c["type"]: c for c in preempted["status"]["conditions"]}
+    assert conditions["DisruptionTarget"]["status"] == "True"
+    assert conditions["DisruptionTarget"]["reason"] == "PreemptionByScheduler"
+
+    # kwok must not move an ended pod back to Running: read it back after a later write has landed.
+    cluster.run("label", "pod", "oom", "-n", namespace, "observed=yes")
+    assert cluster.get_json("pod", "oom", "-n", namespace)["status"]["phase"] == "Failed"
+
+
+def test_lost_node_keeps_deleted_pods_terminating(cluster: Kubectl, namespace: str) -> None:
+    run_pod(cluster, namespace, "victim")
+    node = cluster.get_json("pod", "victim", "-n", namespace)["spec"]["nodeName"]
+    lose_node(cluster, node)
+    try:
+        ready = next(
+            c for c in cluster.get_json("node", node)["status"]["conditions"] if c["type"] == "Ready"
+        )
+        assert ready["status"] == "Unknown"
+        cluster.run("delete", "pod", "victim", "-n", namespace, "--wait=false")
+        pod = cluster.get_json("pod", "victim", "-n", namespace)
+        assert pod["metadata"]["deletionTimestamp"]
+        # A node that lost its kubelet never confirms the deletion; a pod on a healthy node would be gone
+        # by now, so wait for that to happen elsewhere and check the victim is still there.
+        run_pod(cluster, namespace, "witness")
+        cluster.run("delete", "pod", "witness", "-n", namespace, "--wait=true", "--timeout=60s")
+        assert cluster.get_or_none("pod", "victim", "-n", namespace) is not None
+        cluster.run("delete", "pod", "victim", "-n", namespace, "--grace-period=0", "--force")
+    finally:
+        restore_node(cluster, node)
+    wait_for(
+        f"{node} Ready again",
+        lambda: (
+            next(c for c in cluster.get_json("node", node)["status"]["conditions"] if c["type"] == "Ready")[
+                "status"
+            ]
+            == "True"
+        ),
+    )
+
+
+def test_everything_listens_on_loopback_only(cluster: Kubectl) -> None:
+    state = (
+        read_state(REPO / ".dev")
+        if not os.environ.get("TJ_DEV_DIR")
+        else read_state(Path(os.environ["TJ_DEV_DIR"]))
+    )
+    seen = 0
+    for name, process in state["processes"].items():
+        addresses = listening_addresses(process["pid"])
+        assert addresses, f"{name} listens on nothing?"
+        for address, port in addresses:
+            assert address in ("127.0.0.1", "::ffff:127.0.0.1"), f"{name} listens on {address}:{port}"
+            seen += 1
+    assert seen >= 5
+
+
+def test_status_names_versions_and_logs(cluster: Kubectl) -> None:
+    out = dev_cluster("status").stdout
+    assert "running" in out
+    assert "v1.34." in out
+    assert "etcd v3.6." in out
+    assert "kwok v0.8" in out
+    for component in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"):
+        assert f"{component}.log" in out
+
+
+def test_second_up_returns_at_once(cluster: Kubectl) -> None:
+    before = read_state(REPO / ".dev")
+    result = dev_cluster("up")
+    assert "already running" in result.stderr
+    assert read_state(REPO / ".dev")["processes"] == before["processes"]
+
+
+def test_env_prints_exports(cluster: Kubectl) -> None:
+    lines = dev_cluster("env").stdout.splitlines()
+    assert lines[0].startswith("export KUBECONFIG=")
+    assert lines[0].endswith("/kubeconfig")
+    assert lines[1].startswith("export PATH=")
+    assert "/bin:" in lines[1]
+    out = subprocess.run(
+        ["bash", "-c", f'eval "$({SCRIPT} env)" && kubectl get nodes -o name'],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    assert out.count("node/") >= 4
+
+
+# ------------------------------------------------------------------------- a throwaway second cluster
+
+
+@pytest.fixture
+def scratch_dir(tmp_path: Path, cluster: Kubectl) -> Iterator[Path]:
+    """A second dev directory; whatever a test starts there is stopped afterwards."""
+    dev_dir = tmp_path / "dev"
+    try:
+        yield dev_dir
+    finally:
+        dev_cluster("down", dev_dir=dev_dir, check=False)
+
+
+def test_fault_handling_on_a_second_cluster(scratch_dir: Path) -> None:
+    assert "nothing running" in dev_cluster("down", dev_dir=scratch_dir).stderr
+
+    dev_cluster("up", "--nodes", "1", dev_dir=scratch_dir)
+    state = read_state(scratch_dir)
+    pids = {name: proc["pid"] for name, proc in state["processes"].items()}
+    ports = list(state["ports"].values())
+    kubectl = Kubectl(REPO / ".dev" / "bin" / "kubectl", scratch_dir / "kubeconfig")
+    assert len(kubectl.items("nodes")) == 1
+
+    # A dead component found by `up` leads to a clean restart with new processes.
+    os.kill(pids["kube-scheduler"], 9)
+    wait_for("scheduler gone", lambda: not pid_running(pids["kube-scheduler"]))
+    result = dev_cluster("up", "--nodes", "1", dev_dir=scratch_dir)
+    assert "kube-scheduler not running" in result.stderr
+    assert "restarting it cleanly" in result.stderr
+    for old in pids.values():
+        assert not pid_running(old)
+    restarted = read_state(scratch_dir)
+    assert len(Kubectl(REPO / ".dev" / "bin" / "kubectl", scratch_dir / "kubeconfig").items("nodes")) == 1
+
+    # Two `up`s racing: both succeed, one cluster.
+    results: list[subprocess.CompletedProcess[str]] = []
+    threads = [
+        threading.Thread(
+            target=lambda: results.append(dev_cluster("up", "--nodes", "1", dev_dir=scratch_dir))
+        )
+        for _ in range(2)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    assert len(results) == 2
+    assert all(r.returncode == 0 for r in results)
+    assert read_state(scratch_dir)["processes"] == restarted["processes"]
+
+    # `down` stops every process, frees every port and removes the run directory.
+    pids = {name: proc["pid"] for name, proc in read_state(scratch_dir)["processes"].items()}
+    ports = list(read_state(scratch_dir)["ports"].values())
+    dev_cluster("down", dev_dir=scratch_dir)
+    assert not (scratch_dir / "run").exists()
+    for name, pid in pids.items():
+        assert not pid_running(pid), f"{name} still running"
+    assert not set(ports) & listening_ports()
+    assert "nothing running" in dev_cluster("down", dev_dir=scratch_dir).stderr
+
+
+def test_stale_run_directory_is_replaced(scratch_dir: Path) -> None:
+    run = scratch_dir / "run"
+    run.mkdir(parents=True)
+    (run / "state.json").write_text(
+        json.dumps(
+            {
+                "server": "https://127.0.0.1:1",
+                "processes": {
+                    "kube-apiserver": {"pid": 999999, "binary": "/nonexistent/kube-apiserver", "log": "x"}
+                },
+            }
+        )
+    )
+    result = dev_cluster("up", "--nodes", "1", dev_dir=scratch_dir)
+    assert "stale cluster" in result.stderr
+    assert read_state(scratch_dir)["processes"]["kube-apiserver"]["pid"] != 999999
+
+
+def test_failed_build_names_component_and_log_and_caches_nothing(tmp_path: Path) -> None:
+    env = dict(os.environ, TJ_CACHE_DIR=str(tmp_path), ETCD_VERSION="v3.6.999999")
+    result = subprocess.run(
+        [str(REPO / "hack" / "kube-bins.sh"), "ensure"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode != 0
+    assert "FAILED building etcd" in result.stderr
+    log = tmp_path / "kube-bins" / "logs" / "etcd.log"
+    assert str(log) in result.stderr
+    assert log.exists()
+    leftovers = [p.name for p in (tmp_path / "kube-bins").iterdir() if p.name not in ("logs", ".lock")]
+    assert leftovers == [], f"half-built cache entries left: {leftovers}"
