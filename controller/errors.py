@@ -65,7 +65,11 @@ class Invalid(ApiError):
 
 class TooManyRequests(ApiError):
     def __init__(
-        self, status: int, reason: str, message: str, body: dict[str, Any] | None = None,
+        self,
+        status: int,
+        reason: str,
+        message: str,
+        body: dict[str, Any] | None = None,
         retry_after: float | None = None,
     ) -> None:
         super().__init__(status, reason, message, body)
@@ -107,7 +111,9 @@ def error_from_status(
         cls: type[ApiError] = AlreadyExists if reason == "AlreadyExists" else Conflict
         return cls(status, reason or "Conflict", message, body)
     if status == 429:
-        return TooManyRequests(status, reason or "TooManyRequests", message, body, _seconds(retry_after, body))
+        return TooManyRequests(
+            status, reason or "TooManyRequests", message, body, _seconds(retry_after, body)
+        )
     if status >= 500:
         return ServerError(status, reason or "InternalError", message, body)
     return _BY_STATUS.get(status, ApiError)(status, reason, message, body)

@@ -112,7 +112,10 @@ class Informer:
         page_size: int = 500,
         backoff_initial: float = 0.8,
         backoff_max: float = 30.0,
+        transform: Callable[[KubeObject], KubeObject] | None = None,
     ) -> None:
+        """`transform`, when given, reduces each object before it is stored (like client-go's
+        SetTransform), so caches of big objects such as Nodes hold only what the controller reads."""
         if not 0 < watch_timeout[0] <= watch_timeout[1]:
             raise ValueError(f"watch_timeout must be an increasing pair of positive seconds: {watch_timeout}")
         if read_timeout <= 0:
@@ -128,6 +131,7 @@ class Informer:
         self._page_size = page_size
         self._backoff_initial = backoff_initial
         self._backoff_max = backoff_max
+        self._transform = transform
         self._name = resource.plural + (f" in {namespace}" if namespace else "")
         if label_selector:
             self._name += f" ({label_selector})"
@@ -434,7 +438,7 @@ class Informer:
         # Items of a list carry no apiVersion/kind; set them so handlers see the same shape as a watch.
         raw.setdefault("apiVersion", self._resource.api_version)
         raw.setdefault("kind", self._resource.kind)
-        return raw
+        return self._transform(raw) if self._transform is not None else raw
 
     def _notify_add(self, obj: KubeObject) -> None:
         for handler in self._handlers:

@@ -1,0 +1,101 @@
+"""A TrainingJob's pods seen as one gang: which ranks exist, which are stale, and how far they got.
+
+The lifecycle never reasons about single pods: a rank restarted alone cannot rejoin the collective,
+so every decision is about the gang. This module turns the job's owned pods (from the cache) into
+that view once per reconcile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from controller import podstate
+from controller.failures import PodFailure, classify
+from crd.contract import NUM_WORKERS_ANNOTATION
+
+JsonDict = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class GangView:
+    num_workers: int
+    ranks: dict[int, JsonDict] = field(default_factory=dict)
+    terminating: list[JsonDict] = field(default_factory=list)
+    out_of_range: list[JsonDict] = field(default_factory=list)
+    stale: list[JsonDict] = field(default_factory=list)
+    failures: list[PodFailure] = field(default_factory=list)
+
+    @property
+    def live(self) -> list[JsonDict]:
+        return [*self.ranks.values(), *self.out_of_range]
+
+    @property
+    def all_pods(self) -> list[JsonDict]:
+        return [*self.live, *self.terminating]
+
+    @property
+    def missing(self) -> list[int]:
+        return [index for index in range(self.num_workers) if index not in self.ranks]
+
+    def count(self, *phases: str) -> int:
+        return sum(1 for pod in self.ranks.values() if podstate.phase(pod) in phases)
+
+    @property
+    def unscheduled(self) -> list[JsonDict]:
+        return [pod for pod in self.ranks.values() if not podstate.is_scheduled(pod)]
+
+    @property
+    def formed(self) -> bool:
+        """True once any rank got past Pending: from then on a missing rank breaks the collective."""
+        return any(podstate.phase(pod) != "Pending" for pod in self.ranks.values())
+
+    def workers(self) -> dict[str, int]:
+        return {
+            "pending": self.count("Pending", "Unknown"),
+            "active": self.count("Running"),
+            "succeeded": self.count("Succeeded"),
+            "failed": self.count("Failed"),
+        }
+
+
+def observe(
+    pods: Sequence[JsonDict], num_workers: int, nodes: Mapping[str, JsonDict], nodes_known: bool
+) -> GangView:
+    view = GangView(num_workers=num_workers)
+    for pod in sorted(pods, key=lambda item: str(item.get("metadata", {}).get("name", ""))):
+        if podstate.is_terminating(pod):
+            view.terminating.append(pod)
+            continue
+        index = podstate.replica_index(pod)
+        if index is None or not 0 <= index < num_workers or index in view.ranks:
+            view.out_of_range.append(pod)
+            continue
+        view.ranks[index] = pod
+        built_for = pod.get("metadata", {}).get("annotations", {}).get(NUM_WORKERS_ANNOTATION)
+        if built_for is not None and built_for != str(num_workers):
+            view.stale.append(pod)
+        node = podstate.node_name(pod)
+        failure = classify(pod, nodes.get(node) if node else None, nodes_known)
+        if failure is not None:
+            view.failures.append(failure)
+    return view
+
+
+def root_cause(failures: Sequence[PodFailure], pods_by_name: Mapping[str, JsonDict]) -> PodFailure:
+    """The failure that most likely broke the gang: a disruption first (the other ranks' errors are
+    its consequences), else the container that terminated first."""
+    disruptions = [failure for failure in failures if failure.disruption]
+    if disruptions:
+        return disruptions[0]
+
+    def finished_at(failure: PodFailure) -> str:
+        pod = pods_by_name.get(failure.pod, {})
+        for entry in pod.get("status", {}).get("containerStatuses") or []:
+            terminated = (entry.get("state") or {}).get("terminated") or {}
+            if terminated.get("finishedAt"):
+                return str(terminated["finishedAt"])
+        return "9999"
+
+    return sorted(failures, key=lambda failure: (finished_at(failure), failure.pod))[0]

@@ -1,0 +1,130 @@
+"""Reading a Pod dict the way the lifecycle needs it: rank, phase, scheduling, how it ended, and why.
+
+Pod status is spread over phase, conditions, container states and the node it runs on; the
+lifecycle asks a handful of precise questions of it ("is this rank scheduled?", "did it fail, and is
+that the program's fault or the infrastructure's?"). Answering them here, once, keeps the decision
+code readable and lets tests feed it pod dicts straight from the API.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from controller.clock import parse_time
+from crd.contract import REPLICA_INDEX_LABEL
+
+JsonDict = dict[str, Any]
+
+# Pod condition reasons (set by the scheduler, the eviction API, the taint manager or the kubelet)
+# that mean the infrastructure took the pod away, not that the training program failed.
+DISRUPTION_CONDITION = "DisruptionTarget"
+
+
+def replica_index(pod: Mapping[str, Any]) -> int | None:
+    value = pod.get("metadata", {}).get("labels", {}).get(REPLICA_INDEX_LABEL)
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def phase(pod: Mapping[str, Any]) -> str:
+    return str(pod.get("status", {}).get("phase") or "Pending")
+
+
+def is_terminating(pod: Mapping[str, Any]) -> bool:
+    return bool(pod.get("metadata", {}).get("deletionTimestamp"))
+
+
+def deletion_time(pod: Mapping[str, Any]) -> datetime | None:
+    stamp = pod.get("metadata", {}).get("deletionTimestamp")
+    return parse_time(stamp) if stamp else None
+
+
+def creation_time(pod: Mapping[str, Any]) -> datetime | None:
+    stamp = pod.get("metadata", {}).get("creationTimestamp")
+    return parse_time(stamp) if stamp else None
+
+
+def node_name(pod: Mapping[str, Any]) -> str | None:
+    name = pod.get("spec", {}).get("nodeName")
+    return str(name) if name else None
+
+
+def condition(pod: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
+    for entry in pod.get("status", {}).get("conditions") or []:
+        if entry.get("type") == type_:
+            return entry  # type: ignore[no-any-return]
+    return None
+
+
+def is_scheduled(pod: Mapping[str, Any]) -> bool:
+    scheduled = condition(pod, "PodScheduled")
+    return bool(node_name(pod)) or (scheduled is not None and scheduled.get("status") == "True")
+
+
+def unschedulable_message(pod: Mapping[str, Any]) -> str | None:
+    """The scheduler's explanation when it could not place the pod, e.g. "0/4 nodes are available: ..."."""
+    scheduled = condition(pod, "PodScheduled")
+    if scheduled and scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
+        return str(scheduled.get("message") or "unschedulable")
+    return None
+
+
+def disruption_reason(pod: Mapping[str, Any]) -> str | None:
+    disrupted = condition(pod, DISRUPTION_CONDITION)
+    if disrupted and disrupted.get("status") == "True":
+        return str(disrupted.get("reason") or DISRUPTION_CONDITION)
+    if pod.get("status", {}).get("reason") in ("Evicted", "Preempting", "Terminated", "NodeLost", "Shutdown"):
+        return str(pod["status"]["reason"])
+    return None
+
+
+@dataclass(frozen=True)
+class Termination:
+    """How the first failed container of a pod ended."""
+
+    container: str
+    exit_code: int | None
+    reason: str
+    message: str
+
+
+def termination(pod: Mapping[str, Any]) -> Termination | None:
+    """The terminated state of the pod's first failed container (else of its first terminated one)."""
+    status = pod.get("status", {})
+    ended = []
+    for entry in status.get("containerStatuses") or []:
+        terminated = (entry.get("state") or {}).get("terminated")
+        if terminated is None:
+            terminated = (entry.get("lastState") or {}).get("terminated")
+        if terminated is not None:
+            ended.append((entry.get("name", ""), terminated))
+    if not ended:
+        if phase(pod) == "Failed":
+            return Termination(
+                "", None, str(status.get("reason") or "Failed"), str(status.get("message") or "")
+            )
+        return None
+    failed = [item for item in ended if item[1].get("exitCode", 0) != 0]
+    name, state = (failed or ended)[0]
+    code = state.get("exitCode")
+    return Termination(
+        container=str(name),
+        exit_code=int(code) if code is not None else None,
+        reason=str(state.get("reason") or ("Completed" if code == 0 else "Error")),
+        message=str(state.get("message") or ""),
+    )
+
+
+def node_is_lost(node: Mapping[str, Any] | None) -> bool:
+    """A node that no longer exists, or whose Ready condition is not True, cannot run or stop pods."""
+    if node is None:
+        return True
+    for entry in node.get("status", {}).get("conditions") or []:
+        if entry.get("type") == "Ready":
+            return bool(entry.get("status") != "True")
+    return True

@@ -1,0 +1,200 @@
+"""Training progress: from rank 0's report annotation into status, and the success policy it drives.
+
+Rank 0 patches one annotation on its own Pod (crd.contract.PROGRESS_ANNOTATION) with a JSON object:
+
+    {"epoch": 3, "totalEpochs": 10, "step": 1200, "totalSteps": 4000,
+     "metrics": {"loss": 0.41, "accuracy": 0.87}, "checkpoint": "/checkpoints/epoch-3", "time": "..."}
+
+`epoch` counts completed epochs. The operator already watches its pods, so reading the report costs
+no API call; it copies the report into status only when it changed and at most once per
+`min_interval` seconds, so a chatty trainer cannot turn into a stream of status writes. A report
+that is not valid JSON, or has values of the wrong type, is ignored field by field and never fails
+the job or the operator.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from controller.clock import parse_time, rfc3339
+
+
+@dataclass(frozen=True)
+class Report:
+    epoch: int | None = None
+    total_epochs: int | None = None
+    step: int | None = None
+    total_steps: int | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    checkpoint: str | None = None
+    checkpoint_time: str | None = None
+
+
+def _count(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if not math.isfinite(value) or value < 0:
+        return None
+    return int(value)
+
+
+def parse_report(text: str | None) -> tuple[Report | None, str | None]:
+    """Parses the annotation: (report, None), or (None, None) when absent, or (None, error) when unusable."""
+    if not text:
+        return None, None
+    try:
+        raw = json.loads(text)
+    except ValueError as error:
+        return None, f"progress annotation is not JSON: {error}"
+    if not isinstance(raw, dict):
+        return None, "progress annotation is not a JSON object"
+    metrics_raw = raw.get("metrics")
+    metrics: dict[str, float] = {}
+    if isinstance(metrics_raw, dict):
+        for key, value in list(metrics_raw.items())[:64]:
+            numeric = not isinstance(value, bool) and isinstance(value, int | float)
+            if isinstance(key, str) and numeric and math.isfinite(value):
+                metrics[key[:63]] = float(value)
+    checkpoint = raw.get("checkpoint")
+    checkpoint_time = raw.get("checkpointTime")
+    if isinstance(checkpoint, dict):
+        checkpoint_time = checkpoint.get("time", checkpoint_time)
+        checkpoint = checkpoint.get("path")
+    return Report(
+        epoch=_count(raw.get("epoch")),
+        total_epochs=_count(raw.get("totalEpochs")),
+        step=_count(raw.get("step")),
+        total_steps=_count(raw.get("totalSteps")),
+        metrics=metrics,
+        checkpoint=checkpoint[:1024] if isinstance(checkpoint, str) and checkpoint else None,
+        checkpoint_time=checkpoint_time if isinstance(checkpoint_time, str) else None,
+    ), None
+
+
+def percent(report: Report, planned_epochs: int | None) -> str | None:
+    if report.step is not None and report.total_steps:
+        ratio = report.step / report.total_steps
+    else:
+        total = report.total_epochs or planned_epochs
+        if report.epoch is None or not total:
+            return None
+        ratio = report.epoch / total
+    return f"{min(100, max(0, math.floor(ratio * 100)))}%"
+
+
+def _reported_fields(report: Report, planned_epochs: int | None) -> dict[str, Any]:
+    fields: dict[str, Any] = {}
+    if report.epoch is not None:
+        fields["currentEpoch"] = report.epoch
+    total = report.total_epochs or planned_epochs
+    if total:
+        fields["totalEpochs"] = total
+    if report.step is not None:
+        fields["step"] = report.step
+    if report.metrics:
+        fields["metrics"] = dict(report.metrics)
+    progress = percent(report, planned_epochs)
+    if progress is not None:
+        fields["progress"] = progress
+    return fields
+
+
+@dataclass(frozen=True)
+class ProgressUpdate:
+    status: dict[str, Any]
+    changed: bool
+    retry_in: float | None
+
+
+def apply_report(
+    status: Mapping[str, Any],
+    report: Report,
+    spec: Mapping[str, Any],
+    now: datetime,
+    min_interval: float,
+) -> ProgressUpdate:
+    """Copies a report into status if it says something new and the rate limit allows it now.
+
+    Returns the (possibly unchanged) status, whether it changed, and when to look again if the rate
+    limit deferred a change.
+    """
+    planned = _count((spec.get("hyperparameters") or {}).get("epochs"))
+    fields = _reported_fields(report, planned)
+    checkpoint = dict(status.get("checkpoint") or {})
+    new_checkpoint = report.checkpoint is not None and report.checkpoint != checkpoint.get("latest")
+    if all(status.get(key) == value for key, value in fields.items()) and not new_checkpoint:
+        return ProgressUpdate(dict(status), False, None)
+    last = status.get("lastProgressTime")
+    if last and min_interval > 0:
+        elapsed = (now - parse_time(last)).total_seconds()
+        if elapsed < min_interval:
+            return ProgressUpdate(dict(status), False, min_interval - elapsed)
+    updated = dict(status)
+    updated.update(fields)
+    updated["lastProgressTime"] = rfc3339(now)
+    if new_checkpoint:
+        updated["checkpoint"] = {
+            "latest": report.checkpoint,
+            "count": int(checkpoint.get("count", 0)) + 1,
+            "time": _valid_time(report.checkpoint_time) or rfc3339(now),
+        }
+    success = spec.get("successPolicy") or {}
+    metric_name = success.get("metric", "accuracy")
+    if report.metrics.get(metric_name) is not None and report.epoch is not None:
+        updated["bestMetric"] = _best(
+            status.get("bestMetric"), report.metrics[metric_name], report.epoch, success
+        )
+    return ProgressUpdate(updated, True, None)
+
+
+def _valid_time(text: str | None) -> str | None:
+    if not text:
+        return None
+    try:
+        return rfc3339(parse_time(text))
+    except ValueError:
+        return None
+
+
+def _improves(value: float, best: float, policy: Mapping[str, Any]) -> bool:
+    delta = float(policy.get("minDelta", 0) or 0)
+    if policy.get("metricMode", "max") == "min":
+        return value < best - delta
+    return value > best + delta
+
+
+def _best(previous: Any, value: float, epoch: int, policy: Mapping[str, Any]) -> dict[str, Any]:
+    if not isinstance(previous, dict) or "value" not in previous:
+        return {"value": value, "epoch": epoch}
+    if _improves(value, float(previous["value"]), policy):
+        return {"value": value, "epoch": epoch}
+    return dict(previous)
+
+
+def success_reached(status: Mapping[str, Any], spec: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(reason, message) when the reported metrics satisfy successPolicy, else None."""
+    policy = spec.get("successPolicy") or {}
+    metric_name = policy.get("metric", "accuracy")
+    value = (status.get("metrics") or {}).get(metric_name)
+    target = policy.get("targetAccuracy")
+    minimize = policy.get("metricMode", "max") == "min"
+    if target is not None and value is not None:
+        reached = value <= target if minimize else value >= target
+        if reached:
+            return "TargetReached", f"{metric_name} {value:g} reached the target {target:g}"
+    patience = policy.get("earlyStoppingPatience")
+    best = status.get("bestMetric")
+    epoch = status.get("currentEpoch")
+    if patience and isinstance(best, dict) and epoch is not None:
+        stale = int(epoch) - int(best.get("epoch", 0))
+        if stale >= int(patience):
+            return "EarlyStopped", (
+                f"{metric_name} has not improved on {best['value']:g} (epoch {best['epoch']}) "
+                f"for {stale} epochs (patience {patience})"
+            )
+    return None

@@ -1,0 +1,473 @@
+"""Reconcile one TrainingJob: read the caches, ask `lifecycle.plan` what to do, do it, record it.
+
+This is the imperative shell around the pure planner. Its rules:
+
+* Act only on a cache that has caught up with our own writes: pod creations and deletions are
+  tracked by expectations (lowered by informer events), and a reconcile waits until the job informer
+  has delivered the status we last wrote. Without that a reconcile could count one failure twice or
+  re-create a pod it just made.
+* Write status first (a merge patch with the read resourceVersion as precondition, only when it
+  changed), then objects. A crash in between leaves a status the next reconcile completes.
+* Deletes carry UID preconditions; creates of deterministic names make a second create a 409.
+* Failures to create are reported on the job (an Event, a condition, a message), never raised into
+  the worker pool unless they are transient.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextvars
+import copy
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from concurrent.futures import Executor, Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from builders.names import job_name
+from builders.podgroup import Gang
+from controller import conditions as cond
+from controller import lifecycle, mergepatch
+from controller.clock import Clock, parse_time, rfc3339
+from controller.errors import AlreadyExists, ApiError, Conflict, Forbidden, Invalid, NotFound
+from controller.events import EventRecorder
+from controller.expectations import Expectations
+from controller.failures import Cause
+from controller.kube import (
+    CONFIGMAPS,
+    PODS,
+    PVCS,
+    ROLEBINDINGS,
+    ROLES,
+    SERVICEACCOUNTS,
+    SERVICES,
+    TRAININGJOBS,
+    KubeClient,
+    Resource,
+)
+from controller.metrics import Metrics, restart_reason
+from controller.store import BY_OWNER_UID, Store, object_key
+from crd import contract
+from crd.defaults import with_defaults
+
+logger = logging.getLogger(__name__)
+
+JsonDict = dict[str, Any]
+
+RESOURCES_BY_KIND: dict[str, Resource] = {
+    "Pod": PODS,
+    "Service": SERVICES,
+    "ConfigMap": CONFIGMAPS,
+    "ServiceAccount": SERVICEACCOUNTS,
+    "Role": ROLES,
+    "RoleBinding": ROLEBINDINGS,
+    "PersistentVolumeClaim": PVCS,
+}
+POD_GROUP_RESOURCES: dict[str, Resource] = {
+    contract.COSCHEDULING_GROUP_VERSION: Resource("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup"),
+    contract.VOLCANO_GROUP_VERSION: Resource("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup"),
+}
+
+
+def resource_for(api_version: str, kind: str) -> Resource:
+    if kind == "PodGroup":
+        return POD_GROUP_RESOURCES[api_version]
+    return RESOURCES_BY_KIND[kind]
+
+
+class StatusWrites:
+    """Which status write of ours the job cache has not shown yet (by resourceVersion), per job.
+
+    The informer reports every resourceVersion it delivers (`observed`); a reconcile proceeds only
+    when the last version we wrote has been seen, or after `ttl` seconds in case it never is (a
+    relist may skip it).
+    """
+
+    def __init__(self, clock: Clock, ttl: float = 30.0) -> None:
+        self._clock = clock
+        self._ttl = ttl
+        self._lock = threading.Lock()
+        self._pending: dict[str, tuple[str, float]] = {}
+        self._seen: dict[str, collections.deque[str]] = collections.defaultdict(
+            lambda: collections.deque(maxlen=16)
+        )
+
+    def observed(self, key: str, resource_version: str) -> None:
+        with self._lock:
+            self._seen[key].append(resource_version)
+            pending = self._pending.get(key)
+            if pending is not None and pending[0] == resource_version:
+                del self._pending[key]
+
+    def wrote(self, key: str, resource_version: str) -> None:
+        with self._lock:
+            if resource_version not in self._seen[key]:
+                self._pending[key] = (resource_version, self._clock.monotonic())
+
+    def settled(self, key: str) -> bool:
+        with self._lock:
+            pending = self._pending.get(key)
+            if pending is None:
+                return True
+            if self._clock.monotonic() - pending[1] > self._ttl:
+                del self._pending[key]
+                return True
+            return False
+
+    def forget(self, key: str) -> None:
+        with self._lock:
+            self._pending.pop(key, None)
+            self._seen.pop(key, None)
+
+
+@dataclass(frozen=True)
+class Caches:
+    """The informers' stores the reconciler reads, and whether the optional node cache can be trusted."""
+
+    jobs: Store
+    pods: Store
+    owned: Mapping[str, Store]
+    nodes: Store | None
+    nodes_synced: Callable[[], bool]
+
+
+@dataclass(frozen=True)
+class Result:
+    requeue_after: float | None = None
+    rate_limited: bool = False
+
+
+@dataclass
+class _Outcome:
+    """What happened while executing a plan: problems to show on the job."""
+
+    blocked: list[str] = field(default_factory=list)
+    invalid: list[str] = field(default_factory=list)
+
+
+def _namespace(job: Mapping[str, Any]) -> str:
+    return str(job["metadata"]["namespace"])
+
+
+class Reconciler:
+    def __init__(
+        self,
+        client: KubeClient,
+        caches: Caches,
+        *,
+        expectations: Expectations,
+        status_writes: StatusWrites,
+        events: EventRecorder,
+        metrics: Metrics,
+        clock: Clock,
+        executor: Executor,
+        settings: lifecycle.Settings,
+        gang: Gang | None = None,
+    ) -> None:
+        self._client = client
+        self._caches = caches
+        self._expectations = expectations
+        self._status_writes = status_writes
+        self._events = events
+        self._metrics = metrics
+        self._clock = clock
+        self._executor = executor
+        self._settings = settings
+        self._gang = gang
+
+    # ------------------------------------------------------------------------------------ reading
+
+    def _owned(self, uid: str) -> dict[tuple[str, str], JsonDict]:
+        owned: dict[tuple[str, str], JsonDict] = {}
+        for store in self._caches.owned.values():
+            for obj in store.by_index(BY_OWNER_UID, uid):
+                owned[(obj["kind"], obj["metadata"]["name"])] = obj
+        return owned
+
+    def _nodes(self) -> tuple[dict[str, JsonDict], bool]:
+        store = self._caches.nodes
+        if store is None or not self._caches.nodes_synced():
+            return {}, False
+        return {node["metadata"]["name"]: node for node in store.list()}, True
+
+    def _observe(self, job: JsonDict) -> lifecycle.Observed:
+        uid = job["metadata"]["uid"]
+        nodes, nodes_known = self._nodes()
+        wants_gang = bool((job["spec"].get("scheduling") or {}).get("gangScheduling"))
+        return lifecycle.Observed(
+            job=job,
+            pods=self._caches.pods.by_index(BY_OWNER_UID, uid),
+            owned=self._owned(uid),
+            nodes=nodes,
+            nodes_known=nodes_known,
+            now=self._clock.now(),
+            gang=self._gang if wants_gang else None,
+        )
+
+    # ---------------------------------------------------------------------------------- reconcile
+
+    def _ready_to_act(self, key: str) -> tuple[JsonDict | None, Result]:
+        """The cached job if the cache has caught up with our own writes, else why to wait."""
+        cached = self._caches.jobs.get(key)
+        if cached is None:
+            self._expectations.forget(key)
+            self._status_writes.forget(key)
+            logger.debug("job is gone; nothing to do")
+            return None, Result()
+        if not self._expectations.satisfied(key):
+            pending = self._expectations.pending(key)
+            logger.debug("waiting for the cache to show our pod writes", extra={"pending": repr(pending)})
+            return None, Result(requeue_after=self._expectations_ttl_remaining(pending))
+        if not self._status_writes.settled(key):
+            logger.debug("waiting for the cache to show our last status write")
+            return None, Result()
+        return cached, Result()
+
+    def reconcile(self, key: str) -> Result:
+        cached, waiting = self._ready_to_act(key)
+        if cached is None:
+            return waiting
+        job = with_defaults(copy.deepcopy(cached))
+        observed = self._observe(job)
+        plan = lifecycle.plan(observed, self._settings)
+        if (
+            observed.gang is None
+            and (job["spec"].get("scheduling") or {}).get("gangScheduling")
+            and not (cached.get("status") or {}).get("state")
+        ):
+            plan.events.append(
+                lifecycle.Event(
+                    "Warning",
+                    "GangSchedulingUnavailable",
+                    "scheduling.gangScheduling is set but neither scheduler-plugins' nor Volcano's PodGroup "
+                    "CRD is installed; scheduling pods individually",
+                )
+            )
+        old_status = cached.get("status") or {}
+        written = self._write_status(cached, old_status, plan.status)
+        if written is None:
+            return Result()
+        self._record_transitions(cached, old_status, plan.status)
+        for event in plan.events:
+            self._events.record(cached, event.type, event.reason, event.message)
+        outcome = self._execute(cached, plan)
+        if outcome.invalid or outcome.blocked:
+            self._report_problems(written, plan.status, outcome)
+            return Result(rate_limited=not outcome.invalid)
+        if plan.delete_job:
+            self._delete_job(cached)
+            return Result()
+        return Result(requeue_after=plan.requeue_after)
+
+    def _expectations_ttl_remaining(self, pending: object) -> float:
+        age = getattr(pending, "age_seconds", 0.0)
+        return max(1.0, 300.0 - float(age))
+
+    # ------------------------------------------------------------------------------------- status
+
+    def _write_status(self, job: JsonDict, old: Mapping[str, Any], new: Mapping[str, Any]) -> JsonDict | None:
+        """PATCHes status when it changed; returns the job as the server has it now (None if it is gone)."""
+        patch = mergepatch.diff(old, new)
+        if not patch:
+            return job
+        body = {"metadata": {"resourceVersion": job["metadata"]["resourceVersion"]}, "status": patch}
+        try:
+            updated = self._client.patch(
+                TRAININGJOBS, _namespace(job), job_name(job), body, subresource="status"
+            )
+        except NotFound:
+            logger.info("job deleted while reconciling")
+            return None
+        except Conflict:
+            logger.info("job changed since it was read; reconciling again with the fresh version")
+            raise
+        self._status_writes.wrote(object_key(job), str(updated["metadata"]["resourceVersion"]))
+        old_state, new_state = old.get("state"), new.get("state")
+        if old_state != new_state:
+            logger.info(
+                "state %s -> %s: %s",
+                old_state or "(new)",
+                new_state,
+                new.get("message", ""),
+                extra={"action": "transition", "from": old_state, "to": new_state},
+            )
+        else:
+            logger.debug("status updated", extra={"fields": sorted(patch)})
+        return updated
+
+    def _report_problems(self, job: JsonDict, status: Mapping[str, Any], outcome: _Outcome) -> None:
+        """Shows create failures on the job: an invalid object fails it (InvalidSpec), anything else
+        (quota, a missing PriorityClass, a name taken by an object we do not own) blocks it."""
+        updated: JsonDict = copy.deepcopy(dict(status))
+        stamp = rfc3339(self._clock.now())
+        generation = job["metadata"].get("generation")
+        if outcome.invalid:
+            message = "invalid spec: " + "; ".join(outcome.invalid)
+            updated["state"] = lifecycle.FAILED
+            updated["message"] = message
+            updated["failureReason"] = "InvalidSpec"
+            updated["completionTime"] = stamp
+            updated["conditions"] = cond.set_condition(
+                updated.get("conditions"),
+                cond.FAILED,
+                True,
+                reason="InvalidSpec",
+                message=message,
+                now=stamp,
+                generation=generation,
+            )
+            self._events.record(job, "Warning", "InvalidSpec", message)
+            self._metrics.invalid_spec.labels(namespace=_namespace(job)).inc()
+        else:
+            message = "; ".join(outcome.blocked)
+            updated["message"] = message
+            updated["conditions"] = cond.set_condition(
+                updated.get("conditions"),
+                cond.CREATED,
+                False,
+                reason="FailedCreate",
+                message=message,
+                now=stamp,
+                generation=generation,
+            )
+        self._write_status(job, status, updated)
+
+    def _record_transitions(self, job: JsonDict, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
+        namespace = _namespace(job)
+        metrics = self._metrics
+        old_state, new_state = old.get("state"), new.get("state")
+        if not old_state:
+            metrics.created.labels(namespace=namespace).inc()
+        created = job["metadata"].get("creationTimestamp")
+        age = (self._clock.now() - parse_time(created)).total_seconds() if created else None
+        first_run = (
+            new_state == lifecycle.RUNNING and old_state != lifecycle.RUNNING and not new.get("restartCount")
+        )
+        if first_run and age is not None:
+            metrics.time_to_running.labels(namespace=namespace).observe(age)
+        if new_state in lifecycle.FINISHED and old_state not in lifecycle.FINISHED:
+            reason = str(new.get("failureReason") or "")
+            if new_state == lifecycle.COMPLETED:
+                metrics.completed.labels(namespace=namespace, result="succeeded").inc()
+            else:
+                metrics.completed.labels(namespace=namespace, result="failed").inc()
+                metrics.failed.labels(namespace=namespace, reason=reason or "Unknown").inc()
+            if age is not None:
+                result = "succeeded" if new_state == lifecycle.COMPLETED else "failed"
+                metrics.time_to_complete.labels(namespace=namespace, result=result).observe(age)
+        before = old.get("restarts") or {}
+        after = new.get("restarts") or {}
+        for cause in Cause:
+            grown = int(after.get(cause.value, 0)) - int(before.get(cause.value, 0))
+            if grown > 0:
+                metrics.restarts.labels(namespace=namespace, reason=restart_reason(cause.value)).inc(grown)
+
+    # ------------------------------------------------------------------------------------ actions
+
+    def _execute(self, job: JsonDict, plan: lifecycle.Plan) -> _Outcome:
+        outcome = _Outcome()
+        key = object_key(job)
+        namespace = _namespace(job)
+        for patch in plan.patches:
+            resource = resource_for(patch.api_version, patch.kind)
+            self._client.patch(resource, namespace, patch.name, patch.body)
+            logger.info(
+                "patched %s %s", patch.kind, patch.name, extra={"action": "patch", "object": patch.name}
+            )
+        pods = [obj for obj in plan.creates if obj["kind"] == "Pod"]
+        others = [obj for obj in plan.creates if obj["kind"] != "Pod"]
+        for obj in others:
+            self._create(job, obj, outcome)
+        if outcome.blocked or outcome.invalid:
+            return outcome
+        if pods:
+            self._expectations.expect_creates(key, [pod["metadata"]["name"] for pod in pods])
+            for future in [self._submit(self._create_pod, job, pod, outcome) for pod in pods]:
+                future.result()
+        pod_deletes = [delete for delete in plan.deletes if delete.kind == "Pod"]
+        if pod_deletes:
+            self._expectations.expect_deletes(key, [delete.uid for delete in pod_deletes])
+            for future in [self._submit(self._delete_pod, job, delete) for delete in pod_deletes]:
+                future.result()
+        return outcome
+
+    def _submit(self, function: Callable[..., None], *args: Any) -> Future[None]:
+        """Runs `function` on the shared pool in a copy of this thread's context, so its log lines carry
+        the job's namespace, name and reconcile id."""
+        return self._executor.submit(contextvars.copy_context().run, function, *args)
+
+    def _create(self, job: JsonDict, obj: JsonDict, outcome: _Outcome) -> bool:
+        namespace = _namespace(job)
+        kind, name = obj["kind"], obj["metadata"]["name"]
+        resource = resource_for(obj["apiVersion"], kind)
+        try:
+            self._client.create(resource, namespace, obj)
+        except AlreadyExists:
+            existing = self._client.get(resource, namespace, name)
+            owners = existing.get("metadata", {}).get("ownerReferences") or []
+            if any(owner.get("uid") == job["metadata"]["uid"] for owner in owners):
+                return True
+            message = f"{kind} {name} already exists and is not owned by this TrainingJob"
+            self._failed_create(job, kind, name, message, outcome.blocked)
+            return False
+        except Invalid as error:
+            self._failed_create(job, kind, name, f"{kind} {name}: {error.message}", outcome.invalid)
+            return False
+        except (Forbidden, NotFound) as error:
+            self._failed_create(job, kind, name, f"creating {kind} {name}: {error.message}", outcome.blocked)
+            return False
+        logger.info("created %s %s", kind, name, extra={"action": "create", "kind": kind, "object": name})
+        self._events.record(job, "Normal", "SuccessfulCreate", f"Created {kind.lower()}: {name}")
+        return True
+
+    def _failed_create(self, job: JsonDict, kind: str, name: str, message: str, into: list[str]) -> None:
+        into.append(message)
+        logger.warning("failed to create %s %s: %s", kind, name, message, extra={"action": "create-failed"})
+        self._events.record(job, "Warning", "FailedCreate", message)
+
+    def _create_pod(self, job: JsonDict, pod: JsonDict, outcome: _Outcome) -> None:
+        key = object_key(job)
+        name = pod["metadata"]["name"]
+        try:
+            created = self._create(job, pod, outcome)
+        except ApiError:
+            self._expectations.created(key, name)
+            raise
+        if not created:
+            self._expectations.created(key, name)
+
+    def _delete_pod(self, job: JsonDict, delete: lifecycle.Delete) -> None:
+        key = object_key(job)
+        try:
+            self._client.delete(
+                PODS,
+                _namespace(job),
+                delete.name,
+                uid=delete.uid,
+                grace_period_seconds=0 if delete.force else None,
+            )
+        except (NotFound, Conflict):
+            self._expectations.deleted(key, delete.uid)
+            return
+        except ApiError:
+            self._expectations.deleted(key, delete.uid)
+            raise
+        verb = "force-deleted" if delete.force else "deleted"
+        logger.info(
+            "%s pod %s: %s",
+            verb,
+            delete.name,
+            delete.reason,
+            extra={"action": "delete", "object": delete.name},
+        )
+        self._events.record(
+            job, "Normal", "SuccessfulDelete", f"{verb.capitalize()} pod: {delete.name} ({delete.reason})"
+        )
+
+    def _delete_job(self, job: JsonDict) -> None:
+        try:
+            self._client.delete(TRAININGJOBS, _namespace(job), job_name(job), uid=job["metadata"]["uid"])
+        except (NotFound, Conflict):
+            return
+        logger.info("deleted the job: ttlSecondsAfterFinished expired", extra={"action": "delete-job"})

@@ -1,0 +1,111 @@
+"""The objects a TrainingJob needs besides its pods, and how to bring the cluster in line with them.
+
+ConfigMap, headless and master Services, the per-job ServiceAccount/Role/RoleBinding, the checkpoint
+claim and the PodGroup are built by `builders/`; this module compares them with what the cache holds
+and says what to create or patch. Only the fields the operator owns are compared (a ConfigMap's
+data, a Service's ports and selector, a Role's rules, a PodGroup's spec), so defaulting by the API
+server or additions by other controllers never cause a write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from builders.configmap import build_config_map
+from builders.podgroup import Gang, build_pod_group
+from builders.pvc import build_checkpoint_pvc
+from builders.rbac import build_rbac
+from builders.services import build_headless_service, build_master_service
+
+JsonDict = dict[str, Any]
+
+# Per kind: the top-level fields the operator owns and keeps equal to what it built. An empty tuple
+# means "create only" (a PVC's spec is immutable once bound).
+OWNED_FIELDS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "ConfigMap": (("data",),),
+    "Service": (("spec", "ports"), ("spec", "selector"), ("spec", "publishNotReadyAddresses")),
+    "ServiceAccount": (),
+    "Role": (("rules",),),
+    "RoleBinding": (("subjects",),),
+    "PersistentVolumeClaim": (),
+    "PodGroup": (("spec",),),
+}
+
+
+@dataclass(frozen=True)
+class Patch:
+    kind: str
+    name: str
+    body: JsonDict
+    api_version: str
+
+
+def desired_objects(job: JsonDict, gang: Gang | None) -> list[JsonDict]:
+    """Every non-pod object of the job, in creation order (pods need the account and config first)."""
+    objects = [
+        build_config_map(job),
+        *build_rbac(job),
+        build_headless_service(job),
+        build_master_service(job),
+    ]
+    claim = build_checkpoint_pvc(job)
+    if claim is not None:
+        objects.append(claim)
+    if gang is not None:
+        objects.append(build_pod_group(job, gang))
+    return objects
+
+
+def _lookup(obj: Mapping[str, Any], path: tuple[str, ...]) -> Any:
+    value: Any = obj
+    for key in path:
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(key)
+    return value
+
+
+def _nest(path: tuple[str, ...], value: Any) -> JsonDict:
+    body: JsonDict = {path[-1]: value}
+    for key in reversed(path[:-1]):
+        body = {key: body}
+    return body
+
+
+def _merge(into: JsonDict, addition: Mapping[str, Any]) -> None:
+    for key, value in addition.items():
+        if isinstance(value, Mapping) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = value
+
+
+def reconcile_objects(
+    desired: list[JsonDict], existing: Mapping[tuple[str, str], JsonDict]
+) -> tuple[list[JsonDict], list[Patch]]:
+    """(objects to create, merge patches to apply) so that `existing` matches `desired`.
+
+    `existing` maps (kind, name) to the job's owned objects from the cache.
+    """
+    creates: list[JsonDict] = []
+    patches: list[Patch] = []
+    for obj in desired:
+        kind = obj["kind"]
+        name = obj["metadata"]["name"]
+        current = existing.get((kind, name))
+        if current is None:
+            creates.append(obj)
+            continue
+        body: JsonDict = {}
+        for path in OWNED_FIELDS.get(kind, ()):
+            wanted = _lookup(obj, path)
+            if wanted is not None and _lookup(current, path) != wanted:
+                _merge(body, _nest(path, wanted))
+        if body:
+            if kind == "ConfigMap":
+                stale_keys = set(current.get("data") or {}) - set(obj.get("data") or {})
+                body["data"].update(dict.fromkeys(stale_keys))
+            patches.append(Patch(kind, name, body, obj["apiVersion"]))
+    return creates, patches
