@@ -281,6 +281,7 @@ def spawn(name: str, binary: Path, args: list[str], processes: dict[str, Any]) -
         "pid": proc.pid,
         "start_time": process_start_time(proc.pid),
         "binary": str(binary),
+        "args": args,
         "log": str(log_path),
     }
     write_state_processes(processes)
@@ -350,18 +351,18 @@ def kubectl(bin_dir: Path, *args: str, stdin: str | None = None, check: bool = T
     return result.stdout
 
 
-def stop_processes(processes: dict[str, Any]) -> None:
+def stop_processes(processes: dict[str, Any], timeout: float = STOP_TIMEOUT) -> None:
     """SIGTERM every process we started (newest first), then SIGKILL what is left after a grace period."""
     alive = {name: proc for name, proc in processes.items() if pid_alive(proc)}
     for name in reversed(list(alive)):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(alive[name]["pid"], signal.SIGTERM)
-    deadline = time.monotonic() + STOP_TIMEOUT
+    deadline = time.monotonic() + timeout
     while alive and time.monotonic() < deadline:
         alive = {name: proc for name, proc in alive.items() if pid_alive(proc)}
         time.sleep(0.1)
     for name, proc in alive.items():
-        say(f"{name} (pid {proc['pid']}) ignored SIGTERM for {STOP_TIMEOUT:.0f}s; killing it")
+        say(f"{name} (pid {proc['pid']}) ignored SIGTERM for {timeout:.0f}s; killing it")
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc["pid"], signal.SIGKILL)
     deadline = time.monotonic() + STOP_TIMEOUT
@@ -672,6 +673,32 @@ def status() -> int:
     return 0 if not dead else 1
 
 
+def restart(component: str) -> None:
+    """Stops one component and starts it again with the same command line (and so the same port),
+    then waits until it serves again: how tests exercise an API server restart."""
+    with cluster_lock():
+        state = read_state()
+        if state is None:
+            raise ClusterError("the dev cluster is not running")
+        processes: dict[str, Any] = state["processes"]
+        if component not in processes:
+            raise ClusterError(f"unknown component {component}; one of {', '.join(processes)}")
+        process = processes[component]
+        # kube-apiserver stops listening at once but may linger on open watch connections.
+        stop_processes({component: process}, timeout=5.0)
+        spawn(component, Path(process["binary"]), list(process["args"]), processes)
+        pki = RUN / "pki"
+        if component == "kube-apiserver":
+            context = admin_ssl_context(pki)
+            wait_until(
+                "kube-apiserver /readyz", lambda: http_ok(f"{state['server']}/readyz", context), processes
+            )
+        elif component == "etcd":
+            url = f"http://127.0.0.1:{state['ports']['etcd']}/health"
+            wait_until("etcd /health", lambda: http_ok(url, expect='"health":"true"'), processes)
+        say(f"restarted {component} (pid {processes[component]['pid']})")
+
+
 def env() -> None:
     print(f"export KUBECONFIG={KUBECONFIG}")
     print(f'export PATH={KUBECTL_LINK.parent}:"$PATH"')
@@ -689,6 +716,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("down", help="stop every process the cluster started and remove its run directory")
     sub.add_parser("status", help="what runs, versions, ports and logs")
     sub.add_parser("env", help="print export lines for eval")
+    restart_parser = sub.add_parser("restart", help="restart one component with the same flags and port")
+    restart_parser.add_argument("component", choices=COMPONENTS)
     args = parser.parse_args(argv)
     try:
         if args.command == "up":
@@ -699,6 +728,8 @@ def main(argv: list[str] | None = None) -> int:
             )
         elif args.command == "down":
             down()
+        elif args.command == "restart":
+            restart(args.component)
         elif args.command == "status":
             return status()
         else:

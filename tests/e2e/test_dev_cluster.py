@@ -331,6 +331,15 @@ def test_fault_handling_on_a_second_cluster(scratch_dir: Path) -> None:
     restarted = read_state(scratch_dir)
     assert len(Kubectl(REPO / ".dev" / "bin" / "kubectl", scratch_dir / "kubeconfig").items("nodes")) == 1
 
+    # `restart` brings one component back with the same flags and port.
+    before = read_state(scratch_dir)["processes"]["kube-apiserver"]["pid"]
+    dev_cluster("restart", "kube-apiserver", dev_dir=scratch_dir)
+    after = read_state(scratch_dir)
+    assert after["processes"]["kube-apiserver"]["pid"] != before
+    assert not pid_running(before)
+    assert len(Kubectl(REPO / ".dev" / "bin" / "kubectl", scratch_dir / "kubeconfig").items("nodes")) == 1
+    restarted = after
+
     # Two `up`s racing: both succeed, one cluster.
     results: list[subprocess.CompletedProcess[str]] = []
     threads = [
