@@ -43,3 +43,21 @@ lint: $(STAMP) ## ruff and mypy
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+
+KUBECTL ?= $(if $(wildcard .dev/bin/kubectl),.dev/bin/kubectl,kubectl)
+METRICS_ADDR ?= 127.0.0.1:8080
+RUN_ARGS ?=
+
+.PHONY: generate
+generate: $(STAMP) ## regenerate the CRD YAML and docs/api.md from crd/
+	$(VENV_PY) -m crd write
+
+.PHONY: install
+install: ## apply the CRD to the cluster of $KUBECONFIG and wait until it is Established
+	@command -v $(KUBECTL) >/dev/null || { echo "kubectl not found: 'make dev-cluster' builds one, or install kubectl" >&2; exit 1; }
+	$(KUBECTL) apply --server-side --force-conflicts -f crd/trainingjobs.ml.example.com.yaml
+	$(KUBECTL) wait --for=condition=Established --timeout=60s crd/trainingjobs.ml.example.com
+
+.PHONY: run
+run: $(STAMP) ## run the operator against $KUBECONFIG (metrics on 127.0.0.1:8080)
+	$(VENV_PY) -m controller --metrics-addr $(METRICS_ADDR) $(RUN_ARGS)

@@ -57,14 +57,12 @@ def wait_for(
         time.sleep(interval)
 
 
-@dataclass(frozen=True)
 class KubectlError(Exception):
-    args_: tuple[str, ...]
-    returncode: int
-    stderr: str
-
-    def __str__(self) -> str:
-        return f"kubectl {' '.join(self.args_)} exited {self.returncode}: {self.stderr.strip()}"
+    def __init__(self, args: tuple[str, ...], returncode: int, stderr: str) -> None:
+        super().__init__(f"kubectl {' '.join(args)} exited {returncode}: {stderr.strip()}")
+        self.command = args
+        self.returncode = returncode
+        self.stderr = stderr
 
 
 @dataclass(frozen=True)
