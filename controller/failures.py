@@ -108,14 +108,14 @@ def _exit_code_verdict(code: int | None, failure_policy: Mapping[str, Any]) -> V
 
 
 def restart_delay(backoff: Mapping[str, Any], previous_restarts: int, seed: str) -> float:
-    """Seconds to wait before the next gang start: initial * multiplier^previous, capped, plus up to 10%
-    jitter (so jobs that failed together do not restart together, even at the cap). The jitter is
-    derived from `seed` (job UID and restart number): stable across operator restarts, reproducible in
-    tests."""
+    """Seconds to wait before the next gang start: initial * multiplier^previous, with up to 10% jitter,
+    never above maxDelaySeconds. Below the cap the jitter lengthens the delay; at the cap it shortens
+    it, so jobs that failed together do not restart together even there. The jitter is derived from
+    `seed` (job UID and restart number): stable across operator restarts, reproducible in tests."""
     initial = float(backoff.get("initialDelaySeconds", 10))
     cap = float(backoff.get("maxDelaySeconds", 360))
     multiplier = float(backoff.get("multiplier", 2))
     exponent = min(max(previous_restarts, 0), 64)
-    delay = min(cap, initial * multiplier**exponent)
     fraction = int.from_bytes(hashlib.sha256(seed.encode()).digest()[:8], "big") / 2**64
-    return delay * (1 + 0.1 * fraction)
+    delay = initial * multiplier**exponent * (1 + 0.1 * fraction)
+    return delay if delay <= cap else cap * (1 - 0.1 * fraction)

@@ -67,6 +67,12 @@ def observe(
     for pod in sorted(pods, key=lambda item: str(item.get("metadata", {}).get("name", ""))):
         if podstate.is_terminating(pod):
             view.terminating.append(pod)
+            # Preemption, API eviction and taint-manager deletion mark the pod DisruptionTarget and
+            # delete it: the rank then goes missing, and this is why.
+            if podstate.disruption_reason(pod) is not None:
+                failure = classify(pod, None, False)
+                if failure is not None:
+                    view.failures.append(failure)
             continue
         index = podstate.replica_index(pod)
         if index is None or not 0 <= index < num_workers or index in view.ranks:

@@ -195,6 +195,12 @@ class _Planner:
         configured = (self.spec.get("checkpoint") or {}).get("resumeFrom")
         return str(configured) if configured else None
 
+    @staticmethod
+    def holding(pods: Sequence[JsonDict]) -> list[JsonDict]:
+        """The pods still running or about to (they hold nodes and GPUs); finished ones are kept for
+        inspection unless cleanPodPolicy says otherwise."""
+        return [pod for pod in pods if podstate.phase(pod) in ("Pending", "Running", "Unknown")]
+
     def gpus(self, pods: int) -> int:
         return pods * int(self.spec.get("gpusPerWorker") or 0)
 
@@ -215,7 +221,7 @@ class _Planner:
             listed = "; ".join(str(error) for error in errors[:10])
             self.fail("InvalidSpec", f"invalid spec: {listed}", self.view.all_pods)
             return self.plan
-        if not self.state:
+        if not self.state and not self.spec.get("suspend"):
             self.transition(PENDING, "creating the job's resources", "Pending")
             self.set_condition(cond.CREATED, False, "Creating", "creating the job's resources")
         self.supporting_objects()
@@ -247,10 +253,8 @@ class _Planner:
         if policy == "All":
             self.delete_pods(self.view.live, f"job {self.state}; cleanPodPolicy All")
         elif policy == "Running":
-            holding = [
-                pod for pod in self.view.live if podstate.phase(pod) in ("Pending", "Running", "Unknown")
-            ]
-            self.delete_pods(holding, f"job {self.state}; cleanPodPolicy Running")
+            self.delete_pods(self.holding(self.view.live), f"job {self.state}; cleanPodPolicy Running")
+        self.force_delete_stuck_pods()
         self.update_allocation()
         ttl = self.spec.get("ttlSecondsAfterFinished")
         finished_at = self.status.get("completionTime")
@@ -325,8 +329,9 @@ class _Planner:
         self.set_condition(cond.SUSPENDED, False, "Resumed", "spec.suspend is false")
         self.set_condition(cond.CREATED, False, "Resuming", "recreating the gang after suspension")
         if self.status.get("startTime"):
+            # A job that ran before resumes with a new attempt; one suspended from creation starts at 0.
             self.status["runningSince"] = self.stamp
-        self.status["attempt"] = int(self.status.get("attempt", 0)) + 1
+            self.status["attempt"] = int(self.status.get("attempt", 0)) + 1
         self.transition(
             PENDING, "resuming from the latest checkpoint" if self.resume_from() else "resuming", "Resumed"
         )
@@ -368,7 +373,11 @@ class _Planner:
         self.status["restarts"] = restarts
         self.status["restartCount"] = int(self.status.get("restartCount", 0)) + 1
         self.status["lastRestartReason"] = reason
-        self.status["restartAt"] = rfc3339(self.now + timedelta(seconds=delay))
+        # Kubernetes times have whole seconds: round up so the restart never comes before the delay.
+        restart_at = self.now + timedelta(seconds=delay)
+        if restart_at.microsecond:
+            restart_at = restart_at.replace(microsecond=0) + timedelta(seconds=1)
+        self.status["restartAt"] = rfc3339(restart_at)
         text = f"{message}; restarting the whole gang in {format_duration(delay)}"
         self.set_condition(cond.RESTARTING, True, reason, text)
         self.set_condition(cond.RUNNING, False, "Restarting", text)
@@ -376,7 +385,7 @@ class _Planner:
         self.status["workers"] = self.view.workers()
         self.transition(RESTARTING, text, reason, warning=True)
         self.delete_pods(self.view.live, f"gang restart: {reason}")
-        self.plan.requeue(delay)
+        self.plan.requeue((restart_at - self.now).total_seconds())
 
     def restart_in_progress(self) -> bool:
         """Drives a started restart; returns True while the next attempt must still wait."""
@@ -384,11 +393,15 @@ class _Planner:
         remaining = len(self.view.live) + len(self.view.terminating)
         restart_at = self.status.get("restartAt")
         wait = (parse_time(restart_at) - self.now).total_seconds() if restart_at else 0.0
+        self.status["workers"] = self.view.workers()
         if remaining:
             self.status["message"] = f"waiting for {remaining} pod(s) of the previous attempt to terminate"
-            self.status["workers"] = self.view.workers()
             return True
         if wait > 0:
+            # Only the backoff delay is left: say so (the message may still name the old pods).
+            restarting = cond.get(self.conditions(), cond.RESTARTING)
+            if restarting and restarting.get("status") == "True":
+                self.status["message"] = str(restarting.get("message") or self.status.get("message", ""))
             self.plan.requeue(wait)
             return True
         self.status.pop("restartAt", None)
@@ -411,7 +424,9 @@ class _Planner:
         if judged is Verdict.PERMANENT:
             why = "restartPolicy Never" if policy.get("restartPolicy") == "Never" else "a permanent exit code"
             self.fail(
-                reason if reason == "OOMKilled" else "PodFailed", f"{described} ({why})", self.view.live
+                reason if reason == "OOMKilled" else "PodFailed",
+                f"{described} ({why})",
+                self.holding(self.view.live),
             )
         elif judged is Verdict.DISRUPTION:
             limit = int(policy.get("maxDisruptionRestarts", 20))
@@ -420,7 +435,7 @@ class _Planner:
                     "DisruptionLimitExceeded",
                     f"{limit} restarts after disruptions (failurePolicy.maxDisruptionRestarts); "
                     f"last: {described}",
-                    self.view.live,
+                    self.holding(self.view.live),
                 )
             else:
                 self.start_restart(Cause.DISRUPTION, failure.reason, described)
@@ -432,7 +447,7 @@ class _Planner:
                     "BackoffLimitExceeded",
                     f"failed after {used} restart(s) (failurePolicy.backoffLimit {limit}); "
                     f"last failure: {described}",
-                    self.view.live,
+                    self.holding(self.view.live),
                 )
             else:
                 self.start_restart(Cause.FAILURE, reason, described)
@@ -591,13 +606,14 @@ class _Planner:
         reached = success_reached(self.status, self.spec)
         if reached is not None:
             reason, message = reached
-            self.finish(COMPLETED, reason, message, self.view.live)
+            self.finish(COMPLETED, reason, message, self.holding(self.view.live))
             return True
         view = self.view
         mode = (self.spec.get("successPolicy") or {}).get("mode", "AllWorkers")
         rank0 = view.ranks.get(0)
         if mode == "RankZero" and rank0 is not None and podstate.phase(rank0) == "Succeeded":
-            self.finish(COMPLETED, "RankZeroSucceeded", "rank 0 succeeded", [])
+            # The other workers are stopped whatever cleanPodPolicy says (it keeps finished pods only).
+            self.finish(COMPLETED, "RankZeroSucceeded", "rank 0 succeeded", self.holding(view.live))
             return True
         if not view.missing and view.count("Succeeded") == view.num_workers:
             self.finish(COMPLETED, "AllWorkersSucceeded", f"all {view.num_workers} workers succeeded", [])
@@ -635,7 +651,11 @@ class _Planner:
             policy = self.spec.get("failurePolicy") or {}
             used = int(restarts.get(Cause.FAILURE.value, 0)) + int(restarts.get(Cause.STALL.value, 0))
             if used >= int(policy.get("backoffLimit", 3)):
-                self.fail("BackoffLimitExceeded", f"{message}; backoffLimit exhausted", self.view.live)
+                self.fail(
+                    "BackoffLimitExceeded",
+                    f"{message}; backoffLimit exhausted",
+                    self.holding(self.view.live),
+                )
                 return
             self.set_condition(cond.STALLED, True, "ProgressDeadlineExceeded", message)
             self.start_restart(Cause.STALL, "Stalled", message)

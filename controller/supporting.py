@@ -3,8 +3,8 @@
 ConfigMap, headless and master Services, the per-job ServiceAccount/Role/RoleBinding, the checkpoint
 claim and the PodGroup are built by `builders/`; this module compares them with what the cache holds
 and says what to create or patch. Only the fields the operator owns are compared (a ConfigMap's
-data, a Service's ports and selector, a Role's rules, a PodGroup's spec), so defaulting by the API
-server or additions by other controllers never cause a write.
+data, a Service's ports and selector, a Role's rules, the PodGroup fields it sets), so defaulting by
+the API server or additions by other controllers never cause a write.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ OWNED_FIELDS: dict[str, tuple[tuple[str, ...], ...]] = {
     "Role": (("rules",),),
     "RoleBinding": (("subjects",),),
     "PersistentVolumeClaim": (),
-    "PodGroup": (("spec",),),
+    # Key by key: Volcano's admission webhook fills in spec.queue, which must not count as a difference.
+    "PodGroup": (("spec", "minMember"), ("spec", "scheduleTimeoutSeconds"), ("spec", "priorityClassName")),
 }
 
 

@@ -1,0 +1,371 @@
+"""A fake cluster for stepping a TrainingJob through its life with `controller.lifecycle.plan`.
+
+`World` holds what the controller's caches would: the job (defaulted, with the status the previous plan
+wrote), its pods, its other owned objects and the nodes. `step()` calls `plan()` at the world's fixed
+clock and applies the plan the way the API server and a fast kubelet would: creates appear (pods as
+Pending, unscheduled), deletes remove pods at once, or leave them Terminating when the world is
+`graceful` or their node is lost (no kubelet confirms the deletion), and force deletes remove them.
+Helper methods play scheduler and kubelet (bind, run, exit, evict), so tests read as a sequence of
+cluster events and reconciles.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from builders.names import pod_name
+from controller.clock import rfc3339
+from controller.lifecycle import Delete, Event, Observed, Plan, Settings, plan
+from crd import contract
+from crd.defaults import with_defaults
+from tests.unit.crd_cases import job as manifest
+
+JsonDict = dict[str, Any]
+
+T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
+JOB_UID = "5b0c7f3e-1d2a-4c8b-9e1f-0a1b2c3d4e5f"
+NAMESPACE = "ml"
+INSUFFICIENT_GPU = "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."
+
+
+def make_job(changes: dict[str, Any] | None = None, *, name: str = "mnist", workers: int = 2) -> JsonDict:
+    """A stored, defaulted TrainingJob (2 workers, 1 GPU each) with dotted-path `changes` applied."""
+    stored = manifest({"spec.numWorkers": workers, **(changes or {})}, name=name)
+    stored["metadata"].update(
+        {"namespace": NAMESPACE, "uid": JOB_UID, "generation": 1, "creationTimestamp": rfc3339(T0)}
+    )
+    return with_defaults(stored)
+
+
+def make_node(name: str, ready: bool | None = True) -> JsonDict:
+    """A Node with a Ready condition: True, False (NotReady) or None (Unknown: kubelet stopped posting)."""
+    status = "Unknown" if ready is None else ("True" if ready else "False")
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "uid": f"uid-{name}"},
+        "status": {"conditions": [{"type": "Ready", "status": status, "reason": "KubeletReady"}]},
+    }
+
+
+def names(deletes: Iterable[Delete]) -> list[str]:
+    return sorted(delete.name for delete in deletes)
+
+
+def env_of(pod: JsonDict) -> dict[str, str]:
+    return {entry["name"]: entry.get("value", "") for entry in pod["spec"]["containers"][0].get("env", [])}
+
+
+def condition(status: JsonDict, type_: str) -> JsonDict | None:
+    for entry in status.get("conditions") or []:
+        if entry["type"] == type_:
+            return dict(entry)
+    return None
+
+
+@dataclass
+class World:
+    job: JsonDict
+    now: datetime = T0
+    settings: Settings = field(default_factory=Settings)
+    pods: dict[str, JsonDict] = field(default_factory=dict)
+    owned: dict[tuple[str, str], JsonDict] = field(default_factory=dict)
+    nodes: dict[str, JsonDict] = field(default_factory=dict)
+    nodes_known: bool = True
+    graceful: bool = False
+    plans: list[Plan] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    uid_counter: int = 0
+    job_deleted: bool = False
+
+    # ------------------------------------------------------------------------------ reconciling
+
+    @property
+    def status(self) -> JsonDict:
+        return dict(self.job.get("status") or {})
+
+    @property
+    def state(self) -> str | None:
+        state = self.status.get("state")
+        return str(state) if state else None
+
+    def condition(self, type_: str) -> JsonDict | None:
+        return condition(self.status, type_)
+
+    def observed(self) -> Observed:
+        return Observed(
+            job=copy.deepcopy(self.job),
+            pods=[copy.deepcopy(pod) for pod in self.pods.values()],
+            owned=copy.deepcopy(self.owned),
+            nodes=copy.deepcopy(self.nodes),
+            now=self.now,
+            nodes_known=self.nodes_known,
+        )
+
+    def plan(self) -> Plan:
+        """Plans without applying anything."""
+        return plan(self.observed(), self.settings)
+
+    def step(self, seconds: float = 0.0) -> Plan:
+        """Advances the clock, plans and applies the plan; returns it."""
+        self.advance(seconds)
+        result = self.plan()
+        self.apply(result)
+        return result
+
+    def settle(self, limit: int = 10) -> Plan:
+        """Steps at the same instant until a plan writes nothing."""
+        for _ in range(limit):
+            result = self.step()
+            if not (result.creates or result.deletes or result.patches):
+                return result
+        raise AssertionError("the job never settled")
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+    def apply(self, result: Plan) -> None:
+        self.plans.append(result)
+        self.events.extend(result.events)
+        before = self.state
+        self.job["status"] = copy.deepcopy(result.status)
+        if self.state != before:
+            # Every state transition is announced by an Event that names the new state.
+            assert any(event.message.startswith(f"{self.state}:") for event in result.events), (
+                before,
+                self.state,
+                result.events,
+            )
+        for obj in result.creates:
+            self.create(obj)
+        for patch in result.patches:
+            current = self.owned[(patch.kind, patch.name)]
+            _merge_patch(current, patch.body)
+        for delete in result.deletes:
+            assert delete.kind == "Pod"
+            self.delete_pod(delete)
+        if result.delete_job:
+            self.job_deleted = True
+
+    def create(self, obj: JsonDict) -> None:
+        created = copy.deepcopy(obj)
+        self.uid_counter += 1
+        meta = created["metadata"]
+        meta["uid"] = f"uid-{meta['name']}-{self.uid_counter}"
+        meta["creationTimestamp"] = rfc3339(self.now)
+        meta["resourceVersion"] = str(self.uid_counter)
+        if created["kind"] != "Pod":
+            assert (created["kind"], meta["name"]) not in self.owned, f"duplicate {meta['name']}"
+            self.owned[(created["kind"], meta["name"])] = created
+            return
+        assert meta["name"] not in self.pods, f"created {meta['name']} while it still exists"
+        created["status"] = {"phase": "Pending", "qosClass": "Burstable"}
+        self.pods[meta["name"]] = created
+
+    def delete_pod(self, delete: Delete) -> None:
+        pod = self.pods.get(delete.name)
+        if pod is None or pod["metadata"]["uid"] != delete.uid:
+            return  # 404 or a precondition failure: the controller's delete targets a uid
+        if delete.force:
+            del self.pods[delete.name]
+            return
+        node = pod["spec"].get("nodeName")
+        if not node:
+            del self.pods[delete.name]  # never bound: the API server deletes it at once
+            return
+        if pod["metadata"].get("deletionTimestamp"):
+            return
+        if self.graceful or self.node_lost(str(node)):
+            grace = int(pod["spec"].get("terminationGracePeriodSeconds", 30))
+            pod["metadata"]["deletionTimestamp"] = rfc3339(self.now + timedelta(seconds=grace))
+            pod["metadata"]["deletionGracePeriodSeconds"] = grace
+            return
+        del self.pods[delete.name]
+
+    def node_lost(self, name: str) -> bool:
+        node = self.nodes.get(name)
+        if node is None:
+            return True
+        ready = [c for c in node["status"]["conditions"] if c["type"] == "Ready"]
+        return not ready or ready[0]["status"] != "True"
+
+    def finish_terminating(self) -> None:
+        """The kubelets confirm every pending deletion (only on nodes that are still up)."""
+        for name in list(self.pods):
+            pod = self.pods[name]
+            if pod["metadata"].get("deletionTimestamp") and not self.node_lost(
+                str(pod["spec"].get("nodeName"))
+            ):
+                del self.pods[name]
+
+    # ------------------------------------------------------------------------- spec changes
+
+    def update_spec(self, **changes: Any) -> None:
+        """Edits spec fields (dotted paths) as a user would: the generation moves."""
+        for path, value in changes.items():
+            node = self.job["spec"]
+            *parents, last = path.split(".")
+            for part in parents:
+                node = node.setdefault(part, {})
+            node[last] = value
+        self.job = with_defaults(self.job)
+        self.job["metadata"]["generation"] = int(self.job["metadata"]["generation"]) + 1
+
+    # ------------------------------------------------------------------------ pods and nodes
+
+    def pod(self, index: int) -> JsonDict:
+        return self.pods[pod_name(self.job, index)]
+
+    def pod_names(self) -> list[str]:
+        return sorted(self.pods)
+
+    def live_pods(self) -> list[JsonDict]:
+        return [pod for pod in self.pods.values() if not pod["metadata"].get("deletionTimestamp")]
+
+    def indices(self, indices: Sequence[int] | None) -> list[int]:
+        if indices is not None:
+            return list(indices)
+        return sorted(int(p["metadata"]["labels"][contract.REPLICA_INDEX_LABEL]) for p in self.live_pods())
+
+    def add_node(self, name: str, ready: bool | None = True) -> None:
+        self.nodes[name] = make_node(name, ready)
+
+    def set_node_ready(self, name: str, ready: bool | None) -> None:
+        self.nodes[name] = make_node(name, ready)
+
+    def remove_node(self, name: str) -> None:
+        self.nodes.pop(name, None)
+
+    def unschedulable(self, *indices: int, message: str = INSUFFICIENT_GPU) -> None:
+        for index in self.indices(indices or None):
+            status = self.pod(index)["status"]
+            status["phase"] = "Pending"
+            status["conditions"] = [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": message,
+                    "lastTransitionTime": rfc3339(self.now),
+                }
+            ]
+
+    def bind(self, *indices: int) -> None:
+        """The scheduler binds the pods (to node-<index>, created Ready if absent)."""
+        for index in self.indices(indices or None):
+            pod = self.pod(index)
+            node = f"node-{index}"
+            if node not in self.nodes:
+                self.add_node(node)
+            pod["spec"]["nodeName"] = node
+            pod["status"]["conditions"] = [
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": rfc3339(self.now)}
+            ]
+
+    def start(self, *indices: int) -> None:
+        """The kubelet starts the trainer container (binding the pod first if needed)."""
+        for index in self.indices(indices or None):
+            pod = self.pod(index)
+            if not pod["spec"].get("nodeName"):
+                self.bind(index)
+            pod["status"].update(
+                {
+                    "phase": "Running",
+                    "startTime": rfc3339(self.now),
+                    "containerStatuses": [
+                        {
+                            "name": contract.CONTAINER_NAME,
+                            "ready": True,
+                            "restartCount": 0,
+                            "started": True,
+                            "state": {"running": {"startedAt": rfc3339(self.now)}},
+                        }
+                    ],
+                }
+            )
+            pod["status"]["conditions"] = [
+                *pod["status"]["conditions"],
+                {"type": "Ready", "status": "True", "lastTransitionTime": rfc3339(self.now)},
+            ]
+
+    def exit(
+        self,
+        index: int,
+        code: int,
+        reason: str | None = None,
+        message: str = "",
+        finished_at: datetime | None = None,
+    ) -> None:
+        """The trainer container of rank `index` terminates with `code`; the pod's phase follows."""
+        pod = self.pod(index)
+        if pod["status"].get("phase") != "Running":
+            self.start(index)
+        terminated: JsonDict = {
+            "exitCode": code,
+            "reason": reason or ("Completed" if code == 0 else "Error"),
+            "startedAt": rfc3339(self.now),
+            "finishedAt": rfc3339(finished_at or self.now),
+        }
+        if message:
+            terminated["message"] = message
+        pod["status"]["phase"] = "Succeeded" if code == 0 else "Failed"
+        pod["status"]["containerStatuses"][0].update(
+            {"ready": False, "started": False, "state": {"terminated": terminated}}
+        )
+
+    def succeed(self, *indices: int) -> None:
+        for index in self.indices(indices or None):
+            self.exit(index, 0)
+
+    def disrupt(self, index: int, reason: str, *, delete: bool = True, phase: str | None = None) -> None:
+        """The scheduler/eviction API/taint manager marks the pod DisruptionTarget and deletes it."""
+        pod = self.pod(index)
+        pod["status"]["conditions"] = [
+            *pod["status"].get("conditions", []),
+            {
+                "type": "DisruptionTarget",
+                "status": "True",
+                "reason": reason,
+                "message": f"{reason}: the pod is being disrupted",
+                "lastTransitionTime": rfc3339(self.now),
+            },
+        ]
+        if phase is not None:
+            pod["status"]["phase"] = phase
+        if delete:
+            grace = int(pod["spec"].get("terminationGracePeriodSeconds", 30))
+            pod["metadata"]["deletionTimestamp"] = rfc3339(self.now + timedelta(seconds=grace))
+            pod["metadata"]["deletionGracePeriodSeconds"] = grace
+
+    def report(self, index: int = 0, **report: Any) -> None:
+        """The trainer patches its progress annotation."""
+        annotations = self.pod(index)["metadata"].setdefault("annotations", {})
+        annotations[contract.PROGRESS_ANNOTATION] = json.dumps(report)
+
+    # --------------------------------------------------------------------------- shortcuts
+
+    def run_to_running(self) -> None:
+        """Creates the gang and brings every pod to Running, ending in a settled Running job."""
+        self.settle()
+        self.start()
+        self.settle()
+        assert self.state == "Running", self.status
+
+
+def _merge_patch(into: JsonDict, body: JsonDict) -> None:
+    for key, value in body.items():
+        if value is None:
+            into.pop(key, None)
+        elif isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge_patch(into[key], value)
+        else:
+            into[key] = copy.deepcopy(value)
+
+
+def world(changes: dict[str, Any] | None = None, *, workers: int = 2, **kwargs: Any) -> World:
+    return World(make_job(changes, workers=workers), **kwargs)
