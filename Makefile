@@ -16,7 +16,7 @@ help: ## list the targets
 $(STAMP): setup.cfg pyproject.toml
 	@test -x $(VENV_PY) || $(PYTHON) -m venv $(VENV)
 	$(VENV_PY) -m pip install --quiet --upgrade pip
-	$(VENV_PY) -m pip install --quiet -e '.[dev]'
+	$(VENV_PY) -m pip install --quiet -e '.[dev,train]'
 	@touch $@
 
 .PHONY: venv
@@ -31,11 +31,11 @@ dev-cluster-down: ## stop every process of the local control plane
 	hack/dev-cluster.sh down
 
 .PHONY: test
-test: $(STAMP) ## run the whole test suite (starts and stops the local control plane if none runs)
+test: $(STAMP) promtool ## run the whole test suite (starts and stops the local control plane if none runs)
 	$(VENV_PY) -m pytest $(PYTEST_ARGS)
 
 .PHONY: unit
-unit: $(STAMP) ## run the tests that need no cluster
+unit: $(STAMP) promtool ## run the tests that need no cluster
 	$(VENV_PY) -m pytest -m 'not cluster' $(PYTEST_ARGS)
 
 .PHONY: lint
@@ -61,3 +61,28 @@ install: ## apply the CRD to the cluster of $KUBECONFIG and wait until it is Est
 .PHONY: run
 run: $(STAMP) ## run the operator against $KUBECONFIG (metrics on 127.0.0.1:8080)
 	$(VENV_PY) -m controller --metrics-addr $(METRICS_ADDR) $(RUN_ARGS)
+
+# BENCH_JOBS, BENCH_REPLICAS, BENCH_MEMORY_JOBS, BENCH_WINDOW, ... are read from the environment
+# (docs/bench.md); BENCH_ARGS are the script's own flags, then `-- <operator flags>`.
+BENCH_ARGS ?=
+
+.PHONY: bench
+bench: $(STAMP) ## benchmark the operator on a throwaway cluster (.dev/bench); prints JSON (docs/bench.md)
+	$(VENV_PY) hack/bench.py $(BENCH_ARGS)
+
+# promtool checks and unit-tests monitoring/alerts.yaml (tests/unit/test_manifests.py). Debian ships it
+# in the package prometheus, installed here when promtool is missing (as root, else through sudo).
+# Note: on a host run by systemd the package also enables and starts a Prometheus server.
+.PHONY: promtool
+promtool: ## install promtool (Debian package prometheus) when it is missing
+	@command -v promtool >/dev/null 2>&1 || { \
+		echo "promtool not found: installing the Debian package prometheus"; \
+		sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; \
+	}
+	@promtool --version 2>&1 | head -n 1
+
+.PHONY: generate-monitoring
+generate-monitoring: $(STAMP) ## regenerate deploy/components/monitoring/prometheusrule.yaml from monitoring/alerts.yaml
+	$(VENV_PY) -m monitoring.generate

@@ -1,18 +1,41 @@
-"""The job's ConfigMap: the training configuration as one JSON document, mounted into every worker.
+"""The job's ConfigMap: the training configuration as one JSON document, plus the reference trainer
+and the progress helper, mounted read-only into every worker at /etc/trainingjob.
 
 Environment variables carry the essentials, but a trainer (the reference trainer in particular)
 wants the whole configuration, nested, in one place. The JSON is deterministic (sorted keys) so an
 unchanged job never produces a different ConfigMap and the controller can skip the update.
+
+The default command runs /etc/trainingjob/train.py, which imports trainingjob_progress.py from its own
+directory; both travel in the ConfigMap so any image with a Python interpreter can run a job, and
+custom training code can import the helper from the same place. Their single source is the package
+data under builders/reference-trainer/ (installed with the operator, so `pip install .` carries them),
+read once at import: a missing file stops the operator at start-up instead of failing every job. The
+directory's name is deliberately not a Python identifier: the files are payload for the pods, not a
+subpackage, and they import each other as top-level modules, as they do from the mount.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from importlib import resources
+from typing import Any, Final
 
 from builders.meta import object_meta
 from builders.names import config_map_name, job_name
 from crd import contract
+
+PROGRESS_HELPER_FILE: Final = "trainingjob_progress.py"
+TRAINER_FILES: Final = (contract.TRAINER_FILE, PROGRESS_HELPER_FILE)
+# The API server refuses ConfigMaps over 1 MiB; the trainer files take a few dozen KiB of it.
+MAX_CONFIG_MAP_BYTES: Final = 1024 * 1024
+
+
+def _read_trainer_files() -> dict[str, str]:
+    trainer = resources.files("builders").joinpath("reference-trainer")
+    return {name: trainer.joinpath(name).read_text(encoding="utf-8") for name in TRAINER_FILES}
+
+
+TRAINER_SOURCES: Final = _read_trainer_files()
 
 CONFIG_FIELDS = (
     "model",
@@ -45,5 +68,5 @@ def build_config_map(job: dict[str, Any]) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": object_meta(job, config_map_name(job)),
-        "data": {contract.CONFIG_FILE: config_json(job)},
+        "data": {contract.CONFIG_FILE: config_json(job), **TRAINER_SOURCES},
     }

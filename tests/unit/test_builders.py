@@ -8,13 +8,15 @@ import copy
 import json
 import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
 import pytest
 
+import builders
 from builders import names
-from builders.configmap import build_config_map
+from builders.configmap import MAX_CONFIG_MAP_BYTES, PROGRESS_HELPER_FILE, build_config_map
 from builders.podgroup import build_pod_group, pod_decoration
 from builders.pods import build_pod
 from builders.pvc import build_checkpoint_pvc
@@ -418,6 +420,28 @@ def test_config_map_is_deterministic_json() -> None:
     reordered = copy.deepcopy(tj)
     reordered["spec"]["hyperparameters"] = dict(reversed(list(tj["spec"]["hyperparameters"].items())))
     assert build_config_map(reordered) == cm
+
+
+def test_config_map_carries_the_reference_trainer_and_the_progress_helper() -> None:
+    tj = materialize(EXAMPLES["trainingjob-advanced.yaml"])
+    cm = build_config_map(tj)
+    assert set(cm["data"]) == {contract.CONFIG_FILE, contract.TRAINER_FILE, PROGRESS_HELPER_FILE}
+    packaged = Path(builders.__file__).parent / "reference-trainer"
+    for name in (contract.TRAINER_FILE, PROGRESS_HELPER_FILE):
+        assert cm["data"][name] == (packaged / name).read_text(encoding="utf-8")
+        compile(cm["data"][name], name, "exec")
+    assert "import trainingjob_progress" in cm["data"][contract.TRAINER_FILE]
+    # The default command runs the trainer where the pod mounts the ConfigMap; the helper sits next to it.
+    assert defaulted()["spec"]["command"] == list(contract.DEFAULT_COMMAND)
+    script_dir, script = contract.DEFAULT_COMMAND[1].rsplit("/", 1)
+    assert (script_dir, script) == (contract.CONFIG_MOUNT_PATH, contract.TRAINER_FILE)
+    pod = build_pod(tj, 0, attempt=0, resume_from=None)
+    volume = next(v for v in pod["spec"]["volumes"] if v.get("configMap"))
+    assert volume["configMap"] == {"name": cm["metadata"]["name"]}
+    mount = next(m for m in pod["spec"]["containers"][0]["volumeMounts"] if m["name"] == volume["name"])
+    assert mount["mountPath"] == contract.CONFIG_MOUNT_PATH
+    # The API server refuses ConfigMaps over 1 MiB; keep well clear of it.
+    assert len(json.dumps(cm).encode()) < MAX_CONFIG_MAP_BYTES // 4
 
 
 def test_rbac_allows_get_and_patch_on_the_jobs_pods_only() -> None:
