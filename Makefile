@@ -6,6 +6,10 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 VENV_PY := $(VENV)/bin/python
+# Two installs into the same virtualenv: the operator's runtime dependencies (all the demo needs) and
+# the dev tools plus the `train` extra (torch, about 5 GB) for the tests. The dev install is a superset,
+# so it satisfies the runtime stamp too.
+RUNTIME_STAMP := $(VENV)/.installed-runtime
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
@@ -13,14 +17,48 @@ PYTEST_ARGS ?=
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
 
-$(STAMP): setup.cfg pyproject.toml
-	@test -x $(VENV_PY) || $(PYTHON) -m venv $(VENV)
+# The demo: everything on a fresh machine, then a TrainingJob trained to Completed (hack/demo.py).
+# Its settings reach hack/preflight.sh and hack/demo.py through the environment.
+DEV_DIR := $(or $(TJ_DEV_DIR),.dev)
+DEMO_NAMESPACE ?= demo
+DEMO_METRICS_PORT ?= 8080
+DEMO_TIMEOUT ?= 300
+DEMO_STEP_SECONDS ?= 0.1
+export DEMO_NAMESPACE DEMO_METRICS_PORT DEMO_TIMEOUT DEMO_STEP_SECONDS
+
+.PHONY: demo
+demo: ## start here: local cluster, operator, and a TrainingJob trained to Completed
+	@PYTHON=$(PYTHON) hack/preflight.sh
+	@$(MAKE) --no-print-directory runtime-venv
+	hack/dev-cluster.sh up
+	@KUBECONFIG=$(DEV_DIR)/kubeconfig $(MAKE) --no-print-directory install KUBECTL=$(DEV_DIR)/bin/kubectl
+	$(VENV_PY) hack/demo.py
+
+.PHONY: demo-down
+demo-down: ## stop the demo's operator and local kubelet, then the local cluster
+	hack/dev-cluster.sh down
+
+# A virtualenv that could not be created completely is removed, so the next run starts clean.
+define make_venv
+	@test -x $(VENV_PY) || $(PYTHON) -m venv $(VENV) || { rm -rf $(VENV); exit 1; }
 	$(VENV_PY) -m pip install --quiet --upgrade pip
-	$(VENV_PY) -m pip install --quiet -e '.[dev,train]'
+endef
+
+$(RUNTIME_STAMP): setup.cfg pyproject.toml
+	$(make_venv)
+	$(VENV_PY) -m pip install --quiet -e .
 	@touch $@
+
+$(STAMP): setup.cfg pyproject.toml
+	$(make_venv)
+	$(VENV_PY) -m pip install --quiet -e '.[dev,train]'
+	@touch $@ $(RUNTIME_STAMP)
 
 .PHONY: venv
 venv: $(STAMP) ## create .venv with the operator and its dev tools
+
+.PHONY: runtime-venv
+runtime-venv: $(RUNTIME_STAMP) ## create .venv with the operator's runtime dependencies only (no torch)
 
 .PHONY: dev-cluster
 dev-cluster: ## start the local control plane (first run builds it from Go modules)
@@ -86,3 +124,14 @@ promtool: ## install promtool (Debian package prometheus) when it is missing
 .PHONY: generate-monitoring
 generate-monitoring: $(STAMP) ## regenerate deploy/components/monitoring/prometheusrule.yaml from monitoring/alerts.yaml
 	$(VENV_PY) -m monitoring.generate
+
+OVERLAY ?=
+IMAGE ?=
+
+.PHONY: deploy
+deploy: ## install the operator into $KUBECONFIG's cluster (OVERLAY=monitoring|network-policy|single-namespace, IMAGE=ref)
+	OVERLAY="$(OVERLAY)" IMAGE="$(IMAGE)" KUBECTL="$(KUBECTL)" hack/deploy.sh apply
+
+.PHONY: undeploy
+undeploy: ## remove the operator (the CRD and jobs stay unless DELETE_CRD=1)
+	OVERLAY="$(OVERLAY)" IMAGE="$(IMAGE)" KUBECTL="$(KUBECTL)" hack/deploy.sh delete

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Installs or removes the operator in the cluster $KUBECONFIG points at (make deploy / make undeploy).
+#
+#   hack/deploy.sh apply|delete      OVERLAY=monitoring|network-policy|single-namespace  IMAGE=<ref>
+#
+# Why a script: before touching the cluster it checks that kubectl exists and the cluster answers,
+# renders the kustomization (with IMAGE, if given) and validates every object with a server-side dry
+# run, so a mistake is reported with nothing half-installed. `delete` keeps the CRD (deleting it
+# deletes every TrainingJob) unless DELETE_CRD=1.
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+ACTION=${1:-}
+OVERLAY=${OVERLAY:-}
+IMAGE=${IMAGE:-}
+KUBECTL=${KUBECTL:-kubectl}
+[[ -x "$REPO/.dev/bin/kubectl" && "$KUBECTL" == kubectl ]] && KUBECTL="$REPO/.dev/bin/kubectl"
+
+fail() { echo "deploy: $*" >&2; exit 1; }
+
+case "$ACTION" in apply | delete) ;; *) fail "usage: hack/deploy.sh apply|delete" ;; esac
+command -v "$KUBECTL" >/dev/null 2>&1 ||
+  fail "kubectl not found. 'make dev-cluster' builds one (.dev/bin/kubectl), or install kubectl 1.34+."
+if ! "$KUBECTL" version --request-timeout=5s >/dev/null 2>&1; then
+  fail "no reachable cluster (KUBECONFIG=${KUBECONFIG:-~/.kube/config}). Point KUBECONFIG at a cluster," \
+    "or start the local one: make dev-cluster && eval \"\$(hack/dev-cluster.sh env)\""
+fi
+source_dir=deploy
+if [[ -n "$OVERLAY" ]]; then
+  source_dir=deploy/overlays/$OVERLAY
+  [[ -d "$REPO/$source_dir" ]] || fail "no overlay '$OVERLAY'; one of: $(ls "$REPO/deploy/overlays" | tr '\n' ' ')"
+fi
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/trainingjob-deploy.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+rendered=$work/rendered.yaml
+if [[ -n "$IMAGE" ]]; then
+  # A throwaway kustomization on top of the chosen one, setting the image; it lives inside the repo
+  # because kustomize loads other kustomizations by relative path.
+  overlay_dir=$(mktemp -d "$REPO/.dev-deploy.XXXXXX")
+  trap 'rm -rf "$work" "$overlay_dir"' EXIT
+  name=${IMAGE%:*}
+  tag=${IMAGE##*:}
+  [[ "$IMAGE" == *:* && "$tag" != */* ]] || { name=$IMAGE; tag=latest; }
+  printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - ../%s\nimages:\n  - name: trainingjob-operator\n    newName: "%s"\n    newTag: "%s"\n' \
+    "$source_dir" "$name" "$tag" >"$overlay_dir/kustomization.yaml"
+  "$KUBECTL" kustomize "$overlay_dir" >"$rendered"
+else
+  "$KUBECTL" kustomize "$REPO/$source_dir" >"$rendered"
+fi
+
+if [[ "$ACTION" == delete ]]; then
+  if [[ "${DELETE_CRD:-0}" == 1 ]]; then
+    "$KUBECTL" delete --ignore-not-found -f "$rendered"
+    echo "deploy: removed the operator and the TrainingJob CRD"
+  else
+    # Every rendered document except the CRD (kustomize separates documents with '---' lines).
+    awk 'function flush() { if (doc !~ /\nkind: CustomResourceDefinition\n/) printf "%s", doc; doc = "" }
+         /^---$/ { flush(); print; next } { doc = doc $0 "\n" } END { flush() }' \
+      "$rendered" >"$work/without-crd.yaml"
+    "$KUBECTL" delete --ignore-not-found -f "$work/without-crd.yaml"
+    echo "deploy: removed the operator; the TrainingJob CRD and the jobs remain (DELETE_CRD=1 removes them too)"
+  fi
+  exit 0
+fi
+
+# A server-side dry run needs the target namespaces to exist: create the missing ones now and remove
+# them again if anything is refused, so a refused install leaves nothing behind.
+created_namespaces=()
+rollback() {
+  for ns in "${created_namespaces[@]}"; do "$KUBECTL" delete namespace "$ns" --ignore-not-found --wait=false >/dev/null; done
+}
+for ns in $("$KUBECTL" create --dry-run=client -f "$rendered" -o jsonpath='{.metadata.namespace}{"\n"}' | sort -u); do
+  if ! "$KUBECTL" get namespace "$ns" >/dev/null 2>&1; then
+    "$KUBECTL" create namespace "$ns" >/dev/null
+    created_namespaces+=("$ns")
+  fi
+done
+echo "deploy: validating $(grep -c '^kind:' "$rendered") objects from $source_dir with a server-side dry run"
+if ! "$KUBECTL" apply --server-side --force-conflicts --dry-run=server -f "$rendered" >/dev/null; then
+  rollback
+  fail "the cluster refused the manifests (above); nothing was applied"
+fi
+if ! "$KUBECTL" apply --server-side --force-conflicts -f "$rendered"; then
+  rollback
+  fail "applying failed part-way (above); namespaces created by this run were removed"
+fi
+"$KUBECTL" wait --for=condition=Established --timeout=60s crd/trainingjobs.ml.example.com
+image=$("$KUBECTL" get deploy -n trainingjob-system trainingjob-operator -o jsonpath='{.spec.template.spec.containers[0].image}' 2>/dev/null || true)
+echo "deploy: installed. The Deployment runs image '${image:-?}': build it with 'docker build -t <registry>/trainingjob-operator:<tag> .',"
+echo "        push it where the cluster pulls from, and deploy with IMAGE=<registry>/trainingjob-operator:<tag>."
+echo "        Watch it: kubectl -n trainingjob-system rollout status deploy/trainingjob-operator"

@@ -1,0 +1,151 @@
+"""`make deploy` and `make undeploy` against a real cluster, including the failures a user meets first.
+
+Runs on a throwaway control plane of its own (TJ_DEV_DIR in a temporary directory), because deploying
+and undeploying installs and removes cluster-wide objects that other tests share.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.cluster import REPO, Kubectl, wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.cluster]
+
+
+@pytest.fixture(scope="module")
+def own_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kubectl]:
+    dev_dir = tmp_path_factory.mktemp("deploy-cluster")
+    env = dict(os.environ, TJ_DEV_DIR=str(dev_dir))
+    script = REPO / "hack" / "dev-cluster.sh"
+    subprocess.run([str(script), "up", "--nodes", "1"], env=env, check=True, capture_output=True, timeout=600)
+    try:
+        yield Kubectl(REPO / ".dev" / "bin" / "kubectl", dev_dir / "kubeconfig")
+    finally:
+        subprocess.run([str(script), "down"], env=env, check=False, capture_output=True, timeout=120)
+
+
+def make(target: str, kubeconfig: Path, **variables: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, KUBECONFIG=str(kubeconfig))
+    args = ["make", "--no-print-directory", target, *(f"{key}={value}" for key, value in variables.items())]
+    return subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_deploy_installs_everything_and_undeploy_keeps_the_crd(own_cluster: Kubectl) -> None:
+    result = make("deploy", own_cluster.kubeconfig, IMAGE="team/trainingjob-operator:1.2")
+    assert result.returncode == 0, result.stdout + result.stderr
+    deployment = own_cluster.get_json("deployment", "trainingjob-operator", "-n", "trainingjob-system")
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == "team/trainingjob-operator:1.2"
+    own_cluster.run(
+        "rollout", "status", "deployment/trainingjob-operator", "-n", "trainingjob-system", "--timeout=120s"
+    )
+    assert own_cluster.get_or_none("clusterrole", "trainingjob-operator") is not None
+    assert own_cluster.get_or_none("crd", "trainingjobs.ml.example.com") is not None
+
+    result = make("undeploy", own_cluster.kubeconfig)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "CRD and the jobs remain" in result.stdout
+    assert own_cluster.get_or_none("clusterrole", "trainingjob-operator") is None
+    assert own_cluster.get_or_none("crd", "trainingjobs.ml.example.com") is not None
+
+    result = make("undeploy", own_cluster.kubeconfig, DELETE_CRD="1")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert own_cluster.get_or_none("crd", "trainingjobs.ml.example.com") is None
+
+
+def test_refused_install_leaves_nothing_behind(own_cluster: Kubectl) -> None:
+    own_cluster.run("create", "namespace", "trainingjob-system")
+    own_cluster.run("create", "quota", "no-services", "--hard=services=0", "-n", "trainingjob-system")
+    try:
+        result = make("deploy", own_cluster.kubeconfig)
+        assert result.returncode != 0
+        assert "nothing was applied" in result.stderr
+        assert "services" in result.stdout + result.stderr
+        assert own_cluster.get_or_none("clusterrole", "trainingjob-operator") is None
+        assert (
+            own_cluster.get_or_none("serviceaccount", "trainingjob-operator", "-n", "trainingjob-system")
+            is None
+        )
+    finally:
+        own_cluster.run("delete", "namespace", "trainingjob-system", "--wait=true", "--timeout=120s")
+
+
+DENY_OPERATOR_POLICY = {
+    "apiVersion": "admissionregistration.k8s.io/v1",
+    "kind": "ValidatingAdmissionPolicy",
+    "metadata": {"name": "test-deny-operator-deployment"},
+    "spec": {
+        "failurePolicy": "Fail",
+        "matchConstraints": {
+            "resourceRules": [
+                {
+                    "apiGroups": ["apps"],
+                    "apiVersions": ["v1"],
+                    "operations": ["CREATE", "UPDATE"],
+                    "resources": ["deployments"],
+                }
+            ]
+        },
+        "validations": [
+            {
+                "expression": "object.metadata.name != 'trainingjob-operator'",
+                "message": "the test's policy refuses the operator's Deployment",
+            }
+        ],
+    },
+}
+DENY_OPERATOR_BINDING = {
+    "apiVersion": "admissionregistration.k8s.io/v1",
+    "kind": "ValidatingAdmissionPolicyBinding",
+    "metadata": {"name": "test-deny-operator-deployment"},
+    "spec": {"policyName": "test-deny-operator-deployment", "validationActions": ["Deny"]},
+}
+
+
+def test_namespace_created_for_a_refused_install_is_removed_again(own_cluster: Kubectl) -> None:
+    own_cluster.apply(DENY_OPERATOR_POLICY)
+    own_cluster.apply(DENY_OPERATOR_BINDING)
+    try:
+
+        def refused() -> subprocess.CompletedProcess[str] | None:
+            result = make("deploy", own_cluster.kubeconfig)
+            # The policy takes effect once the API server has loaded it; until then deploy succeeds.
+            if result.returncode == 0:
+                make("undeploy", own_cluster.kubeconfig)
+                return None
+            return result
+
+        result = wait_for("the admission policy to refuse the Deployment", refused, timeout=60, interval=1)
+        assert "refuses the operator's Deployment" in result.stderr + result.stdout
+        assert "nothing was applied" in result.stderr
+        assert own_cluster.get_or_none("clusterrole", "trainingjob-operator") is None
+        namespace = own_cluster.get_or_none("namespace", "trainingjob-system")
+        assert namespace is None or namespace["metadata"].get("deletionTimestamp")
+    finally:
+        own_cluster.run(
+            "delete",
+            "validatingadmissionpolicybinding,validatingadmissionpolicy",
+            "test-deny-operator-deployment",
+            "--ignore-not-found",
+        )
+        own_cluster.run(
+            "delete", "namespace", "trainingjob-system", "--ignore-not-found", "--wait=true", "--timeout=120s"
+        )
+
+
+def test_unreachable_cluster_and_unknown_overlay_fail_clearly(own_cluster: Kubectl, tmp_path: Path) -> None:
+    result = make("deploy", tmp_path / "missing-kubeconfig")
+    assert result.returncode != 0
+    assert "no reachable cluster" in result.stderr
+    assert "make dev-cluster" in result.stderr
+
+    result = make("deploy", own_cluster.kubeconfig, OVERLAY="nope")
+    assert result.returncode != 0
+    assert "no overlay 'nope'" in result.stderr
+    assert own_cluster.get_or_none("namespace", "trainingjob-system") is None
