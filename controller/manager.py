@@ -203,6 +203,9 @@ class Manager:
                 "leader is now %s", identity, extra={"leader": identity}
             ),
         )
+        # A standby must publish 0, not nothing: "exactly one replica reports 1" is how dashboards and
+        # alerts tell one leader from none or two, and an absent series cannot be told from a dead target.
+        metrics.set_leader(options.lease_name, False)
         self.workers: list[threading.Thread] = []
         self._leading = threading.Event()
         host, port = parse_address(options.metrics_addr)

@@ -2,5 +2,7 @@
 # Local Kubernetes control plane for development, tests and the demo (see hack/README.md).
 #   hack/dev-cluster.sh up [--nodes N --gpus-per-node G --cpu-per-node C --memory-per-node M]
 #   hack/dev-cluster.sh down | status | env
+#   hack/dev-cluster.sh restart | stop | start <component>
+#   hack/dev-cluster.sh run <name> [--wait-http URL] -- <command...>    (a dev process; `stop <name>`)
 set -euo pipefail
 exec python3 "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/devcluster.py" "$@"

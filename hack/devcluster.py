@@ -9,6 +9,20 @@ hack/kube-bins.sh, with kwok playing the kubelets of fake GPU nodes.
 Standard library only: it runs before any project dependency is installed.
 
     python3 hack/devcluster.py up|down|status|env      (normally through hack/dev-cluster.sh)
+    python3 hack/devcluster.py restart|stop|start <component>
+    python3 hack/devcluster.py run <name> [--wait-http URL] -- <command...>
+    python3 hack/devcluster.py stop <name>
+
+`stop <component>` takes one component down on purpose (an API server outage for as long as a test
+needs) and `start <component>` brings it back with the same flags and port. A component stopped on
+purpose is not a crash: `status` still exits 0 and `up` leaves it stopped (another session's `up`
+must not end a test's outage early) instead of rebuilding the whole cluster, unless the stop is older
+than STOP_EXPIRY (whoever stopped it is gone): then `up` starts it again.
+
+`run <name> -- <command...>` starts a long-lived development process that belongs with the cluster
+(the demo's operator and local kubelet): recorded in state.json by pid and kernel start time, its
+output in .dev/logs/<name>.log, stopped by `stop <name>` and, before the components, by `down`. A
+second `run` of the same name and command while it runs is a no-op, so scripts can call it again.
 """
 
 from __future__ import annotations
@@ -19,6 +33,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -43,6 +58,7 @@ KUBECONFIG = DEV / "kubeconfig"
 KUBECTL_LINK = DEV / "bin" / "kubectl"
 LOCK = DEV / "cluster.lock"
 STAGES = REPO / "hack" / "kwok-stages.yaml"
+KWOK_CONFIG = REPO / "hack" / "kwok-config.yaml"
 # etcd keeps its data on tmpfs (in a fresh private directory) for speed; the cluster is disposable.
 SHM = Path("/dev/shm")  # noqa: S108
 CRD_DIR = REPO / "crd"
@@ -52,6 +68,11 @@ POD_CIDR = "10.0.0.1/16"
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 START_TIMEOUT = 90.0
 STOP_TIMEOUT = 15.0
+# A component stopped on purpose longer ago than this was forgotten (its test was killed): `up` starts it.
+STOP_EXPIRY = 300.0
+# Extra processes get longer: the local kubelet stops its trainers and reports their pods first.
+EXTRA_STOP_TIMEOUT = 30.0
+EXTRA_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
 
 _started = time.monotonic()
 
@@ -110,7 +131,27 @@ def pid_alive(process: dict[str, Any]) -> bool:
 
 
 def dead_components(state: dict[str, Any]) -> list[str]:
-    return [name for name, proc in state.get("processes", {}).items() if not pid_alive(proc)]
+    """Components that should run but do not (crashed or killed); those stopped on purpose are not dead."""
+    return [
+        name
+        for name, proc in state.get("processes", {}).items()
+        if not proc.get("stopped") and not pid_alive(proc)
+    ]
+
+
+def stopped_components(state: dict[str, Any]) -> list[str]:
+    """Components taken down with `stop`, waiting for `start`."""
+    return [name for name, proc in state.get("processes", {}).items() if proc.get("stopped")]
+
+
+def abandoned_components(state: dict[str, Any]) -> list[str]:
+    """Components stopped on purpose more than STOP_EXPIRY seconds ago."""
+    now = time.time()
+    return [
+        name
+        for name, proc in state.get("processes", {}).items()
+        if proc.get("stopped") and now - float(proc.get("stopped_at", 0.0)) > STOP_EXPIRY
+    ]
 
 
 @contextlib.contextmanager
@@ -411,6 +452,11 @@ def up(shape: NodeShape) -> None:
         if state:
             dead = dead_components(state)
             if not dead:
+                for component in abandoned_components(state):
+                    say(f"{component} was stopped on purpose over {STOP_EXPIRY:.0f}s ago; starting it again")
+                    start_component_locked(state, component)
+                for component in stopped_components(state):
+                    say(f"{component} is stopped on purpose; `hack/dev-cluster.sh start {component}`")
                 say(
                     f"already running (API server {state['server']}); `hack/dev-cluster.sh status` tells more"
                 )
@@ -547,6 +593,11 @@ def start(bin_dir: Path, shape: NodeShape) -> None:
                 "--kube-api-qps=200",
                 "--kube-api-burst=400",
                 "--concurrent-gc-syncs=40",
+                # After an API server restart the controller manager's informers sit out client-go's
+                # relist backoff (measured: about 40 s after it was back); with the default 50 s grace the
+                # node lifecycle controller then marks every node NotReady for a moment, which gang-
+                # restarts every running TrainingJob of everyone sharing the cluster.
+                "--node-monitor-grace-period=2m",
                 "--v=1",
             ],
             processes,
@@ -561,6 +612,9 @@ def start(bin_dir: Path, shape: NodeShape) -> None:
                 "--bind-address=127.0.0.1",
                 f"--secure-port={scheduler}",
                 "--leader-elect=false",
+                # The default client QPS of 50 would make binding 2,000 pods take 40 s (make bench).
+                "--kube-api-qps=500",
+                "--kube-api-burst=1000",
                 "--v=1",
             ],
             processes,
@@ -572,6 +626,7 @@ def start(bin_dir: Path, shape: NodeShape) -> None:
                 f"--kubeconfig={kubeconfig}",
                 f"--manage-nodes-with-label-selector={KWOK_NODE_LABEL}=true",
                 f"--config={STAGES}",
+                f"--config={KWOK_CONFIG}",
                 f"--cidr={POD_CIDR}",
                 "--node-ip=10.1.0.1",
                 "--node-lease-duration-seconds=40",
@@ -626,6 +681,11 @@ def ready_nodes(bin_dir: Path) -> int:
 
 
 def teardown(state: dict[str, Any]) -> None:
+    extras = state.get("extras", {})
+    if extras:
+        # Before the API server goes: they may still talk to it on their way out.
+        say(f"stopping {', '.join(extras)}")
+        stop_processes(extras, timeout=EXTRA_STOP_TIMEOUT)
     stop_processes(state.get("processes", {}))
     etcd_data = state.get("etcd_data")
     if etcd_data:
@@ -652,7 +712,11 @@ def status() -> int:
         print("dev cluster: not running")
         return 1
     dead = dead_components(state)
-    print(f"dev cluster: {'running' if not dead else 'DEGRADED'}  API server {state['server']}")
+    stopped = stopped_components(state)
+    health = "DEGRADED" if dead else "running"
+    if stopped and not dead:
+        health += f" (stopped on purpose: {', '.join(stopped)}; `hack/dev-cluster.sh start <component>`)"
+    print(f"dev cluster: {health}  API server {state['server']}")
     print(f"kubeconfig:  {KUBECONFIG}")
     versions = state.get("versions", {})
     print(
@@ -666,10 +730,14 @@ def status() -> int:
     for name, proc in state.get("processes", {}).items():
         alive = pid_alive(proc)
         port = state.get("ports", {}).get(name, "")
-        print(
-            f"  {name:<24} pid {proc['pid']:<8} {'running' if alive else 'NOT RUNNING':<12} "
-            f"127.0.0.1:{port}  {proc['log']}"
-        )
+        condition = "running" if alive else "stopped" if proc.get("stopped") else "NOT RUNNING"
+        print(f"  {name:<24} pid {proc['pid']:<8} {condition:<12} 127.0.0.1:{port}  {proc['log']}")
+    extras = state.get("extras", {})
+    if extras:
+        print("dev processes (`hack/dev-cluster.sh stop <name>`; `down` stops them first):")
+    for name, proc in extras.items():
+        condition = "running" if pid_alive(proc) else "EXITED"
+        print(f"  {name:<24} pid {proc['pid']:<8} {condition:<12} {proc['log']}")
     return 0 if not dead else 1
 
 
@@ -677,26 +745,145 @@ def restart(component: str) -> None:
     """Stops one component and starts it again with the same command line (and so the same port),
     then waits until it serves again: how tests exercise an API server restart."""
     with cluster_lock():
+        state = running_state(component)
+        stop_component_locked(state, component)
+        start_component_locked(state, component)
+        say(f"restarted {component} (pid {state['processes'][component]['pid']})")
+
+
+def stop_one(component: str) -> None:
+    """Takes one component down on purpose until `start`: an outage as long as a test needs."""
+    with cluster_lock():
+        state = running_state(component)
+        stop_component_locked(state, component)
+        processes: dict[str, Any] = state["processes"]
+        processes[component]["stopped"] = True
+        processes[component]["stopped_at"] = time.time()
+        write_state_processes(processes)
+        say(f"stopped {component}; `hack/dev-cluster.sh start {component}` brings it back")
+
+
+def start_one(component: str) -> None:
+    """Starts a component taken down by `stop` (or found dead) with its old command line and port."""
+    with cluster_lock():
+        state = running_state(component)
+        process = state["processes"][component]
+        if pid_alive(process) and not process.get("stopped"):
+            say(f"{component} is already running (pid {process['pid']})")
+            return
+        start_component_locked(state, component)
+        say(f"started {component} (pid {state['processes'][component]['pid']})")
+
+
+def running_state(component: str) -> dict[str, Any]:
+    state = read_state()
+    if state is None:
+        raise ClusterError("the dev cluster is not running")
+    if component not in state["processes"]:
+        raise ClusterError(f"unknown component {component}; one of {', '.join(state['processes'])}")
+    return state
+
+
+def stop_component_locked(state: dict[str, Any], component: str) -> None:
+    # kube-apiserver stops listening at once but may linger on open watch connections.
+    stop_processes({component: state["processes"][component]}, timeout=5.0)
+
+
+def start_component_locked(state: dict[str, Any], component: str) -> None:
+    """Spawns `component` with its recorded command line (clearing `stopped`) and waits until it serves."""
+    processes: dict[str, Any] = state["processes"]
+    process = processes[component]
+    spawn(component, Path(process["binary"]), list(process["args"]), processes)
+    if component == "kube-apiserver":
+        context = admin_ssl_context(RUN / "pki")
+        wait_until("kube-apiserver /readyz", lambda: http_ok(f"{state['server']}/readyz", context), processes)
+    elif component == "etcd":
+        url = f"http://127.0.0.1:{state['ports']['etcd']}/health"
+        wait_until("etcd /health", lambda: http_ok(url, expect='"health":"true"'), processes)
+
+
+# ------------------------------------------------------------------------------- extra processes
+
+
+def run_extra(name: str, command: list[str], wait_http: str | None, timeout: float, replace: bool) -> None:
+    """Starts `command` as the registered dev process `name` (a no-op when it already runs it), then
+    optionally waits until `wait_http` answers 200."""
+    if name in COMPONENTS or not EXTRA_NAME.match(name):
+        raise ClusterError(
+            f"{name!r} cannot name a dev process (lower-case letters, digits, dashes; no component)"
+        )
+    if not command:
+        raise ClusterError("no command given: `run <name> -- <command...>`")
+    with cluster_lock():
         state = read_state()
         if state is None:
-            raise ClusterError("the dev cluster is not running")
-        processes: dict[str, Any] = state["processes"]
-        if component not in processes:
-            raise ClusterError(f"unknown component {component}; one of {', '.join(processes)}")
-        process = processes[component]
-        # kube-apiserver stops listening at once but may linger on open watch connections.
-        stop_processes({component: process}, timeout=5.0)
-        spawn(component, Path(process["binary"]), list(process["args"]), processes)
-        pki = RUN / "pki"
-        if component == "kube-apiserver":
-            context = admin_ssl_context(pki)
-            wait_until(
-                "kube-apiserver /readyz", lambda: http_ok(f"{state['server']}/readyz", context), processes
+            raise ClusterError("the dev cluster is not running; start it with `hack/dev-cluster.sh up`")
+        extras: dict[str, Any] = state.setdefault("extras", {})
+        current = extras.get(name)
+        if current and pid_alive(current) and current.get("command") == command and not replace:
+            say(f"{name} is already running (pid {current['pid']}); log {current['log']}")
+        else:
+            if current and pid_alive(current):
+                if not replace:
+                    raise ClusterError(
+                        f"{name} already runs another command (pid {current['pid']}): "
+                        f"`hack/dev-cluster.sh stop {name}` first, or `run --replace`"
+                    )
+                say(f"stopping {name} (pid {current['pid']}) to replace it")
+                stop_processes({name: current}, timeout=EXTRA_STOP_TIMEOUT)
+            extras[name] = spawn_extra(name, command)
+            write_extras(extras)
+            say(f"started {name} (pid {extras[name]['pid']}); log {extras[name]['log']}")
+        process = extras[name]
+    if wait_http:
+        wait_until(f"{name} at {wait_http}", lambda: http_ok(wait_http, expect=""), {name: process}, timeout)
+        say(f"{name} is ready ({wait_http})")
+
+
+def spawn_extra(name: str, command: list[str]) -> dict[str, Any]:
+    LOGS.mkdir(parents=True, exist_ok=True)
+    log_path = LOGS / f"{name}.log"
+    with log_path.open("ab") as log:
+        log.write(f"\n===== {time.strftime('%Y-%m-%dT%H:%M:%S')} {' '.join(command)}\n".encode())
+        log.flush()
+        try:
+            proc = subprocess.Popen(
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
             )
-        elif component == "etcd":
-            url = f"http://127.0.0.1:{state['ports']['etcd']}/health"
-            wait_until("etcd /health", lambda: http_ok(url, expect='"health":"true"'), processes)
-        say(f"restarted {component} (pid {processes[component]['pid']})")
+        except OSError as error:
+            raise ClusterError(f"cannot start {name}: {error}") from error
+    return {
+        "pid": proc.pid,
+        "start_time": process_start_time(proc.pid),
+        "command": command,
+        "cwd": os.getcwd(),
+        "log": str(log_path),
+        "started": time.time(),
+    }
+
+
+def write_extras(extras: dict[str, Any]) -> None:
+    state = read_state() or {}
+    state["extras"] = extras
+    STATE.write_text(json.dumps(state, indent=2))
+
+
+def stop_extra(name: str) -> None:
+    """Stops the dev process `name` (SIGTERM, SIGKILL after a grace period); a no-op when none runs."""
+    with cluster_lock():
+        state = read_state()
+        extras: dict[str, Any] = (state or {}).get("extras", {})
+        process = extras.pop(name, None)
+        if process is None:
+            say(f"{name} is not running")
+            return
+        stop_processes({name: process}, timeout=EXTRA_STOP_TIMEOUT)
+        write_extras(extras)
+        say(f"stopped {name}")
 
 
 def env() -> None:
@@ -704,7 +891,7 @@ def env() -> None:
     print(f'export PATH={KUBECTL_LINK.parent}:"$PATH"')
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hack/dev-cluster.sh", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     up_parser = sub.add_parser("up", help="build (first time) and start the cluster; no-op when running")
@@ -718,29 +905,66 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("env", help="print export lines for eval")
     restart_parser = sub.add_parser("restart", help="restart one component with the same flags and port")
     restart_parser.add_argument("component", choices=COMPONENTS)
-    args = parser.parse_args(argv)
-    try:
-        if args.command == "up":
-            up(
-                NodeShape(
-                    args.nodes, args.gpus_per_node, args.cpu_per_node, args.memory_per_node, args.gpu_product
-                )
+    stop_parser = sub.add_parser(
+        "stop",
+        help="stop one component on purpose until `start`, or a dev process started by `run`",
+    )
+    stop_parser.add_argument("component", metavar="component|name")
+    start_parser = sub.add_parser("start", help="start a component stopped with `stop`, same flags and port")
+    start_parser.add_argument("component", choices=COMPONENTS)
+    run_parser = sub.add_parser(
+        "run",
+        help="start a dev process stopped with the cluster: run <name> [--wait-http URL] -- <command...>",
+    )
+    run_parser.add_argument("name")
+    run_parser.add_argument("--wait-http", metavar="URL", help="wait until this URL answers 200")
+    run_parser.add_argument("--timeout", type=float, default=START_TIMEOUT, help="seconds --wait-http waits")
+    run_parser.add_argument("--replace", action="store_true", help="restart it if it already runs")
+    return parser
+
+
+def dispatch(args: argparse.Namespace, command: list[str]) -> int:
+    if args.command == "up":
+        up(
+            NodeShape(
+                args.nodes, args.gpus_per_node, args.cpu_per_node, args.memory_per_node, args.gpu_product
             )
-        elif args.command == "down":
-            down()
-        elif args.command == "restart":
-            restart(args.component)
-        elif args.command == "status":
-            return status()
-        else:
-            env()
+        )
+    elif args.command == "down":
+        down()
+    elif args.command == "restart":
+        restart(args.component)
+    elif args.command == "stop" and args.component in COMPONENTS:
+        stop_one(args.component)
+    elif args.command == "stop":
+        stop_extra(args.component)
+    elif args.command == "start":
+        start_one(args.component)
+    elif args.command == "run":
+        run_extra(args.name, command, args.wait_http, args.timeout, args.replace)
+    elif args.command == "status":
+        return status()
+    else:
+        env()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    # Everything after `--` is the command of `run`, its own options included.
+    command: list[str] = []
+    if "--" in arguments:
+        split = arguments.index("--")
+        arguments, command = arguments[:split], arguments[split + 1 :]
+    args = build_parser().parse_args(arguments)
+    try:
+        return dispatch(args, command)
     except ClusterError as error:
         say(f"error: {error}")
         return 1
     except KeyboardInterrupt:
         say("interrupted")
         return 130
-    return 0
 
 
 if __name__ == "__main__":

@@ -338,7 +338,21 @@ def test_fault_handling_on_a_second_cluster(scratch_dir: Path) -> None:
     assert after["processes"]["kube-apiserver"]["pid"] != before
     assert not pid_running(before)
     assert len(Kubectl(REPO / ".dev" / "bin" / "kubectl", scratch_dir / "kubeconfig").items("nodes")) == 1
-    restarted = after
+
+    # `stop` is an outage on purpose, not a crash: `status` exits 0 and says so, `up` leaves the
+    # component stopped (another session's `up` must not end a test's outage), `start` brings it back.
+    dev_cluster("stop", "kube-apiserver", dev_dir=scratch_dir)
+    stopped = read_state(scratch_dir)["processes"]["kube-apiserver"]
+    assert stopped["stopped"] is True
+    assert not pid_running(stopped["pid"])
+    assert "stopped on purpose: kube-apiserver" in dev_cluster("status", dev_dir=scratch_dir).stdout
+    assert "is stopped on purpose" in dev_cluster("up", "--nodes", "1", dev_dir=scratch_dir).stderr
+    assert read_state(scratch_dir)["processes"]["kube-apiserver"]["pid"] == stopped["pid"]
+    dev_cluster("start", "kube-apiserver", dev_dir=scratch_dir)
+    restarted = read_state(scratch_dir)
+    assert "stopped" not in restarted["processes"]["kube-apiserver"]
+    assert pid_running(restarted["processes"]["kube-apiserver"]["pid"])
+    assert len(Kubectl(REPO / ".dev" / "bin" / "kubectl", scratch_dir / "kubeconfig").items("nodes")) == 1
 
     # Two `up`s racing: both succeed, one cluster.
     results: list[subprocess.CompletedProcess[str]] = []
