@@ -75,6 +75,13 @@ def parser() -> argparse.ArgumentParser:
     add("--retry-period", type=float, default=2.0, help="seconds between lease attempts (default 2)")
     add("--qps", type=float, default=100.0, help="client-side API requests per second (default 100)")
     add("--burst", type=int, default=200, help="client-side burst of API requests (default 200)")
+    add(
+        "--events-qps",
+        type=float,
+        default=50.0,
+        help="client-side requests per second for Events (default 50)",
+    )
+    add("--events-burst", type=int, default=100, help="client-side burst for Events (default 100)")
     add("--create-concurrency", type=int, default=16, help="pods created or deleted in parallel (default 16)")
     add(
         "--force-delete-after",
@@ -108,6 +115,15 @@ def build(args: argparse.Namespace, metrics: Metrics) -> Manager:
         max_elapsed=args.retry_period,
         timeout=(args.retry_period, args.renew_deadline / 2),
     )
+    # Events get their own client and rate limit (as client-go's broadcaster does), so a burst of
+    # Events never delays a reconcile's writes and vice versa.
+    events_client = KubeClient(
+        client.api_client,
+        qps=args.events_qps,
+        burst=args.events_burst,
+        metrics=metrics.rest_metrics(),
+        max_attempts=3,
+    )
     options = Options(
         namespace=args.namespace,
         workers=workers,
@@ -123,7 +139,7 @@ def build(args: argparse.Namespace, metrics: Metrics) -> Manager:
             force_delete_after=args.force_delete_after, progress_min_interval=args.progress_interval
         ),
     )
-    return Manager(client, lease_client, options, metrics)
+    return Manager(client, lease_client, options, metrics, events_client=events_client)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

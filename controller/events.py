@@ -5,8 +5,11 @@ Events. Writing them must never slow down or break a reconcile, and a job that f
 every few seconds must not flood the API server with thousands of Event objects. So:
 
 - `record()` only appends to a bounded in-memory queue: it never blocks and never raises. When the
-  queue is full the event is dropped, counted (`dropped`, the `on_drop` hook) and logged once per burst.
-- A daemon thread writes the queue through `KubeClient` (whose own retries cover transient failures).
+  queue is full the event is dropped, counted (`dropped`, the `on_drop` hook) and logged once per
+  burst (a burst ends when the queue has drained to half).
+- `writers` daemon threads write the queue through their own `KubeClient` (whose retries cover
+  transient failures). Events are sharded by the object they are about: one object's Events are
+  written in order by one thread, which also keeps that object's repeat bookkeeping.
 - Repeats are folded the way client-go's EventCorrelator does: the same (object, type, reason, message)
   seen again within `window` seconds of its previous occurrence PATCHes the existing Event's `count`
   and `lastTimestamp` instead of creating another; if that Event is gone (404) it is created again.
@@ -23,7 +26,7 @@ import socket
 import threading
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, Literal, Protocol
 
@@ -110,6 +113,16 @@ def _involved_object(obj: Mapping[str, Any]) -> dict[str, str]:
     return {key: value for key, value in involved.items() if value}
 
 
+@dataclass
+class _Shard:
+    """One writer thread's queue and repeat bookkeeping (only that thread touches the dicts)."""
+
+    queue: deque[_Pending] = field(default_factory=deque)
+    written: OrderedDict[tuple[str, ...], _Written] = field(default_factory=OrderedDict)
+    similar: OrderedDict[tuple[str, ...], _Similar] = field(default_factory=OrderedDict)
+    last_nanos: int = 0
+
+
 class EventRecorder:
     """Records core/v1 Events about objects; thread-safe, one per process."""
 
@@ -126,9 +139,12 @@ class EventRecorder:
         cache_size: int = DEFAULT_CACHE_SIZE,
         on_drop: Callable[[], None] | None = None,
         start: bool = True,
+        writers: int = 1,
     ) -> None:
         if max_queue < 1:
             raise ValueError("max_queue must be at least 1")
+        if writers < 1:
+            raise ValueError("writers must be at least 1")
         self._client = client
         self._component = component
         self._host = host if host is not None else socket.gethostname()
@@ -140,17 +156,13 @@ class EventRecorder:
         self._on_drop = on_drop
 
         self._cond = threading.Condition(threading.Lock())
-        self._queue: deque[_Pending] = deque()
+        self._shards = [_Shard() for _ in range(writers)]
+        self._queued = 0
         self._closed = False
-        self._busy = False
+        self._busy = 0
         self._dropping = False
         self._dropped = 0
-        self._thread: threading.Thread | None = None
-
-        # Used by the writer thread only.
-        self._written: OrderedDict[tuple[str, ...], _Written] = OrderedDict()
-        self._similar: OrderedDict[tuple[str, ...], _Similar] = OrderedDict()
-        self._last_nanos = 0
+        self._threads: list[threading.Thread] = []
 
         if start:
             self.start()
@@ -164,10 +176,14 @@ class EventRecorder:
     def start(self) -> None:
         """Starts the writer thread (done by the constructor unless `start=False`)."""
         with self._cond:
-            if self._thread is not None or self._closed:
+            if self._threads or self._closed:
                 return
-            self._thread = threading.Thread(target=self._run, name="event-recorder", daemon=True)
-            self._thread.start()
+            for index, shard in enumerate(self._shards):
+                thread = threading.Thread(
+                    target=self._run, args=(shard,), name=f"event-recorder-{index}", daemon=True
+                )
+                thread.start()
+                self._threads.append(thread)
 
     def record(self, obj: Mapping[str, Any], type_: EventType, reason: str, message: str) -> None:
         """Queues an Event about `obj` (a dict with apiVersion, kind and metadata). Never blocks or raises."""
@@ -195,14 +211,17 @@ class EventRecorder:
             if self._closed:
                 logger.debug("event recorder stopped; dropping event", extra={"reason": reason})
                 return
-            if len(self._queue) >= self._max_queue:
+            if self._queued >= self._max_queue:
                 self._dropped += 1
                 dropped_now = True
                 first_of_burst = not self._dropping
                 self._dropping = True
             else:
-                self._dropping = False
-                self._queue.append(pending)
+                if self._queued <= self._max_queue // 2:
+                    self._dropping = False
+                shard = self._shards[hash((pending.namespace, involved.get("name"))) % len(self._shards)]
+                shard.queue.append(pending)
+                self._queued += 1
                 self._cond.notify_all()
         if dropped_now:
             if first_of_burst:
@@ -219,7 +238,7 @@ class EventRecorder:
     def flush(self, timeout: float) -> bool:
         """Waits until every queued event has been written (or given up on); False on timeout."""
         with self._cond:
-            return self._cond.wait_for(lambda: not self._queue and not self._busy, timeout)
+            return self._cond.wait_for(lambda: not self._queued and not self._busy, timeout)
 
     def stop(self, timeout: float = 10.0) -> bool:
         """Refuses new events, writes those already queued, and stops the writer thread.
@@ -229,27 +248,29 @@ class EventRecorder:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-            thread = self._thread
-        if thread is not None:
-            thread.join(timeout)
+            threads = list(self._threads)
+        deadline = self._clock.monotonic() + timeout
+        for thread in threads:
+            thread.join(max(0.0, deadline - self._clock.monotonic()))
             if thread.is_alive():
                 return False
         with self._cond:
-            return not self._queue
+            return not self._queued
 
     # ---- writer thread ----------------------------------------------------------------------------
 
-    def _run(self) -> None:
+    def _run(self, shard: _Shard) -> None:
         while True:
             with self._cond:
-                while not self._queue and not self._closed:
+                while not shard.queue and not self._closed:
                     self._cond.wait()
-                if not self._queue:
+                if not shard.queue:
                     return
-                pending = self._queue.popleft()
-                self._busy = True
+                pending = shard.queue.popleft()
+                self._queued -= 1
+                self._busy += 1
             try:
-                self._write(pending)
+                self._write(shard, pending)
             except Exception:
                 logger.exception(
                     "writing an event failed",
@@ -257,7 +278,7 @@ class EventRecorder:
                 )
             finally:
                 with self._cond:
-                    self._busy = False
+                    self._busy -= 1
                     self._cond.notify_all()
 
     def _object_key(self, pending: _Pending) -> tuple[str, ...]:
@@ -272,20 +293,20 @@ class EventRecorder:
             pending.reason,
         )
 
-    def _correlate(self, pending: _Pending) -> tuple[tuple[str, ...], str]:
+    def _correlate(self, shard: _Shard, pending: _Pending) -> tuple[tuple[str, ...], str]:
         """Returns the repeat key and the message to write.
 
         Once `max_similar` different messages of one (object, type, reason) arrived within the window,
         every further one goes to a single combined Event, until that kind stays quiet for the window.
         """
         similar_key = self._object_key(pending)
-        similar = self._similar.get(similar_key)
+        similar = shard.similar.get(similar_key)
         if similar is None or pending.monotonic - similar.last_seen > self._window:
             similar = _Similar(set(), pending.monotonic)
         similar.last_seen = pending.monotonic
         if len(similar.messages) < self._max_similar:
             similar.messages.add(pending.message)
-        self._remember(self._similar, similar_key, similar)
+        self._remember(shard.similar, similar_key, similar)
         if len(similar.messages) >= self._max_similar:
             # A longer key than any single message's, so the two can never collide.
             return (*similar_key, "", "combined"), truncate_message(COMBINED_PREFIX + pending.message)
@@ -299,15 +320,15 @@ class EventRecorder:
         while len(cache) > self._cache_size:
             cache.popitem(last=False)
 
-    def _new_name(self, pending: _Pending) -> str:
-        nanos = max(int(pending.at.timestamp() * 1_000_000_000), self._last_nanos + 1)
-        self._last_nanos = nanos
+    def _new_name(self, shard: _Shard, pending: _Pending) -> str:
+        nanos = max(int(pending.at.timestamp() * 1_000_000_000), shard.last_nanos + 1)
+        shard.last_nanos = nanos
         return f"{pending.involved['name']}.{nanos:016x}"
 
-    def _write(self, pending: _Pending) -> None:
-        key, message = self._correlate(pending)
+    def _write(self, shard: _Shard, pending: _Pending) -> None:
+        key, message = self._correlate(shard, pending)
         timestamp = rfc3339(pending.at)
-        previous = self._written.get(key)
+        previous = shard.written.get(key)
         if previous is not None and pending.monotonic - previous.last_seen <= self._window:
             count = previous.count + 1
             patch = {"count": count, "lastTimestamp": timestamp, "message": message}
@@ -323,21 +344,26 @@ class EventRecorder:
                     first=previous.first_timestamp,
                     last=timestamp,
                 )
-                self._create(key, pending, body)
+                self._create(shard, key, pending, body)
                 return
             except KubeError as error:
                 self._log_failure("patching", pending, error)
                 return
             self._remember_written(
-                key, pending, answer, name=previous.name, count=count, first=previous.first_timestamp
+                shard, key, pending, answer, name=previous.name, count=count, first=previous.first_timestamp
             )
             return
         body = self._event(
-            pending, name=self._new_name(pending), message=message, count=1, first=timestamp, last=timestamp
+            pending,
+            name=self._new_name(shard, pending),
+            message=message,
+            count=1,
+            first=timestamp,
+            last=timestamp,
         )
-        self._create(key, pending, body)
+        self._create(shard, key, pending, body)
 
-    def _create(self, key: tuple[str, ...], pending: _Pending, body: JsonObject) -> None:
+    def _create(self, shard: _Shard, key: tuple[str, ...], pending: _Pending, body: JsonObject) -> None:
         try:
             answer = self._client.create(EVENTS, pending.namespace, body)
         except AlreadyExists:
@@ -347,6 +373,7 @@ class EventRecorder:
             self._log_failure("creating", pending, error)
             return
         self._remember_written(
+            shard,
             key,
             pending,
             answer,
@@ -357,6 +384,7 @@ class EventRecorder:
 
     def _remember_written(
         self,
+        shard: _Shard,
         key: tuple[str, ...],
         pending: _Pending,
         answer: JsonObject,
@@ -368,7 +396,7 @@ class EventRecorder:
         metadata = answer.get("metadata") if isinstance(answer, dict) else None
         if isinstance(metadata, dict) and isinstance(metadata.get("name"), str) and metadata["name"]:
             name = metadata["name"]
-        self._remember(self._written, key, _Written(name, pending.namespace, count, first, pending.monotonic))
+        self._remember(shard.written, key, _Written(name, pending.namespace, count, first, pending.monotonic))
 
     def _event(
         self, pending: _Pending, *, name: str, message: str, count: int, first: str, last: str

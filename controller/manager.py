@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from builders.configmap import TRAINER_SOURCES
 from builders.podgroup import Gang
 from controller import lifecycle
 from controller.clock import Clock, RealClock
@@ -50,6 +51,8 @@ logger = logging.getLogger(__name__)
 
 JsonDict = dict[str, Any]
 CONTROLLER = "trainingjob"
+# Threads writing Events; each object's Events stay on one of them, in order.
+EVENT_WRITERS = 4
 BY_NODE = "by-node"
 
 
@@ -93,6 +96,30 @@ def node_readiness(node: JsonDict) -> JsonDict:
     }
 
 
+def pod_essentials(pod: JsonDict) -> JsonDict:
+    """All the controller keeps of a Pod: metadata, the node it is bound to, and status. The spec (env,
+    volumes, containers) is most of a Pod's size and the controller never reads it back."""
+    node = (pod.get("spec") or {}).get("nodeName")
+    return {
+        "apiVersion": pod.get("apiVersion", "v1"),
+        "kind": pod.get("kind", "Pod"),
+        "metadata": pod["metadata"],
+        "spec": {"nodeName": node} if node else {},
+        "status": pod.get("status") or {},
+    }
+
+
+def share_trainer_sources(config_map: JsonDict) -> JsonDict:
+    """Every job's ConfigMap carries the same reference-trainer sources; the cache keeps one copy of
+    each (values stay equal, so comparisons with what the builders want are unchanged)."""
+    data = config_map.get("data")
+    if isinstance(data, dict):
+        for key, source in TRAINER_SOURCES.items():
+            if data.get(key) == source:
+                data[key] = source
+    return config_map
+
+
 def owner_key(obj: Mapping[str, Any]) -> str | None:
     """namespace/name of the TrainingJob controlling `obj`, from its controller ownerReference."""
     for owner in obj.get("metadata", {}).get("ownerReferences") or []:
@@ -128,7 +155,9 @@ class Manager:
         lease_client: KubeClient,
         options: Options,
         metrics: Metrics,
+        *,
         clock: Clock | None = None,
+        events_client: KubeClient | None = None,
     ) -> None:
         self.client = client
         self.options = options
@@ -152,14 +181,19 @@ class Manager:
         metrics.init_controller(CONTROLLER, options.workers)
         self.expectations = Expectations(self.clock)
         self.status_writes = StatusWrites(self.clock)
-        self.events = EventRecorder(client, clock=self.clock, on_drop=metrics.events_dropped.inc)
+        self.events = EventRecorder(
+            events_client or client,
+            clock=self.clock,
+            on_drop=metrics.events_dropped.inc,
+            writers=EVENT_WRITERS,
+        )
         self.gang = detect_gang_scheduler(client)
         if self.gang:
             logger.info("gang scheduling available through %s PodGroups", self.gang)
         self.informers: list[Informer] = []
         self.optional: set[str] = set()
         self.jobs = self._informer(TRAININGJOBS, label_selector=None).store
-        self.pods = self._informer(PODS, indexers={BY_NODE: by_node}).store
+        self.pods = self._informer(PODS, indexers={BY_NODE: by_node}, transform=pod_essentials).store
         owned_resources = [SERVICES, CONFIGMAPS, SERVICEACCOUNTS, ROLES, ROLEBINDINGS, PVCS]
         if self.gang:
             owned_resources.append(
@@ -169,7 +203,12 @@ class Manager:
                     else contract.VOLCANO_GROUP_VERSION
                 ]
             )
-        owned = {res.kind: self._informer(res).store for res in owned_resources}
+        owned = {
+            res.kind: self._informer(
+                res, transform=share_trainer_sources if res == CONFIGMAPS else None
+            ).store
+            for res in owned_resources
+        }
         node_informer = self._informer(NODES, label_selector=None, cluster=True, transform=node_readiness)
         self.optional.add(node_informer.name)
         self._wire_handlers()

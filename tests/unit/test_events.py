@@ -280,3 +280,82 @@ def test_the_server_assigned_name_is_used_for_repeats(
     clock.advance(1)
     recorder.record(JOB, "Normal", "Started", "Job started")
     assert patches(api, 1, "bert.server-name")[0].json()["count"] == 2
+
+
+class RecordingSink:
+    """An in-memory EventSink that records which thread wrote what, for the multi-writer tests."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.calls: list[tuple[str, str, str, dict[str, Any]]] = []
+        self.names: dict[str, str] = {}
+
+    def create(self, res: Any, ns: str | None, body: dict[str, Any]) -> dict[str, Any]:
+        with self.lock:
+            self.calls.append(
+                ("create", threading.current_thread().name, body["involvedObject"]["name"], body)
+            )
+        return body
+
+    def patch(self, res: Any, ns: str | None, name: str, body: dict[str, Any], **_: Any) -> dict[str, Any]:
+        with self.lock:
+            involved = name.split(".", maxsplit=1)[0]
+            self.calls.append(("patch", threading.current_thread().name, involved, body))
+        return {"metadata": {"name": name}}
+
+
+def job_named(name: str) -> dict[str, Any]:
+    return {**JOB, "metadata": {**JOB["metadata"], "name": name, "uid": f"uid-{name}"}}
+
+
+def test_several_writers_keep_each_objects_events_on_one_thread_and_aggregated(clock: FakeClock) -> None:
+    sink = RecordingSink()
+    recorder = EventRecorder(sink, host="operator-0", clock=clock, writers=3)
+    jobs = [job_named(f"job{index}") for index in range(8)]
+    for _ in range(3):
+        for job in jobs:
+            recorder.record(job, "Normal", "Created", "created pod")
+    assert recorder.flush(DEADLINE_SECONDS)
+    assert recorder.stop(DEADLINE_SECONDS)
+    threads_used = {thread for _, thread, _, _ in sink.calls}
+    assert len(threads_used) > 1
+    for job in jobs:
+        name = job["metadata"]["name"]
+        mine = [call for call in sink.calls if call[2] == name]
+        assert [kind for kind, _, _, _ in mine] == ["create", "patch", "patch"]
+        assert len({thread for _, thread, _, _ in mine}) == 1
+        assert mine[-1][3]["count"] == 3
+
+
+class GatedSink(RecordingSink):
+    """Blocks every create until the test opens the gate; `entered` is set when a create is waiting."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+        self.entered = threading.Event()
+
+    def create(self, res: Any, ns: str | None, body: dict[str, Any]) -> dict[str, Any]:
+        self.entered.set()
+        assert self.gate.wait(DEADLINE_SECONDS)
+        return super().create(res, ns, body)
+
+
+def test_a_burst_of_drops_warns_once_until_the_queue_has_half_drained(
+    clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    sink = GatedSink()
+    recorder = EventRecorder(sink, host="operator-0", clock=clock, max_queue=4, start=False)
+    with caplog.at_level(logging.WARNING, logger="controller.events"):
+        for index in range(5):  # four queued, the fifth dropped: the burst starts
+            recorder.record(job_named(f"a{index}"), "Normal", "Created", "x")
+        recorder.start()
+        assert sink.entered.wait(DEADLINE_SECONDS)  # the writer took one: three queued
+        recorder.record(job_named("b0"), "Normal", "Created", "x")  # fits, but the queue is not half empty
+        recorder.record(job_named("b1"), "Normal", "Created", "x")  # dropped: still the same burst
+    warnings = [r for r in caplog.records if "event queue is full" in r.getMessage()]
+    assert len(warnings) == 1
+    assert recorder.dropped == 2
+    sink.gate.set()
+    assert recorder.stop(DEADLINE_SECONDS)
+    assert len([call for call in sink.calls if call[0] == "create"]) == 5

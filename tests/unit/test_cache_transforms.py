@@ -1,0 +1,93 @@
+"""The informer transforms keep what the controller reads and nothing it would miss.
+
+The pod transform drops the spec (most of a Pod's size); these tests prove the planner decides the
+same with transformed pods in every phase of a job's life, so the memory saving cannot change
+behaviour.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import replace
+
+from builders.configmap import TRAINER_SOURCES, build_config_map
+from controller.lifecycle import Plan, plan
+from controller.manager import node_readiness, pod_essentials, share_trainer_sources
+from tests.unit.lifecycle_world import World, make_job, make_node, world
+
+
+def planned_with_transformed_pods(scene: World) -> tuple[Plan, Plan]:
+    observed = scene.observed()
+    transformed = replace(observed, pods=[pod_essentials(copy.deepcopy(pod)) for pod in observed.pods])
+    return plan(observed, scene.settings), plan(transformed, scene.settings)
+
+
+def assert_same_decisions(scene: World) -> None:
+    raw, reduced = planned_with_transformed_pods(scene)
+    assert reduced.status == raw.status
+    assert [obj["metadata"]["name"] for obj in reduced.creates] == [
+        obj["metadata"]["name"] for obj in raw.creates
+    ]
+    assert reduced.deletes == raw.deletes
+    assert reduced.events == raw.events
+    assert reduced.requeue_after == raw.requeue_after
+
+
+def test_pod_essentials_keep_metadata_node_and_status_only() -> None:
+    scene = world()
+    scene.step()
+    scene.bind(0)
+    pod = scene.pod(0)
+    reduced = pod_essentials(copy.deepcopy(pod))
+    assert reduced["metadata"] == pod["metadata"]
+    assert reduced["status"] == pod["status"]
+    assert reduced["spec"] == {"nodeName": pod["spec"]["nodeName"]}
+    assert len(repr(reduced)) < len(repr(pod)) / 3
+
+
+def test_the_planner_decides_the_same_on_transformed_pods_through_a_jobs_life() -> None:
+    scene = world({"failurePolicy.restartBackoff.initialDelaySeconds": 1})
+    scene.step()
+    assert_same_decisions(scene)
+    scene.bind(0, 1)
+    assert_same_decisions(scene)
+    scene.start(0, 1)
+    scene.step()
+    assert_same_decisions(scene)
+    scene.report(0, epoch=1, totalEpochs=4, metrics={"loss": 0.5}, checkpoint="/checkpoints/epoch-1")
+    assert_same_decisions(scene)
+    scene.exit(1, code=137, reason="OOMKilled")
+    assert_same_decisions(scene)
+    scene.step()
+    assert_same_decisions(scene)
+
+
+def test_lost_node_and_unschedulable_pods_are_judged_the_same() -> None:
+    scene = world()
+    scene.step()
+    scene.unschedulable(0)
+    scene.bind(1)
+    assert_same_decisions(scene)
+    scene.start(1)
+    scene.set_node_ready("node-1", None)
+    assert_same_decisions(scene)
+
+
+def test_trainer_sources_are_shared_and_equal() -> None:
+    config_map = build_config_map(make_job())
+    stored = json.loads(json.dumps(config_map))  # as the informer decodes it: new string objects
+    assert all(stored["data"][key] is not TRAINER_SOURCES[key] for key in TRAINER_SOURCES)
+    shared = share_trainer_sources(stored)
+    for key, source in TRAINER_SOURCES.items():
+        assert shared["data"][key] is source
+    assert shared["data"] == config_map["data"]
+
+
+def test_node_readiness_keeps_the_ready_condition() -> None:
+    node = make_node("gpu-node-1", ready=None)
+    node["status"]["capacity"] = {"nvidia.com/gpu": "8"}
+    node["status"]["images"] = [{"names": ["big"], "sizeBytes": 1}]
+    reduced = node_readiness(node)
+    assert reduced["status"]["conditions"][0]["status"] == "Unknown"
+    assert "images" not in reduced["status"]
