@@ -128,6 +128,8 @@ class _Planner:
         self.status: JsonDict = copy.deepcopy(observed.job.get("status") or {})
         self.plan = Plan(status=self.status)
         self.view = observe(observed.pods, int(self.spec["numWorkers"]), observed.nodes, observed.nodes_known)
+        # Rank 0 reported something new that the progress rate limit keeps out of status for now.
+        self.report_deferred = False
 
     # ------------------------------------------------------------------------------------- helpers
 
@@ -255,6 +257,9 @@ class _Planner:
         elif policy == "Running":
             self.delete_pods(self.holding(self.view.live), f"job {self.state}; cleanPodPolicy Running")
         self.force_delete_stuck_pods()
+        # status.workers (the Workers column) follows the pods as they are released, like resources:
+        # a finished job whose stopped workers are gone must not show them running.
+        self.status["workers"] = self.view.workers()
         self.update_allocation()
         ttl = self.spec.get("ttlSecondsAfterFinished")
         finished_at = self.status.get("completionTime")
@@ -332,6 +337,7 @@ class _Planner:
             # A job that ran before resumes with a new attempt; one suspended from creation starts at 0.
             self.status["runningSince"] = self.stamp
             self.status["attempt"] = int(self.status.get("attempt", 0)) + 1
+            self.status.pop("attemptStartTime", None)
         self.transition(
             PENDING, "resuming from the latest checkpoint" if self.resume_from() else "resuming", "Resumed"
         )
@@ -406,6 +412,7 @@ class _Planner:
             return True
         self.status.pop("restartAt", None)
         self.status["attempt"] = int(self.status.get("attempt", 0)) + 1
+        self.status.pop("attemptStartTime", None)
         self.transition(PENDING, f"starting attempt {self.status['attempt']}", "Restarted")
         return False
 
@@ -513,8 +520,9 @@ class _Planner:
         if not self.status.get("startTime"):
             self.status["startTime"] = self.stamp
             self.status["runningSince"] = self.stamp
-        if len(missing) == self.view.num_workers or not self.status.get("attemptStartTime"):
-            self.status["attemptStartTime"] = self.stamp
+        # Stamped once per attempt (cleared when the next one begins), not on every retry of a create
+        # that failed: that would rewrite status on each retry and restart the schedule timeout.
+        self.status.setdefault("attemptStartTime", self.stamp)
         message = f"creating {len(missing)} pod(s) for attempt {attempt}"
         if resume:
             message += f", resuming from {resume}"
@@ -600,6 +608,7 @@ class _Planner:
                     cond.STALLED, False, "ProgressResumed", "the trainer reports progress again"
                 )
         if update.retry_in is not None:
+            self.report_deferred = True
             self.plan.requeue(update.retry_in)
 
     def success(self) -> bool:
@@ -623,7 +632,9 @@ class _Planner:
     def check_stall(self) -> None:
         monitoring = self.spec.get("monitoring") or {}
         deadline = monitoring.get("progressDeadlineSeconds")
-        if not deadline:
+        if not deadline or self.report_deferred:
+            # A deferred report is progress too: lastProgressTime only lags behind the rate limit
+            # (--progress-interval), which may be longer than the deadline.
             return
         running = cond.get(self.conditions(), cond.RUNNING)
         since = (

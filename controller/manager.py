@@ -53,6 +53,9 @@ JsonDict = dict[str, Any]
 CONTROLLER = "trainingjob"
 # Threads writing Events; each object's Events stay on one of them, in order.
 EVENT_WRITERS = 4
+# Distinct messages of one reason per job before Events fold into a combined one (client-go: 10). A gang
+# start records one create per pod and per supporting object; up to 100 workers keep their own Events.
+EVENT_MAX_SIMILAR = 128
 BY_NODE = "by-node"
 
 
@@ -70,7 +73,9 @@ class Options:
     retry_period: float = 2.0
     create_concurrency: int = 16
     rate_limit_base: float = 0.005
-    rate_limit_cap: float = 1000.0
+    # client-go's cap is 1000 s; a job blocked by something outside it (a quota, a missing
+    # PriorityClass) should not wait that long to notice the fix.
+    rate_limit_cap: float = 300.0
     rate_limit_qps: float = 10.0
     rate_limit_burst: int = 100
     resync_period: float = 600.0
@@ -186,6 +191,7 @@ class Manager:
             clock=self.clock,
             on_drop=metrics.events_dropped.inc,
             writers=EVENT_WRITERS,
+            max_similar=EVENT_MAX_SIMILAR,
         )
         self.gang = detect_gang_scheduler(client)
         if self.gang:
@@ -299,6 +305,7 @@ class Manager:
         def pod_updated(old: JsonDict, new: JsonDict) -> None:
             key = owner_key(new)
             if key is None:
+                foreign_pod_changed(new)
                 return
             if new["metadata"].get("deletionTimestamp") and not old["metadata"].get("deletionTimestamp"):
                 self.expectations.deleted(key, new["metadata"]["uid"])
@@ -309,6 +316,15 @@ class Manager:
             if key:
                 self.expectations.deleted(key, obj["metadata"]["uid"])
                 self.queue.add(key)
+            else:
+                foreign_pod_changed(obj)
+
+        def foreign_pod_changed(obj: JsonDict) -> None:
+            """A pod with the job's labels but not owned by it may be what blocks the job (it holds a
+            rank's name); when it changes or goes, the job tries again at once."""
+            job = (obj["metadata"].get("labels") or {}).get(contract.JOB_NAME_LABEL)
+            if job:
+                self.queue.add(f"{obj['metadata'].get('namespace')}/{job}")
 
         pods.add_handler(on_add=pod_added, on_update=pod_updated, on_delete=pod_deleted)
 

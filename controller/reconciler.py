@@ -10,7 +10,8 @@ This is the imperative shell around the pure planner. Its rules:
   changed), then objects. A crash in between leaves a status the next reconcile completes.
 * Deletes carry UID preconditions; creates of deterministic names make a second create a 409.
 * Failures to create are reported on the job (an Event, a condition, a message), never raised into
-  the worker pool unless they are transient.
+  the worker pool unless they are transient. A job blocked that way is retried with the rate
+  limiter's backoff, objects first and status after, so an unchanged failure writes nothing.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from builders.podgroup import Gang
 from controller import conditions as cond
 from controller import lifecycle, mergepatch
 from controller.clock import Clock, parse_time, rfc3339
-from controller.errors import AlreadyExists, ApiError, Conflict, Forbidden, Invalid, NotFound
+from controller.errors import AlreadyExists, Conflict, Forbidden, Invalid, KubeError, NotFound
 from controller.events import EventRecorder
 from controller.expectations import Expectations
 from controller.failures import Cause
@@ -150,6 +151,37 @@ def _namespace(job: Mapping[str, Any]) -> str:
     return str(job["metadata"]["namespace"])
 
 
+# Status fields the planner stamps when it creates an attempt's pods.
+CREATE_STAMPS = ("startTime", "runningSince", "attemptStartTime")
+FAILED_CREATE = "FailedCreate"
+
+
+# Problems named in a status message; the rest are counted. Every pod of a job fails the same way
+# (a missing PriorityClass, an invalid affinity), and a 100-worker job must not write 100 copies:
+# status.message is limited (crd/schema_status.py), and a refused status write would leave the job
+# without any explanation.
+MAX_LISTED_PROBLEMS = 3
+MAX_PROBLEM_TEXT = 4096
+
+
+def _summary(problems: list[str]) -> str:
+    """The problems sorted (pods are created concurrently: an unchanged problem must read the same),
+    the first few in full, the others counted."""
+    ordered = sorted(set(problems))
+    text = "; ".join(ordered[:MAX_LISTED_PROBLEMS])
+    if len(ordered) > MAX_LISTED_PROBLEMS:
+        text += f"; and {len(ordered) - MAX_LISTED_PROBLEMS} more"
+    if len(text) > MAX_PROBLEM_TEXT:
+        text = text[: MAX_PROBLEM_TEXT - 3] + "..."
+    return text
+
+
+def _blocked(status: Mapping[str, Any]) -> bool:
+    """Whether the last reconcile could not create the job's objects (Created=False, FailedCreate)."""
+    created = cond.get(status.get("conditions"), cond.CREATED)
+    return created is not None and created.get("status") == "False" and created.get("reason") == FAILED_CREATE
+
+
 class Reconciler:
     def __init__(
         self,
@@ -245,20 +277,67 @@ class Reconciler:
                 )
             )
         old_status = cached.get("status") or {}
+        if _blocked(old_status) and plan.creates and not plan.deletes:
+            result = self._retry_blocked(cached, old_status, plan)
+        else:
+            result = self._apply(cached, old_status, plan)
+        logger.debug(
+            "reconciled",
+            extra={
+                "action": "reconciled",
+                "resourceVersion": cached["metadata"].get("resourceVersion"),
+                "state": (cached.get("status") or {}).get("state"),
+            },
+        )
+        return result
+
+    def _apply(self, cached: JsonDict, old_status: Mapping[str, Any], plan: lifecycle.Plan) -> Result:
+        """The normal order: status first, then the objects."""
         written = self._write_status(cached, old_status, plan.status)
         if written is None:
             return Result()
-        self._record_transitions(cached, old_status, plan.status)
-        for event in plan.events:
-            self._events.record(cached, event.type, event.reason, event.message)
+        self._record(cached, old_status, plan)
         outcome = self._execute(cached, plan)
         if outcome.invalid or outcome.blocked:
-            self._report_problems(written, plan.status, outcome)
+            self._report_problems(written, plan.status, plan.status, outcome)
             return Result(rate_limited=not outcome.invalid)
         if plan.delete_job:
             self._delete_job(cached)
             return Result()
         return Result(requeue_after=plan.requeue_after)
+
+    def _retry_blocked(self, cached: JsonDict, old_status: Mapping[str, Any], plan: lifecycle.Plan) -> Result:
+        """Creates that failed last time (a missing PriorityClass, a name taken by a foreign object, a
+        quota), tried again: objects first, status after.
+
+        Writing the planned status first would turn the message back into "creating ..." on every
+        retry only for the failure to turn it back again, and each of those writes is a watch event
+        that re-queues the job at once, bypassing the rate limiter: a hot loop of PATCHes, POSTs and
+        Events. Trying first, the status changes only when the outcome does.
+        """
+        outcome = self._execute(cached, plan)
+        if outcome.invalid or outcome.blocked:
+            base = copy.deepcopy(plan.status)
+            # The planner stamps these when it creates pods; none were created, so they stay.
+            for stamp in CREATE_STAMPS:
+                if stamp in old_status:
+                    base[stamp] = old_status[stamp]
+            self._report_problems(cached, old_status, base, outcome)
+            for event in plan.events:
+                self._events.record(cached, event.type, event.reason, event.message)
+            return Result(rate_limited=not outcome.invalid)
+        logger.info(
+            "the objects that could not be created before were created", extra={"action": "unblocked"}
+        )
+        if self._write_status(cached, old_status, plan.status) is None:
+            return Result()
+        self._record(cached, old_status, plan)
+        return Result(requeue_after=plan.requeue_after)
+
+    def _record(self, job: JsonDict, old_status: Mapping[str, Any], plan: lifecycle.Plan) -> None:
+        self._record_transitions(job, old_status, plan.status)
+        for event in plan.events:
+            self._events.record(job, event.type, event.reason, event.message)
 
     def _expectations_ttl_remaining(self, pending: object) -> float:
         age = getattr(pending, "age_seconds", 0.0)
@@ -296,19 +375,37 @@ class Reconciler:
             logger.debug("status updated", extra={"fields": sorted(patch)})
         return updated
 
-    def _report_problems(self, job: JsonDict, status: Mapping[str, Any], outcome: _Outcome) -> None:
+    def _report_problems(
+        self, job: JsonDict, current: Mapping[str, Any], base: Mapping[str, Any], outcome: _Outcome
+    ) -> None:
         """Shows create failures on the job: an invalid object fails it (InvalidSpec), anything else
-        (quota, a missing PriorityClass, a name taken by an object we do not own) blocks it."""
-        updated: JsonDict = copy.deepcopy(dict(status))
+        (quota, a missing PriorityClass, a name taken by an object we do not own) blocks it.
+
+        `current` is the status the server has (as of `job`), `base` the status to show the problems on.
+        """
+        updated: JsonDict = copy.deepcopy(dict(base))
         stamp = rfc3339(self._clock.now())
         generation = job["metadata"].get("generation")
+        if generation is not None:
+            updated["observedGeneration"] = generation
         if outcome.invalid:
-            message = "invalid spec: " + "; ".join(outcome.invalid)
+            message = "invalid spec: " + _summary(outcome.invalid)
             updated["state"] = lifecycle.FAILED
             updated["message"] = message
             updated["failureReason"] = "InvalidSpec"
+            # Finished like any failed job (lifecycle's finish): completion time, duration, and the
+            # activeDeadlineSeconds clock stopped.
+            now = self._clock.now()
             updated["completionTime"] = stamp
-            updated["conditions"] = cond.set_condition(
+            if updated.get("startTime"):
+                elapsed = (now - parse_time(str(updated["startTime"]))).total_seconds()
+                updated["duration"] = lifecycle.format_duration(elapsed)
+            since = updated.pop("runningSince", None)
+            if since:
+                active = float(updated.get("activeSeconds") or 0)
+                updated["activeSeconds"] = int(active + (now - parse_time(str(since))).total_seconds())
+            updated.pop("restartAt", None)
+            conditions = cond.set_condition(
                 updated.get("conditions"),
                 cond.FAILED,
                 True,
@@ -317,21 +414,32 @@ class Reconciler:
                 now=stamp,
                 generation=generation,
             )
+            updated["conditions"] = cond.set_condition(
+                conditions,
+                cond.RUNNING,
+                False,
+                reason="InvalidSpec",
+                message=message,
+                now=stamp,
+                generation=generation,
+            )
             self._events.record(job, "Warning", "InvalidSpec", message)
             self._metrics.invalid_spec.labels(namespace=_namespace(job)).inc()
         else:
-            message = "; ".join(outcome.blocked)
+            message = _summary(outcome.blocked)
             updated["message"] = message
             updated["conditions"] = cond.set_condition(
                 updated.get("conditions"),
                 cond.CREATED,
                 False,
-                reason="FailedCreate",
+                reason=FAILED_CREATE,
                 message=message,
                 now=stamp,
                 generation=generation,
             )
-        self._write_status(job, status, updated)
+        if self._write_status(job, current, updated) is not None:
+            # The state may have changed (InvalidSpec fails the job): count it like any transition.
+            self._record_transitions(job, current, updated)
 
     def _record_transitions(self, job: JsonDict, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
         namespace = _namespace(job)
@@ -377,8 +485,10 @@ class Reconciler:
             )
         pods = [obj for obj in plan.creates if obj["kind"] == "Pod"]
         others = [obj for obj in plan.creates if obj["kind"] != "Pod"]
-        for obj in others:
-            self._create(job, obj, outcome)
+        # The supporting objects do not depend on one another (a RoleBinding may name a Role that does
+        # not exist yet); the pods need them all (ServiceAccount, ConfigMap), so they come after.
+        for future in [self._submit(self._create, job, obj, outcome) for obj in others]:
+            future.result()
         if outcome.blocked or outcome.invalid:
             return outcome
         if pods:
@@ -392,7 +502,7 @@ class Reconciler:
                 future.result()
         return outcome
 
-    def _submit(self, function: Callable[..., None], *args: Any) -> Future[None]:
+    def _submit(self, function: Callable[..., object], *args: Any) -> Future[Any]:
         """Runs `function` on the shared pool in a copy of this thread's context, so its log lines carry
         the job's namespace, name and reconcile id."""
         return self._executor.submit(contextvars.copy_context().run, function, *args)
@@ -431,7 +541,8 @@ class Reconciler:
         name = pod["metadata"]["name"]
         try:
             created = self._create(job, pod, outcome)
-        except ApiError:
+        except KubeError:
+            # Not created (or not known to be): the cache will never show it, so stop waiting for it.
             self._expectations.created(key, name)
             raise
         if not created:
@@ -450,7 +561,7 @@ class Reconciler:
         except (NotFound, Conflict):
             self._expectations.deleted(key, delete.uid)
             return
-        except ApiError:
+        except KubeError:
             self._expectations.deleted(key, delete.uid)
             raise
         verb = "force-deleted" if delete.force else "deleted"

@@ -1017,6 +1017,23 @@ def test_rank_zero_completion_with_other_ranks_finished_and_running() -> None:
     assert names(result.deletes) == ["mnist-worker-1"]
 
 
+def test_status_workers_of_a_finished_job_follow_the_released_pods() -> None:
+    # Bug found end to end: status.workers (the Workers printer column) was last written when the
+    # job finished, so a job whose running workers were then stopped showed them active forever.
+    w = world({"spec.successPolicy.mode": "RankZero", "spec.cleanPodPolicy": "Running"}, workers=3)
+    w.run_to_running()
+    w.succeed(2)
+    w.step(10)
+    w.succeed(0)
+    w.step(10)
+    assert w.state == "Completed"
+    w.finish_terminating()
+    w.step(1)
+    assert w.status["workers"] == {"pending": 0, "active": 0, "succeeded": 2, "failed": 0}
+    assert w.status["resources"] == {"gpus": 0, "workers": 0}
+    assert_steady(w)
+
+
 # ------------------------------------------------------------------------------ scheduling
 
 
@@ -1193,6 +1210,29 @@ def test_a_job_without_progress_for_the_deadline_is_stalled() -> None:
     stalled = w.condition("Stalled")
     assert stalled is not None
     assert (stalled["status"], stalled["reason"]) == ("False", "ProgressResumed")
+
+
+def test_reports_held_back_by_the_progress_rate_limit_are_not_a_stall() -> None:
+    # Bug found end to end: with progressDeadlineSeconds shorter than the operator's progress
+    # interval, a trainer reporting a new epoch every second was declared stalled (and restarted)
+    # because its reports were waiting out the rate limit and lastProgressTime lagged behind.
+    w = world(
+        {"spec.monitoring.progressDeadlineSeconds": 3, "spec.monitoring.restartOnStall": True},
+        settings=Settings(progress_min_interval=5.0),
+    )
+    w.run_to_running()
+    for epoch in range(1, 13):
+        w.report(epoch=epoch)
+        w.step(1)
+        assert w.state == "Running", (epoch, w.status["message"])
+        assert w.condition("Stalled") is None
+    assert w.status["currentEpoch"] >= 10
+    # Reports stop: the stall is still detected, the deadline after the last applied report.
+    w.step(5)
+    assert w.status["currentEpoch"] == 12
+    w.step(3)
+    assert w.state == "Restarting"
+    assert w.status["restarts"] == {"stall": 1}
 
 
 def test_stall_time_counts_from_when_the_job_started_running() -> None:
@@ -1529,3 +1569,18 @@ def test_format_duration() -> None:
     assert format_duration(61) == "1m1s"
     assert format_duration(3723) == "1h2m3s"
     assert format_duration(-5) == "0s"
+
+
+def test_a_create_that_keeps_failing_does_not_restamp_the_attempt_start() -> None:
+    scene = world()
+    first = scene.plan()
+    assert sorted(obj["metadata"]["name"] for obj in first.creates if obj["kind"] == "Pod") == [
+        "mnist-worker-0",
+        "mnist-worker-1",
+    ]
+    scene.job["status"] = first.status  # status written, then every create refused (nothing applied)
+    scene.advance(30)
+    second = scene.plan()
+    assert len([obj for obj in second.creates if obj["kind"] == "Pod"]) == 2
+    assert second.status["attemptStartTime"] == first.status["attemptStartTime"]
+    assert second.status == first.status
