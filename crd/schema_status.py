@@ -43,7 +43,6 @@ def condition() -> Schema:
                 "Human-readable details, naming what blocks the job.", max_length=MESSAGE_LENGTH
             ),
             "lastTransitionTime": _timestamp("When status last changed."),
-            "lastUpdateTime": _timestamp("When reason or message last changed."),
             "observedGeneration": _count("metadata.generation the condition was computed from."),
         },
         required=["type", "status"],
