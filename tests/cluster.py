@@ -24,9 +24,10 @@ import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
+
+from hack.podstatus import disruption_condition, now_rfc3339, terminated_status_patch
 
 REPO = Path(__file__).resolve().parent.parent
 DEV = Path(os.environ.get("TJ_DEV_DIR", REPO / ".dev"))
@@ -121,10 +122,6 @@ class Kubectl:
         return items
 
 
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def end_pod(
     kubectl: Kubectl,
     namespace: str,
@@ -142,67 +139,18 @@ def end_pod(
     reason (default Completed or Error; e.g. OOMKilled). `disruption` adds the DisruptionTarget
     condition with that reason (PreemptionByScheduler, EvictionByEvictionAPI, DeletionByTaintManager,
     TerminationByKubelet). `container` ends only that container's state (the others keep theirs); by
-    default every container ends with the same code.
+    default every container ends with the same code. The patch is hack/podstatus.py's, which the
+    local kubelet (hack/local_kubelet.py) sends too when a real process exits.
     """
     pod = kubectl.get_json("pod", name, "-n", namespace)
-    now = _now()
-    phase = "Succeeded" if exit_code == 0 else "Failed"
-    statuses = []
-    by_name = {s["name"]: s for s in pod.get("status", {}).get("containerStatuses", [])}
-    for spec in pod["spec"]["containers"]:
-        previous = by_name.get(spec["name"], {})
-        if container is not None and spec["name"] != container:
-            statuses.append(previous)
-            continue
-        started = previous.get("state", {}).get("running", {}).get("startedAt", now)
-        terminated: dict[str, Any] = {
-            "exitCode": exit_code,
-            "reason": reason or ("Completed" if exit_code == 0 else "Error"),
-            "startedAt": started,
-            "finishedAt": now,
-        }
-        if message:
-            terminated["message"] = message
-        statuses.append(
-            {
-                "name": spec["name"],
-                "image": spec["image"],
-                "imageID": previous.get("imageID", ""),
-                "containerID": previous.get("containerID", f"kwok://{spec['name']}"),
-                "ready": False,
-                "started": False,
-                "restartCount": previous.get("restartCount", 0),
-                "state": {"terminated": terminated},
-            }
-        )
-    conditions: list[dict[str, Any]] = [
-        {
-            "type": "Ready",
-            "status": "False",
-            "reason": "PodCompleted" if exit_code == 0 else "PodFailed",
-            "lastTransitionTime": now,
-        },
-        {
-            "type": "ContainersReady",
-            "status": "False",
-            "reason": "PodCompleted" if exit_code == 0 else "PodFailed",
-            "lastTransitionTime": now,
-        },
-    ]
-    if disruption:
-        conditions.append(
-            {
-                "type": "DisruptionTarget",
-                "status": "True",
-                "reason": disruption,
-                "message": f"{disruption} (simulated by the test)",
-                "lastTransitionTime": now,
-            }
-        )
-    status: dict[str, Any] = {"phase": phase, "containerStatuses": statuses, "conditions": conditions}
-    if disruption or message:
-        status["message"] = message or disruption
-    patch = {"status": status}
+    patch = terminated_status_patch(
+        pod,
+        exit_code=exit_code,
+        reason=reason,
+        message=message,
+        disruption=disruption,
+        container=container,
+    )
     out = kubectl.run(
         "patch",
         "pod",
@@ -223,19 +171,7 @@ def end_pod(
 
 def add_disruption_condition(kubectl: Kubectl, namespace: str, name: str, reason: str) -> None:
     """Adds DisruptionTarget=True without ending the pod (what the scheduler or eviction API does first)."""
-    patch = {
-        "status": {
-            "conditions": [
-                {
-                    "type": "DisruptionTarget",
-                    "status": "True",
-                    "reason": reason,
-                    "message": f"{reason} (simulated by the test)",
-                    "lastTransitionTime": _now(),
-                }
-            ]
-        }
-    }
+    patch = {"status": {"conditions": [disruption_condition(reason)]}}
     kubectl.run(
         "patch",
         "pod",
@@ -254,7 +190,7 @@ def lose_node(kubectl: Kubectl, node: str) -> None:
     deleted on it stay Terminating), and its Ready condition turns Unknown as the node lifecycle
     controller would report after the grace period."""
     kubectl.run("label", "node", node, f"{KWOK_NODE_LABEL}=false", "--overwrite")
-    now = _now()
+    now = now_rfc3339()
     patch = {
         "status": {
             "conditions": [

@@ -65,10 +65,16 @@ __all__ = [
 
 DEFAULT_ANNOTATION: Final = "ml.example.com/progress"
 SERVICE_ACCOUNT_DIR: Final = "/var/run/secrets/kubernetes.io/serviceaccount"
-# Local runs and tests only: a plain base URL (e.g. http://127.0.0.1:8001 from `kubectl proxy`) used
-# instead of the in-cluster API. The TRAININGJOB_ prefix is reserved at admission, so a job's
-# spec.env can never set it: inside a pod the reporter always talks to the in-cluster API.
+# Local runs and tests only: where to report instead of the in-cluster API, and with which
+# credentials. The API's base URL: https://host:port (e.g. the local control plane, as the local
+# kubelet hack/local_kubelet.py sets it) or plain http:// (`kubectl proxy`, tests). The token file
+# (re-read for every request, like the mounted one) and the CA bundle that verifies an https API
+# replace the service-account directory's `token` and `ca.crt`. The TRAININGJOB_ prefix is reserved at
+# admission, so a job's spec.env can never set them: inside a pod the reporter always talks to the
+# in-cluster API with the pod's own service-account token.
 API_URL_ENV: Final = "TRAININGJOB_PROGRESS_API_URL"
+TOKEN_FILE_ENV: Final = "TRAININGJOB_PROGRESS_TOKEN_FILE"  # noqa: S105 - a variable name, not a secret
+CA_FILE_ENV: Final = "TRAININGJOB_PROGRESS_CA_FILE"
 # The operator copies a report into status at most every few seconds; sending more often only adds
 # API traffic.
 DEFAULT_MIN_INTERVAL: Final = 5.0
@@ -232,7 +238,9 @@ class Reporter:
 
         Disabled (a no-op) on every rank but 0, and outside a cluster: without KUBERNETES_SERVICE_HOST
         and KUBERNETES_SERVICE_PORT (or TRAININGJOB_PROGRESS_API_URL), POD_NAME, or a namespace
-        (TRAININGJOB_NAMESPACE, else the service account's namespace file).
+        (TRAININGJOB_NAMESPACE, else the service account's namespace file). The token and, for https,
+        the CA come from the service account's directory unless TRAININGJOB_PROGRESS_TOKEN_FILE and
+        TRAININGJOB_PROGRESS_CA_FILE name other files.
         """
         env = os.environ if environ is None else environ
         try:
@@ -256,8 +264,10 @@ class Reporter:
             namespace=namespace,
             pod_name=pod_name,
             annotation=env.get("TRAININGJOB_PROGRESS_ANNOTATION", "").strip() or DEFAULT_ANNOTATION,
-            token_path=f"{service_account_dir}/token",
-            ca_path=None if api_url.startswith("http://") else f"{service_account_dir}/ca.crt",
+            token_path=env.get(TOKEN_FILE_ENV, "").strip() or f"{service_account_dir}/token",
+            ca_path=None
+            if api_url.startswith("http://")
+            else env.get(CA_FILE_ENV, "").strip() or f"{service_account_dir}/ca.crt",
             min_interval=min_interval,
             timeout=timeout,
         )

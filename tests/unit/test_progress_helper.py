@@ -12,9 +12,15 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import socket
+import ssl
+import subprocess
+import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -343,6 +349,112 @@ def test_from_env_with_a_local_api_url_reports_there(api: FakeApi, tmp_path: Pat
     reporter.close()
     [request] = api.requests("PATCH", POD_PATH)
     assert request.headers["Authorization"] == "Bearer local"
+
+
+# Local runs (hack/local_kubelet.py): a real https API with a token file and a CA given by path
+
+
+@dataclass
+class TlsApi:
+    """A one-route https server on 127.0.0.1 with its own CA; records each PATCH's Authorization."""
+
+    url: str
+    ca_file: Path
+    other_ca_file: Path  # a CA that did not sign the server's certificate
+    authorizations: list[str]
+
+
+def _openssl(directory: Path, *args: str) -> None:
+    subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True)
+
+
+@pytest.fixture
+def tls_api(tmp_path: Path) -> Iterator[TlsApi]:
+    if shutil.which("openssl") is None:
+        pytest.skip("needs openssl to make a CA")
+    pki = tmp_path / "pki"
+    pki.mkdir()
+    for ca in ("ca", "other"):
+        _openssl(pki, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{ca}.key",
+                 "-out", f"{ca}.crt", "-days", "1", "-subj", f"/CN={ca}")  # fmt: skip
+    (pki / "server.ext").write_text("subjectAltName=IP:127.0.0.1\n")
+    _openssl(pki, "req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr",
+             "-subj", "/CN=127.0.0.1")  # fmt: skip
+    _openssl(pki, "x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+             "-CAcreateserial", "-out", "server.crt", "-days", "1", "-extfile", "server.ext")  # fmt: skip
+    authorizations: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            return None
+
+        def do_PATCH(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            authorizations.append(self.headers.get("Authorization", ""))
+            body = b'{"kind": "Pod"}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(str(pki / "server.crt"), str(pki / "server.key"))
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True)
+    thread.start()
+    try:
+        url = f"https://127.0.0.1:{server.server_address[1]}"
+        yield TlsApi(url, pki / "ca.crt", pki / "other.crt", authorizations)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(DEADLINE)
+
+
+def test_from_env_with_token_and_ca_files_reports_to_an_https_api(tls_api: TlsApi, tmp_path: Path) -> None:
+    account = tmp_path / "serviceaccount"  # what a pod would have mounted: ignored with the overrides
+    account.mkdir()
+    (account / "token").write_text("mounted-token")
+    token = tmp_path / "local-token"
+    token.write_text("pod-bound-token\n")
+    env = pod_env(
+        **{tp.API_URL_ENV: tls_api.url, tp.TOKEN_FILE_ENV: str(token), tp.CA_FILE_ENV: str(tls_api.ca_file)}
+    )
+    reporter = tp.Reporter.from_env(env, min_interval=0, service_account_dir=str(account))
+    assert reporter.url == f"{tls_api.url}/api/v1/namespaces/ml-training/pods/mnist-worker-0"
+    reporter.report(epoch=1)
+    assert reporter.flush(DEADLINE)
+    token.write_text("rotated-token\n")  # re-read for every request, like the mounted one
+    reporter.report(epoch=2)
+    reporter.close()
+    assert (reporter.sent, reporter.failed) == (2, 0)
+    assert tls_api.authorizations == ["Bearer pod-bound-token", "Bearer rotated-token"]
+
+
+def test_without_the_ca_file_an_https_api_is_verified_with_the_mounted_ca(
+    tls_api: TlsApi, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    account = tmp_path / "serviceaccount"
+    account.mkdir()
+    shutil.copy(tls_api.other_ca_file, account / "ca.crt")
+    token = tmp_path / "local-token"
+    token.write_text("pod-bound-token")
+    env = pod_env(**{tp.API_URL_ENV: tls_api.url, tp.TOKEN_FILE_ENV: str(token)})
+    reporter = tp.Reporter.from_env(env, min_interval=0, service_account_dir=str(account))
+    reporter.report(epoch=1)
+    reporter.close()
+    # The mounted CA did not sign the server's certificate: the report is dropped with one warning and
+    # the token never leaves the process.
+    assert (reporter.sent, reporter.failed) == (0, 1)
+    assert tls_api.authorizations == []
+    assert any("CERTIFICATE_VERIFY_FAILED" in message for message in warnings_from(caplog))
+
+
+def test_the_local_overrides_are_reserved_names() -> None:
+    for name in (tp.API_URL_ENV, tp.TOKEN_FILE_ENV, tp.CA_FILE_ENV):
+        assert name.startswith(contract.RESERVED_ENV_PREFIXES), name  # spec.env can never set them
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -1,0 +1,300 @@
+"""`make demo` after the set-up: the operator and the local kubelet, one TrainingJob watched to Completed.
+
+Why: the first command of the README has to show the product working, not a wall of YAML. The
+Makefile has already checked the machine (hack/preflight.sh), made the virtualenv, started the local
+cluster and installed the CRD; this script then
+
+1. creates the namespace (DEMO_NAMESPACE, default `demo`);
+2. starts the operator (watching that namespace only; metrics on 127.0.0.1:DEMO_METRICS_PORT) and the
+   local kubelet (hack/local_kubelet.py, which runs the trainers as local processes) as registered dev
+   processes (`hack/dev-cluster.sh run`), so `hack/dev-cluster.sh down` stops them too; both are
+   reused when they already run;
+3. applies examples/trainingjob-simple.yaml. If the job exists from an earlier run it is deleted first
+   and created again, so every `make demo` shows a whole run. Two settings of the reference trainer
+   are added to its spec.env so the run can be watched: TRAIN_STEP_SECONDS (DEMO_STEP_SECONDS, default
+   0.1: about 2 s per epoch) and TRAIN_PROGRESS_INTERVAL=1 (a report per epoch at most every second).
+   The operator runs with --progress-interval 0: the trainer's reports are rate-limited already, and
+   every one of them should show;
+4. prints a line whenever the job's state, epoch, progress or metrics change, until it is Completed
+   (DEMO_TIMEOUT seconds at most), then how to look around and how to stop.
+
+Run with the operator's virtualenv: `.venv/bin/python hack/demo.py` (the Makefile does).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final
+
+REPO: Final = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+import yaml  # noqa: E402
+
+from controller.errors import AlreadyExists, KubeError, NotFound  # noqa: E402
+from controller.kube import NAMESPACES, SERVICEACCOUNTS, TRAININGJOBS, KubeClient, from_kubeconfig  # noqa: E402
+from hack import devcluster  # noqa: E402
+
+NAMESPACE: Final = os.environ.get("DEMO_NAMESPACE", "demo")
+METRICS_PORT: Final = int(os.environ.get("DEMO_METRICS_PORT", "8080"))
+TIMEOUT: Final = float(os.environ.get("DEMO_TIMEOUT", "300"))
+STEP_SECONDS: Final = os.environ.get("DEMO_STEP_SECONDS", "0.1")
+EXAMPLE: Final = REPO / "examples" / "trainingjob-simple.yaml"
+DEV_SCRIPT: Final = REPO / "hack" / "dev-cluster.sh"
+OPERATOR: Final = "operator"
+KUBELET: Final = "local-kubelet"
+POLL_SECONDS: Final = 0.5
+DELETE_TIMEOUT: Final = 120.0
+
+_started = time.monotonic()
+
+
+class DemoError(Exception):
+    """Why the demo stopped, for the person at the terminal."""
+
+
+def say(message: str) -> None:
+    elapsed = time.monotonic() - _started
+    print(f"[demo {int(elapsed) // 60:2d}m{int(elapsed) % 60:02d}s] {message}", flush=True)
+
+
+def shown(path: Path) -> str:
+    """A path as the user can type it from the repository."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Processes
+
+
+def ensure_process(name: str, command: list[str], wait_http: str | None = None) -> None:
+    """Registers and starts `command` as dev process `name`, reusing it when it already runs it."""
+    state = devcluster.read_state() or {}
+    current = (state.get("extras") or {}).get(name)
+    if current and devcluster.pid_alive(current) and current.get("command") == command:
+        say(f"{name} already runs (pid {current['pid']}): reusing it")
+        return
+    arguments = [str(DEV_SCRIPT), "run", name, "--replace"]
+    if wait_http:
+        arguments += ["--wait-http", wait_http]
+    result = subprocess.run([*arguments, "--", *command], check=False)
+    if result.returncode != 0:
+        raise DemoError(f"could not start {name}; its log: {shown(devcluster.LOGS / f'{name}.log')}")
+
+
+def check_processes() -> None:
+    extras = (devcluster.read_state() or {}).get("extras") or {}
+    for name in (OPERATOR, KUBELET):
+        process = extras.get(name)
+        if process is None or not devcluster.pid_alive(process):
+            log = devcluster.LOGS / f"{name}.log"
+            raise DemoError(
+                f"{name} is not running any more; last lines of {shown(log)}:\n{devcluster.tail(log)}"
+            )
+
+
+# ---------------------------------------------------------------------------------------------------
+# The job
+
+
+def ensure_namespace(client: KubeClient) -> None:
+    try:
+        client.create(
+            NAMESPACES, None, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
+        )
+        say(f"created namespace {NAMESPACE}")
+    except AlreadyExists:
+        pass
+    # The API server refuses pods until the namespace's default ServiceAccount exists.
+    wait(f"the default ServiceAccount of {NAMESPACE}", lambda: exists(client, NAMESPACE, "default"), 60)
+
+
+def exists(client: KubeClient, namespace: str, name: str) -> bool:
+    try:
+        client.get(SERVICEACCOUNTS, namespace, name)
+    except NotFound:
+        return False
+    return True
+
+
+def wait(what: str, check: Callable[[], bool], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise DemoError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(POLL_SECONDS)
+
+
+def demo_job() -> dict[str, Any]:
+    manifest = yaml.safe_load(EXAMPLE.read_text())
+    job: dict[str, Any] = copy.deepcopy(manifest)
+    job["metadata"]["namespace"] = NAMESPACE
+    env = job["spec"].setdefault("env", [])
+    present = {entry.get("name") for entry in env}
+    for name, value in (("TRAIN_STEP_SECONDS", STEP_SECONDS), ("TRAIN_PROGRESS_INTERVAL", "1")):
+        if name not in present:
+            env.append({"name": name, "value": value})
+    return job
+
+
+def get_job(client: KubeClient, name: str) -> dict[str, Any] | None:
+    try:
+        return client.get(TRAININGJOBS, NAMESPACE, name)
+    except NotFound:
+        return None
+
+
+def recreate(client: KubeClient, job: dict[str, Any]) -> dict[str, Any]:
+    name = job["metadata"]["name"]
+    if get_job(client, name) is not None:
+        say(f"{NAMESPACE}/{name} is there from an earlier run: deleting it (and its pods) to show a new run")
+        with contextlib.suppress(NotFound):
+            client.delete(TRAININGJOBS, NAMESPACE, name, propagation="Foreground")
+        wait(f"{NAMESPACE}/{name} to be deleted", lambda: get_job(client, name) is None, DELETE_TIMEOUT)
+        # The local kubelet keeps the job's volumes (checkpoints, config) by name; a new job starts empty,
+        # as it would with a fresh volume.
+        shutil.rmtree(devcluster.DEV / "local-kubelet" / NAMESPACE / name, ignore_errors=True)
+    env = " ".join(f"{e['name']}={e['value']}" for e in job["spec"]["env"])
+    say(f"applying {shown(EXAMPLE)} as {NAMESPACE}/{name}, with spec.env {env}")
+    created: dict[str, Any] = client.create(TRAININGJOBS, NAMESPACE, job)
+    return created
+
+
+def describe(job: dict[str, Any]) -> str:
+    status = job.get("status") or {}
+    state = status.get("state") or "(no status yet)"
+    parts = [f"{state:<12}"]
+    if status.get("totalEpochs") is not None or status.get("currentEpoch") is not None:
+        parts.append(f"epoch {status.get('currentEpoch', 0)}/{status.get('totalEpochs', '?')}")
+    if status.get("progress"):
+        parts.append(f"progress {status['progress']:>4}")
+    metrics = status.get("metrics") or {}
+    parts += [f"{key} {float(metrics[key]):.3f}" for key in sorted(metrics)]
+    workers = status.get("workers") or {}
+    counts = [f"{workers[k]} {k}" for k in ("pending", "active", "succeeded", "failed") if workers.get(k)]
+    if counts:
+        parts.append("workers: " + ", ".join(counts))
+    if status.get("restartCount"):
+        parts.append(f"restarts {status['restartCount']}")
+    return "  ".join(parts).rstrip()
+
+
+def follow(client: KubeClient, name: str) -> dict[str, Any]:
+    """Prints a line per change until the job finishes; returns it Completed, raises otherwise."""
+    began = time.monotonic()
+    last_line = last_message = ""
+    while True:
+        job = get_job(client, name)
+        if job is None:
+            raise DemoError(f"{NAMESPACE}/{name} was deleted while the demo watched it")
+        status = job.get("status") or {}
+        line = describe(job)
+        if line != last_line:
+            elapsed = time.monotonic() - began
+            print(f"  {elapsed:6.1f}s  {NAMESPACE}/{name}  {line}", flush=True)
+            last_line = line
+        message = str(status.get("message") or "")
+        if message and message != last_message:
+            print(f"           {message}", flush=True)
+            last_message = message
+        if status.get("state") == "Completed":
+            return job
+        if status.get("state") == "Failed":
+            raise DemoError(f"{NAMESPACE}/{name} failed: {status.get('failureReason') or message}")
+        if time.monotonic() - began > TIMEOUT:
+            raise DemoError(
+                f"{NAMESPACE}/{name} did not complete within {TIMEOUT:.0f}s (DEMO_TIMEOUT); it is {line}"
+            )
+        check_processes()
+        time.sleep(POLL_SECONDS)
+
+
+def look_around(name: str) -> None:
+    env = "hack/dev-cluster.sh env"
+    if "TJ_DEV_DIR" in os.environ:
+        env = f"TJ_DEV_DIR={shlex.quote(os.environ['TJ_DEV_DIR'])} {env}"
+    logs = devcluster.LOGS
+    ns = NAMESPACE
+    print(
+        f"""
+The job is Completed. Look around (it stays until you delete it or stop the demo):
+  eval "$({env})"      # KUBECONFIG and the built kubectl on PATH
+  kubectl get tj,pods -n {ns}
+  kubectl get events -n {ns} --sort-by=.lastTimestamp
+  kubectl describe tj {name} -n {ns}
+  kubectl get tj {name} -n {ns} -o jsonpath='{{.status}}' | python3 -m json.tool
+  operator log:       {shown(logs / f"{OPERATOR}.log")}
+  local kubelet log:  {shown(logs / f"{KUBELET}.log")}
+  trainer logs:       {shown(logs / "pods")}/{ns}_{name}-worker-<i>.log
+  operator metrics:   curl -s http://127.0.0.1:{METRICS_PORT}/metrics | grep '^trainingjob_'
+Run it again: make demo (creates the job anew; the cluster, operator and kubelet are reused).
+Stop everything: make demo-down (or make dev-cluster-down).""",
+        flush=True,
+    )
+
+
+def main() -> int:
+    kubeconfig = devcluster.KUBECONFIG
+    try:
+        if devcluster.read_state() is None:
+            raise DemoError(
+                "the local cluster is not running: `make demo` starts it (hack/dev-cluster.sh up)"
+            )
+        client = from_kubeconfig(str(kubeconfig), None, qps=20, burst=30)
+        ensure_namespace(client)
+        python = sys.executable
+        ensure_process(
+            OPERATOR,
+            [
+                python,
+                "-m",
+                "controller",
+                f"--kubeconfig={kubeconfig}",
+                f"--metrics-addr=127.0.0.1:{METRICS_PORT}",
+                f"--namespace={NAMESPACE}",
+                f"--lease-namespace={NAMESPACE}",
+                "--progress-interval=0",
+            ],
+            wait_http=f"http://127.0.0.1:{METRICS_PORT}/readyz",
+        )
+        ensure_process(
+            KUBELET,
+            [
+                python,
+                str(REPO / "hack" / "local_kubelet.py"),
+                f"--namespace={NAMESPACE}",
+                f"--kubeconfig={kubeconfig}",
+            ],
+        )
+        job = recreate(client, demo_job())
+        say(f"watching {NAMESPACE}/{job['metadata']['name']} (times since it was created):")
+        follow(client, job["metadata"]["name"])
+        look_around(job["metadata"]["name"])
+    except DemoError as error:
+        say(f"error: {error}")
+        say(f"logs: {shown(devcluster.LOGS)}; stop everything with `make demo-down`")
+        return 1
+    except KubeError as error:
+        say(f"error: the API server answered: {error}")
+        return 1
+    except KeyboardInterrupt:
+        say("interrupted; the cluster, operator and kubelet keep running (`make demo-down` stops them)")
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,535 @@
+"""The whole loop with real training: operator -> pods -> local kubelet -> trainer -> progress -> status.
+
+Why: every other end-to-end test ends pods by hand (kwok runs nothing), so none of them shows that a
+TrainingJob actually trains to Completed, that the trainer's reports reach the status through the
+API server with the per-job ServiceAccount's own token, or that a gang restart resumes from the
+checkpoint the trainer reported. Here the local kubelet (hack/local_kubelet.py) runs each pod's
+reference trainer as a local process against the session's cluster, in the test's namespace, with
+the real operator; and `make demo` itself runs end to end on a throwaway cluster.
+
+Trainers run the reference trainer's simulation with TRAIN_STEPS_PER_EPOCH=5 and TRAIN_STEP_SECONDS
+so an epoch takes about a second: long enough to look at the running processes, short enough for a
+test. The operator runs with --progress-interval=0 so each report the trainer sends shows in status.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from crd import contract
+from tests.cluster import DEV, REPO, Kubectl, wait_for
+from tests.e2e.conftest import StartOperator
+from tests.e2e.jobs import job_manifest, pods_of, status_of, wait, wait_for_state
+from tests.e2e.operator import OperatorProcess, free_port
+from tests.e2e.test_dev_cluster import listening_addresses
+
+JsonDict = dict[str, Any]
+KUBELET = REPO / "hack" / "local_kubelet.py"
+STOP_TIMEOUT = 40.0
+FAST_EPOCHS = {"TRAIN_STEPS_PER_EPOCH": "5", "TRAIN_STEP_SECONDS": "0.2", "TRAIN_PROGRESS_INTERVAL": "0"}
+
+
+# ---------------------------------------------------------------------------------------------------
+# The local kubelet and the processes it starts
+
+
+@dataclass
+class LocalKubelet:
+    namespace: str
+    state_dir: Path
+    log_dir: Path
+    log_path: Path
+    process: subprocess.Popen[bytes] | None = None
+    started: list[int] = field(default_factory=list)
+
+    def start(self) -> LocalKubelet:
+        command = [
+            sys.executable,
+            str(KUBELET),
+            f"--namespace={self.namespace}",
+            f"--kubeconfig={DEV / 'kubeconfig'}",
+            f"--state-dir={self.state_dir}",
+            f"--log-dir={self.log_dir}",
+        ]
+        # The admin kubeconfig is in this environment on purpose: the trainers must not inherit it.
+        env = dict(os.environ, KUBECONFIG=str(DEV / "kubeconfig"))
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+        wait_for("the local kubelet watching", lambda: "watching pods" in self.log(), timeout=60)
+        return self
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def pod_log(self, pod: str) -> str:
+        path = self.log_dir / f"{self.namespace}_{pod}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def job_dir(self, job: str) -> Path:
+        return self.state_dir / self.namespace / job
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        assert self.process is not None
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        try:
+            return self.process.wait(timeout=STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            return self.process.wait(timeout=10)
+
+
+@pytest.fixture
+def local_kubelet(namespace: str, tmp_path: Path) -> Iterator[Callable[[], LocalKubelet]]:
+    """start() -> a local kubelet for the test's namespace; every one is stopped, and every trainer
+    process of the namespace is gone, when the test ends."""
+    started: list[LocalKubelet] = []
+
+    def start() -> LocalKubelet:
+        kubelet = LocalKubelet(
+            namespace, tmp_path / "kubelet", tmp_path / "pods", tmp_path / f"kubelet-{len(started)}.log"
+        )
+        started.append(kubelet.start())
+        return kubelet
+
+    try:
+        yield start
+    finally:
+        for kubelet in started:
+            kubelet.stop()
+        leftovers = trainers(namespace)
+        for process in leftovers.values():
+            os.kill(process.pid, signal.SIGKILL)
+        assert not leftovers, f"trainer processes left behind: {leftovers}"
+
+
+@dataclass(frozen=True)
+class Trainer:
+    pid: int
+    env: dict[str, str]
+
+
+def trainers(namespace: str) -> dict[str, Trainer]:
+    """The trainer processes of a namespace by pod name, found by their environment (/proc)."""
+    found: dict[str, Trainer] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            raw = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        env = dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
+        if env.get("TRAININGJOB_NAMESPACE") == namespace and "POD_NAME" in env:
+            found[env["POD_NAME"]] = Trainer(int(entry.name), env)
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
+def jwt_claims(token: str) -> JsonDict:
+    payload = token.split(".")[1]
+    claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    assert isinstance(claims, dict)
+    return claims
+
+
+def training_job(name: str, epochs: int, **spec: Any) -> JsonDict:
+    env = {**FAST_EPOCHS, **spec.pop("env", {})}
+    return job_manifest(
+        name,
+        hyperparameters={"epochs": epochs, "batchSize": 16, "learningRate": 0.05},
+        # nfs: a checkpoint volume without a claim to bind (the local cluster has no provisioner); the
+        # local kubelet stands a local directory in for it.
+        checkpoint={
+            "enabled": True,
+            "retention": 2,
+            "storage": {"type": "nfs", "nfs": {"server": "nfs.invalid", "path": f"/exports/{name}"}},
+        },
+        env=[{"name": key, "value": value} for key, value in env.items()],
+        **spec,
+    )
+
+
+def resume_from(pod: JsonDict) -> str | None:
+    for entry in pod["spec"]["containers"][0].get("env", []):
+        if entry["name"] == "RESUME_FROM":
+            return str(entry["value"])
+    return None
+
+
+def wait_for_trainers(namespace: str, count: int) -> dict[str, Trainer]:
+    def probe() -> dict[str, Trainer] | None:
+        found = trainers(namespace)
+        return found if len(found) == count else None
+
+    return wait_for(f"{count} trainer process(es)", probe, 90)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Training to Completed, reporting with the job's own token
+
+
+def test_a_job_trains_to_completed_reporting_with_its_own_service_account(
+    cluster: Kubectl, namespace: str, start_operator: StartOperator, local_kubelet: Callable[[], LocalKubelet]
+) -> None:
+    operator = start_operator("--progress-interval=0")
+    kubelet = local_kubelet()
+    name = "trained"
+    cluster.apply(training_job(name, epochs=4), "-n", namespace)
+
+    running = wait_for_trainers(namespace, 2)
+    rank0, rank1 = running[f"{name}-worker-0"], running[f"{name}-worker-1"]
+    checkpoints = kubelet.job_dir(name) / "checkpoints"
+    for trainer in (rank0, rank1):
+        env = trainer.env
+        # Nothing of the kubelet's admin identity reaches the trainer.
+        assert "KUBECONFIG" not in env
+        assert not any(str(DEV) in value for value in env.values()), env  # no kubeconfig, no PKI
+        # Mount paths made local, one rendezvous address for the attempt, the simulation.
+        assert env["CHECKPOINT_DIR"] == str(checkpoints)
+        assert env["TRAININGJOB_CONFIG"] == str(kubelet.job_dir(name) / "config" / contract.CONFIG_FILE)
+        assert (env["MASTER_ADDR"], env["TRAIN_SIMULATE"]) == ("127.0.0.1", "1")
+        assert env["MASTER_PORT"] == rank0.env["MASTER_PORT"]
+        assert listening_addresses(trainer.pid) == set()  # the simulation's ranks exchange nothing
+    assert kubelet.process is not None
+    assert listening_addresses(kubelet.process.pid) == set()
+    # Rank 0 reports to the real API server with a token of the job's ServiceAccount bound to its pod,
+    # verified with the cluster's CA.
+    state = json.loads((DEV / "run" / "state.json").read_text())
+    assert rank0.env["TRAININGJOB_PROGRESS_API_URL"] == state["server"]
+    assert (
+        Path(rank0.env["TRAININGJOB_PROGRESS_CA_FILE"]).read_bytes()
+        == (DEV / "run" / "pki" / "ca.crt").read_bytes()
+    )
+    token = Path(rank0.env["TRAININGJOB_PROGRESS_TOKEN_FILE"]).read_text().strip()
+    claims = jwt_claims(token)
+    assert claims["sub"] == f"system:serviceaccount:{namespace}:{name}{contract.TRAINER_SUFFIX}"
+    assert claims["kubernetes.io"]["pod"]["name"] == f"{name}-worker-0"
+    # That identity may patch the job's own pods and nothing else (the per-job Role).
+    credentials = (
+        f"--server={state['server']}",
+        f"--token={token}",
+        f"--certificate-authority={rank0.env['TRAININGJOB_PROGRESS_CA_FILE']}",
+    )
+    as_trainer = Kubectl(cluster.binary, Path(os.devnull), credentials)
+    assert as_trainer.run("auth", "can-i", "patch", f"pods/{name}-worker-0", "-n", namespace).strip() == "yes"
+    assert as_trainer.attempt("auth", "can-i", "list", "pods", "-n", namespace).stdout.strip() == "no"
+    assert as_trainer.attempt("auth", "can-i", "get", "secrets", "-n", namespace).stdout.strip() == "no"
+
+    def reporting() -> JsonDict | None:
+        status = status_of(cluster, namespace, name)
+        seen = status.get("state") == "Running" and status.get("currentEpoch", 0) >= 1
+        return status if seen and status.get("metrics") and status.get("checkpoint") else None
+
+    during = wait("progress in status while Running", reporting, 90)
+    assert during["totalEpochs"] == 4
+    assert during["progress"].endswith("%")
+    assert set(during["metrics"]) == {"accuracy", "loss"}
+
+    job = wait_for_state(cluster, namespace, name, "Completed", timeout=120)
+    status = job["status"]
+    assert (status["currentEpoch"], status["totalEpochs"], status["progress"]) == (4, 4, "100%")
+    assert 0.5 < status["metrics"]["accuracy"] <= 1.0
+    assert status["checkpoint"]["latest"] == str(checkpoints / "epoch-4")
+    assert status["checkpoint"]["count"] >= 2
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["epoch-3", "epoch-4"]  # retention 2
+    assert status.get("restartCount", 0) == 0
+
+    pods = pods_of(cluster, namespace, name)
+    assert [p["status"]["phase"] for p in pods] == ["Succeeded", "Succeeded"]
+    for pod in pods:
+        [container] = pod["status"]["containerStatuses"]
+        assert container["state"]["terminated"]["exitCode"] == 0
+        assert container["state"]["terminated"]["reason"] == "Completed"
+    # Only rank 0 reported, on its own pod.
+    annotations = [p["metadata"].get("annotations", {}) for p in pods]
+    report = json.loads(annotations[0][contract.PROGRESS_ANNOTATION])
+    assert (report["epoch"], report["checkpoint"]) == (4, str(checkpoints / "epoch-4"))
+    assert contract.PROGRESS_ANNOTATION not in annotations[1]
+    assert "training finished: 4 epochs" in kubelet.pod_log(f"{name}-worker-0")
+    assert "progress reporting is off: rank 1" in kubelet.pod_log(f"{name}-worker-1")
+    assert not any(alive(t.pid) for t in running.values())
+    assert operator.alive()
+
+
+# ---------------------------------------------------------------------------------------------------
+# A gang restart resumes from the reported checkpoint
+
+
+def test_a_failed_worker_restarts_the_gang_from_the_reported_checkpoint(
+    cluster: Kubectl, namespace: str, start_operator: StartOperator, local_kubelet: Callable[[], LocalKubelet]
+) -> None:
+    start_operator("--progress-interval=0")
+    kubelet = local_kubelet()
+    name = "resumed"
+    # TRAIN_FAIL_AT_EPOCH is the reference trainer's own knob, not a reserved name: every rank exits 1
+    # after epoch 2 unless its run resumed past it. Which rank's exit the operator sees first decides
+    # whether epoch-2's report made it into status; either way the restart must resume from what status
+    # says, and a run resumed from epoch-1 fails again, so the backoff limit leaves room for that.
+    job = training_job(
+        name,
+        epochs=4,
+        env={"TRAIN_FAIL_AT_EPOCH": "2"},
+        failurePolicy={"backoffLimit": 8, "restartBackoff": {"initialDelaySeconds": 0}},
+    )
+    cluster.apply(job, "-n", namespace)
+
+    def restarted() -> tuple[JsonDict, list[JsonDict]] | None:
+        status = status_of(cluster, namespace, name)
+        if status.get("attempt", 0) < 1:
+            return None
+        pods = [
+            p
+            for p in pods_of(cluster, namespace, name)
+            if p["metadata"]["labels"][contract.ATTEMPT_LABEL] == "1"
+        ]
+        return (status, pods) if len(pods) == 2 else None
+
+    status, pods = wait("the gang restarted", restarted, 90)
+    checkpoints = kubelet.job_dir(name) / "checkpoints"
+    latest = status["checkpoint"]["latest"]
+    assert re.fullmatch(re.escape(str(checkpoints)) + r"/epoch-[12]", latest), latest
+    assert [resume_from(p) for p in pods] == [latest, latest]
+    assert status["lastRestartReason"] == "PodFailed"
+
+    final = wait_for_state(cluster, namespace, name, "Completed", timeout=180)["status"]
+    assert (final["currentEpoch"], final["checkpoint"]["latest"]) == (4, str(checkpoints / "epoch-4"))
+    assert final["restarts"]["failure"] == final["restartCount"] >= 1
+    # Every run after a restart resumed from the RESUME_FROM it was given; the one that finished had
+    # resumed past the failing epoch and trained only the epochs left.
+    log = kubelet.pod_log(f"{name}-worker-0")
+    resumed = re.findall(r"resuming from epoch (\d) \(checkpoint (\S+)\)", log)
+    assert len(resumed) == final["restartCount"], log
+    assert resumed[0] == (latest[-1], latest)
+    last_run = log.rsplit("local kubelet: pod", 1)[1]
+    assert f"resuming from epoch 2 (checkpoint {checkpoints / 'epoch-2'})" in last_run
+    assert re.findall(r"epoch (\d)/4:", last_run) == ["3", "4"]
+    assert "failing on purpose" not in last_run
+
+
+# ---------------------------------------------------------------------------------------------------
+# Ends: deletion, commands it cannot run, its own stop and restart
+
+
+def test_deleting_a_job_terminates_its_trainers(
+    cluster: Kubectl, namespace: str, operator: OperatorProcess, local_kubelet: Callable[[], LocalKubelet]
+) -> None:
+    kubelet = local_kubelet()
+    cluster.apply(training_job("deleted", epochs=100), "-n", namespace)
+    running = wait_for_trainers(namespace, 2)
+    wait_for(
+        "both trainers training",
+        lambda: all("epoch 1/100:" in kubelet.pod_log(pod) for pod in running),
+        60,
+    )
+    cluster.run("delete", "trainingjob", "deleted", "-n", namespace, "--wait=false")
+    wait_for("the trainers to exit", lambda: not any(alive(t.pid) for t in running.values()), 60)
+    for pod in running:
+        log = kubelet.pod_log(pod)
+        assert "terminated by SIGTERM: stopping" in log
+        assert "exited with code 143" in log
+    assert "pod deleted; SIGTERM" in kubelet.log()
+
+
+def test_only_the_reference_trainer_runs_other_pods_stay_running(
+    cluster: Kubectl, namespace: str, operator: OperatorProcess, local_kubelet: Callable[[], LocalKubelet]
+) -> None:
+    kubelet = local_kubelet()
+    cluster.apply(job_manifest("custom", numWorkers=1, command=["sleep", "3600"]), "-n", namespace)
+    wait_for(
+        "the kubelet to decline the pod",
+        lambda: (
+            "custom-worker-0: not started: command 'sleep 3600': only the reference trainer" in kubelet.log()
+        ),
+        90,
+    )
+    [pod] = pods_of(cluster, namespace, "custom")
+    assert pod["status"]["phase"] == "Running"
+    assert trainers(namespace) == {}
+
+
+def test_stopping_the_kubelet_ends_its_pods_like_a_node_shutdown(
+    cluster: Kubectl, namespace: str, start_operator: StartOperator, local_kubelet: Callable[[], LocalKubelet]
+) -> None:
+    start_operator("--progress-interval=0")
+    kubelet = local_kubelet()
+    name = "shutdown"
+    cluster.apply(training_job(name, epochs=100), "-n", namespace)
+    running = wait_for_trainers(namespace, 2)
+    wait_for("training", lambda: "epoch 1/100:" in kubelet.pod_log(f"{name}-worker-0"), 60)
+    assert kubelet.stop() == 0
+    assert not any(alive(t.pid) for t in running.values())
+    assert "terminated by SIGTERM" in kubelet.pod_log(f"{name}-worker-0")
+
+    # The pods were ended with DisruptionTarget TerminationByKubelet: a disruption, not a failure.
+    def disrupted() -> JsonDict | None:
+        status = status_of(cluster, namespace, name)
+        return status if (status.get("restarts") or {}).get("disruption") else None
+
+    status = wait("a disruption restart", disrupted, 60)
+    assert not (status.get("restarts") or {}).get("failure")
+    assert status["lastRestartReason"] == "TerminationByKubelet"
+
+
+def test_a_restarted_kubelet_cleans_up_after_a_crash(
+    cluster: Kubectl, namespace: str, start_operator: StartOperator, local_kubelet: Callable[[], LocalKubelet]
+) -> None:
+    start_operator("--progress-interval=0")
+    first = local_kubelet()
+    name = "crashed"
+    cluster.apply(training_job(name, epochs=6), "-n", namespace)
+    wait(
+        "a reported checkpoint",
+        lambda: (status_of(cluster, namespace, name).get("checkpoint") or {}).get("latest"),
+        90,
+    )
+    orphans = trainers(namespace)
+    assert first.stop(signal.SIGKILL) == -signal.SIGKILL  # the trainers outlive it
+    assert all(alive(t.pid) for t in orphans.values())
+
+    second = local_kubelet()  # the same state directory: it finds the first one's process records
+    wait_for(
+        "the orphaned trainers to be killed", lambda: not any(alive(t.pid) for t in orphans.values()), 60
+    )
+    assert "left by an earlier run" in second.log()
+    status = wait_for_state(cluster, namespace, name, "Completed", timeout=180)["status"]
+    assert status["restarts"]["disruption"] == 1  # lost containers: a disruption, not a failure
+    assert not status["restarts"].get("failure")
+    assert status["currentEpoch"] == 6
+    assert "resuming from epoch" in second.pod_log(f"{name}-worker-0")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Dev processes registered with the cluster
+
+
+def dev_cluster(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(REPO / "hack" / "dev-cluster.sh"), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def extras() -> JsonDict:
+    found = json.loads((DEV / "run" / "state.json").read_text()).get("extras", {})
+    assert isinstance(found, dict)
+    return found
+
+
+def test_run_registers_a_dev_process_and_stop_ends_it(cluster: Kubectl) -> None:
+    name = f"t-sleeper-{uuid.uuid4().hex[:6]}"
+    started = dev_cluster("run", name, "--", "sleep", "600")
+    try:
+        assert started.returncode == 0, started.stderr
+        process = extras()[name]
+        assert process["command"] == ["sleep", "600"]
+        assert alive(process["pid"])
+        assert Path(process["log"]) == DEV / "logs" / f"{name}.log"
+        assert f"{name}" in dev_cluster("status").stdout
+        again = dev_cluster("run", name, "--", "sleep", "600")  # the same command: reused
+        assert again.returncode == 0
+        assert "already running" in again.stderr
+        assert extras()[name]["pid"] == process["pid"]
+        other = dev_cluster("run", name, "--", "sleep", "700")  # another one: refused
+        assert other.returncode == 1
+        assert f"hack/dev-cluster.sh stop {name}" in other.stderr
+    finally:
+        stopped = dev_cluster("stop", name)
+    assert stopped.returncode == 0, stopped.stderr
+    assert not alive(process["pid"])
+    assert name not in extras()
+    assert "is not running" in dev_cluster("stop", name).stderr
+    (DEV / "logs" / f"{name}.log").unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------------------------------------------
+# make demo, end to end, on a throwaway cluster
+
+
+def make(target: str, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["make", "--no-print-directory", "-C", str(REPO), target],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+@pytest.mark.slow
+def test_make_demo_runs_end_to_end_and_again_and_stops(tmp_path: Path) -> None:
+    dev = tmp_path / "dev"
+    namespace = f"demo-{uuid.uuid4().hex[:6]}"
+    env = dict(
+        os.environ,
+        TJ_DEV_DIR=str(dev),
+        TJ_DEV_NODES="2",
+        DEMO_NAMESPACE=namespace,
+        DEMO_METRICS_PORT=str(free_port()),
+        DEMO_STEP_SECONDS="0.02",
+        DEMO_TIMEOUT="120",
+    )
+    env.pop("KUBECONFIG", None)
+    state_path = dev / "run" / "state.json"
+    pids: list[int] = []
+    try:
+        # A warm binary cache: the cluster starts in seconds. The first run may create the runtime
+        # virtualenv (a minute or two) unless `make test` made .venv already.
+        first = make("demo", env, timeout=600)
+        output = first.stdout + first.stderr
+        assert first.returncode == 0, output
+        assert "preflight: ok" in output
+        assert f"{namespace}/mnist-training  Completed" in output
+        assert "make demo-down" in output
+        assert re.search(r"epoch 10/10 +progress 100%", output), output
+        state = json.loads(state_path.read_text())
+        extras = state["extras"]
+        assert set(extras) == {"operator", "local-kubelet"}
+        pids = [p["pid"] for p in [*state["processes"].values(), *extras.values()]]
+        assert all(alive(pid) for pid in pids)
+        assert listening_addresses(extras["operator"]["pid"]) == {
+            ("127.0.0.1", int(env["DEMO_METRICS_PORT"]))
+        }
+        assert listening_addresses(extras["local-kubelet"]["pid"]) == set()
+
+        # Again: everything is reused, the job is created anew and trains again.
+        second = make("demo", env, timeout=300)
+        output = second.stdout + second.stderr
+        assert second.returncode == 0, output
+        assert "already running (API server" in output
+        assert "operator already runs" in output
+        assert "local-kubelet already runs" in output
+        assert "is there from an earlier run: deleting it" in output
+        assert f"{namespace}/mnist-training  Completed" in output
+        assert json.loads(state_path.read_text())["extras"] == extras
+    finally:
+        down = make("demo-down", env, timeout=120)
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert "stopping operator, local-kubelet" in down.stderr
+    assert not state_path.exists()
+    assert not any(alive(pid) for pid in pids)
+    assert trainers(namespace) == {}
