@@ -599,7 +599,10 @@ class _Planner:
             return
         if report is None:
             return
-        update = apply_report(self.status, report, self.spec, self.now, self.settings.progress_min_interval)
+        # Rank 0's last report (it has exited) is applied at once: nothing will come to flush it later.
+        final = podstate.phase(rank0) in ("Succeeded", "Failed")
+        interval = 0.0 if final else self.settings.progress_min_interval
+        update = apply_report(self.status, report, self.spec, self.now, interval)
         if update.changed:
             self.status.clear()
             self.status.update(update.status)

@@ -8,6 +8,8 @@
 #
 #   hack/kube-bins.sh dir     print the cache directory for the pinned versions (built or not)
 #   hack/kube-bins.sh ensure  build into the cache unless it is already there; print the directory
+#
+# Without Go on PATH, a cached build of the pinned versions (whatever Go built it) is used as is.
 set -euo pipefail
 
 HACK_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -25,7 +27,29 @@ cache_key() {
     sha256sum | cut -c1-16
 }
 
-cache_dir() { echo "$CACHE_ROOT/$(cache_key)"; }
+# A cached build of the pinned versions made by any Go version (for machines without Go).
+cached_by_any_go() {
+  local versions
+  for versions in "$CACHE_ROOT"/*/VERSIONS; do
+    [[ -f "$versions" ]] || continue
+    if grep -qx "KUBE_VERSION=$KUBE_VERSION" "$versions" && grep -qx "ETCD_VERSION=$ETCD_VERSION" "$versions" &&
+      grep -qx "KWOK_VERSION=$KWOK_VERSION" "$versions" && grep -qx "RECIPE_REVISION=$RECIPE_REVISION" "$versions"; then
+      dirname "$versions"
+      return 0
+    fi
+  done
+  return 1
+}
+
+cache_dir() {
+  if command -v go >/dev/null 2>&1; then
+    echo "$CACHE_ROOT/$(cache_key)"
+  elif ! cached_by_any_go; then
+    echo "kube-bins: go not found and no cached build of Kubernetes $KUBE_VERSION in $CACHE_ROOT:" \
+      "install Go 1.24+ (https://go.dev/dl/) to build it once" >&2
+    return 1
+  fi
+}
 
 START=$SECONDS
 say() { printf '[kube-bins %3dm%02ds] %s\n' $(((SECONDS - START) / 60)) $(((SECONDS - START) % 60)) "$*" >&2; }
@@ -126,6 +150,10 @@ check_versions() {
 ensure() {
   local dest
   dest=$(cache_dir)
+  if ! command -v go >/dev/null 2>&1; then
+    echo "$dest"
+    return
+  fi
   if [[ -f "$dest/VERSIONS" ]]; then echo "$dest"; return; fi
   mkdir -p "$CACHE_ROOT"
   exec 9>"$CACHE_ROOT/.lock"

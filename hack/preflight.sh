@@ -7,8 +7,8 @@
 #
 # Reads PYTHON (default python3), DEMO_METRICS_PORT (default 8080), TJ_DEV_DIR and TJ_CACHE_DIR.
 # Needed: Python 3.11+ with venv, make, openssl, a free 127.0.0.1 port for the operator's metrics, and
-# Go 1.24+ when the control plane has to be built (hack/kube-bins.sh finds cached binaries by a key
-# that includes the Go version, so Go is needed unless the local cluster is already running).
+# Go 1.24+ when the control plane has to be built (without Go, hack/kube-bins.sh uses a cached build
+# of the pinned versions, whatever Go made it).
 set -uo pipefail
 
 HACK_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -71,6 +71,8 @@ fi
 # --- Go, unless the cluster already runs or its binaries are cached --------------------------------
 if $python_ok && TJ_DEV_DIR=$DEV_DIR "$PYTHON" "$HACK_DIR/devcluster.py" status >/dev/null 2>&1; then
   found+=("the local cluster (running)")
+elif ! command -v go >/dev/null 2>&1 && cache=$("$HACK_DIR/kube-bins.sh" dir 2>/dev/null); then
+  found+=("the control plane, cached in $cache (no Go needed)")
 elif ! command -v go >/dev/null 2>&1; then
   problem "go not found: Go $MIN_GO or newer builds the local Kubernetes control plane from Go modules on
       the first run (about 15 minutes and 6 GB of disk, cached under ~/.cache/trainingjob-operator) and

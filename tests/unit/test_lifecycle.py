@@ -1584,3 +1584,18 @@ def test_a_create_that_keeps_failing_does_not_restamp_the_attempt_start() -> Non
     assert len([obj for obj in second.creates if obj["kind"] == "Pod"]) == 2
     assert second.status["attemptStartTime"] == first.status["attemptStartTime"]
     assert second.status == first.status
+
+
+def test_rank_zeros_last_report_reaches_status_despite_the_rate_limit() -> None:
+    scene = world()
+    scene.run_to_running()
+    scene.report(0, epoch=9, totalEpochs=10)
+    scene.step()
+    assert scene.status["currentEpoch"] == 9
+    scene.advance(1)  # within --progress-interval (5 s): the next report would be held back
+    scene.report(0, epoch=10, totalEpochs=10)
+    scene.succeed()
+    scene.step()
+    assert scene.state == "Completed"
+    assert scene.status["currentEpoch"] == 10
+    assert scene.status["progress"] == "100%"

@@ -24,7 +24,7 @@ from tests.cluster import REPO
 SCRIPT = REPO / "hack" / "preflight.sh"
 KUBE_BINS = REPO / "hack" / "kube-bins.sh"
 # The real programs the scripts themselves run (bash, and what kube-bins.sh computes its key with).
-REAL_TOOLS = ("bash", "dirname", "cut", "sha256sum", "flock")
+REAL_TOOLS = ("bash", "dirname", "cut", "grep", "sha256sum", "flock")
 
 
 @dataclass
@@ -158,6 +158,24 @@ def test_an_old_go_is_fine_once_the_binaries_are_cached(machine: Machine) -> Non
     result = machine.run()
     assert result.returncode == 0, result.stderr
     assert f"go1.22.1 (control plane cached in {key})" in result.stderr
+
+
+def test_go_is_not_needed_once_the_pinned_versions_are_cached(machine: Machine) -> None:
+    versions = dict(
+        line.split("=", 1)[0:2]
+        for line in (KUBE_BINS.parent / "versions.env").read_text().splitlines()
+        if "=" in line and not line.startswith("#")
+    )
+    pinned = {key: value.split(":-", 1)[1].rstrip("}") for key, value in versions.items()}
+    built = machine.cache / "kube-bins" / "built-by-another-go"
+    built.mkdir(parents=True)
+    (built / "VERSIONS").write_text(
+        "".join(f"{key}={value}\n" for key, value in pinned.items()) + "GO_VERSION=go1.30\n"
+    )
+    machine.remove("go")
+    result = machine.run()
+    assert result.returncode == 0, result.stderr
+    assert f"cached in {built} (no Go needed)" in result.stderr
 
 
 @pytest.fixture
