@@ -343,14 +343,7 @@ class Informer:
         previous = {object_key(obj): self._store.get(object_key(obj)) for obj in objs}
         vanished = self._store.replace(objs)
         for obj in objs:
-            old = previous[object_key(obj)]
-            if old is None:
-                self._notify_add(obj)
-            elif _replaced(old, obj):
-                self._notify_delete(old)
-                self._notify_add(obj)
-            elif _resource_version(old) != _resource_version(obj):
-                self._notify_update(old, obj)
+            self._notify_change(previous[object_key(obj)], obj)
         for old in vanished:
             self._notify_delete(old)
 
@@ -402,7 +395,11 @@ class Informer:
             self._store.delete(obj)
             self._notify_delete(obj)
             return
-        old = self._store.update(obj)
+        self._notify_change(self._store.update(obj), obj)
+
+    def _notify_change(self, old: KubeObject | None, obj: KubeObject) -> None:
+        """Add for a new object; delete + add when the name now holds another object (the UID changed);
+        update when it changed; nothing when the resourceVersion is the same (a relist repeating it)."""
         if old is None:
             self._notify_add(obj)
         elif _replaced(old, obj):

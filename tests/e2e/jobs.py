@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from crd import contract
-from tests.cluster import KWOK_NODE_LABEL, Kubectl, KubectlError, wait_for
+from hack import devcluster
+from tests.cluster import Kubectl, KubectlError, wait_for
 from tests.e2e.operator import OperatorProcess
 
 JsonDict = dict[str, Any]
@@ -223,35 +224,12 @@ def assert_healthy(operator: OperatorProcess) -> None:
 def node_manifest(
     name: str, *, gpus: int, labels: dict[str, str], taints: Sequence[JsonDict], cpu: str = "64"
 ) -> JsonDict:
-    """A fake GPU node that kwok manages (it turns Ready and runs pods bound to it), like
-    hack/devcluster.py's nodes."""
-    capacity = {
-        "cpu": cpu,
-        "memory": "512Gi",
-        "pods": "110",
-        contract.GPU_RESOURCE: str(gpus),
-        "ephemeral-storage": "1Ti",
-    }
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "labels": {
-                KWOK_NODE_LABEL: "true",
-                "kubernetes.io/hostname": name,
-                "kubernetes.io/os": "linux",
-                "kubernetes.io/arch": "amd64",
-                "type": "kwok",
-                "nvidia.com/gpu.present": "true",
-                "nvidia.com/gpu.count": str(gpus),
-                **labels,
-            },
-            "annotations": {"node.alpha.kubernetes.io/ttl": "0", "kwok.x-k8s.io/node": "fake"},
-        },
-        "spec": {"taints": list(taints)},
-        "status": {"capacity": capacity, "allocatable": capacity},
-    }
+    """A fake GPU node that kwok manages (it turns Ready and runs pods bound to it): one of
+    hack/devcluster.py's nodes with extra labels and taints."""
+    node = devcluster.node_manifest(name, devcluster.NodeShape(1, gpus, cpu, "512Gi", "A100-SXM4-80GB"))
+    node["metadata"]["labels"].update(labels)
+    node["spec"] = {"taints": list(taints)}
+    return node
 
 
 def _node_ready(kubectl: Kubectl, name: str) -> bool:
