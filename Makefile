@@ -87,7 +87,7 @@ METRICS_ADDR ?= 127.0.0.1:8080
 RUN_ARGS ?=
 
 .PHONY: generate
-generate: $(STAMP) ## regenerate the CRD YAML and docs/api.md from crd/
+generate: $(STAMP) generate-monitoring ## regenerate the CRD YAML and docs/api.md from crd/, and the PrometheusRule
 	$(VENV_PY) -m crd write
 
 .PHONY: install
