@@ -39,9 +39,11 @@ import math
 import os
 import queue
 import random
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Mapping
@@ -137,6 +139,8 @@ class Config:
     frequency: int
     retention: int | None
     resume_from: str | None
+    # Set by the local-rank launcher when RESUME_FROM is its private copy: the path to report instead.
+    resume_origin: str | None
     fail_at_epoch: int | None
     step_seconds: float
     progress_interval: float
@@ -177,6 +181,7 @@ class Config:
             frequency=_required_int(env, "CHECKPOINT_FREQUENCY", 1, minimum=1),
             retention=_int(env, "CHECKPOINT_RETENTION", None, minimum=1),
             resume_from=progress.resume_path(env),
+            resume_origin=env.get("TRAIN_RESUME_ORIGIN", "").strip() or None,
             fail_at_epoch=_int(env, "TRAIN_FAIL_AT_EPOCH", None, minimum=1),
             step_seconds=_float(env, "TRAIN_STEP_SECONDS", 0.0),
             progress_interval=_float(env, "TRAIN_PROGRESS_INTERVAL", progress.DEFAULT_MIN_INTERVAL),
@@ -517,20 +522,24 @@ class SimulationEngine:
         return None
 
 
-def make_engine(config: Config) -> Engine:
+def why_simulate(config: Config) -> str | None:
+    """Why this run uses the pure-Python simulation instead of torch, or None when torch is used."""
     if config.simulate:
-        log.warning(
-            "TRAIN_SIMULATE is set: running the pure-Python simulation (no torch, no gradient exchange)"
-        )
-        return SimulationEngine(config)
+        return "TRAIN_SIMULATE is set: running the pure-Python simulation (no torch, no gradient exchange)"
     try:
         importlib.import_module("torch")
     except Exception as error:  # ImportError, or a torch build whose native libraries do not load
-        log.warning(
-            "torch is not importable (%s): running the pure-Python simulation instead "
-            "(logistic regression, no gradient exchange between ranks)",
-            error,
+        return (
+            f"torch is not importable ({error}): running the pure-Python simulation instead "
+            "(logistic regression, no gradient exchange between ranks)"
         )
+    return None
+
+
+def make_engine(config: Config) -> Engine:
+    reason = why_simulate(config)
+    if reason is not None:
+        log.warning("%s", reason)
         return SimulationEngine(config)
     return TorchEngine(config)
 
@@ -567,6 +576,8 @@ def save_checkpoint(config: Config, engine: Engine, *, epoch: int, step: int) ->
 
 def train(config: Config, engine: Engine, reporter: progress.Reporter) -> int:
     epoch, step, resumed = engine.resume(config.resume_from)
+    if resumed is not None and config.resume_origin:
+        resumed = config.resume_origin
     if resumed is not None:
         log.info(
             "resuming from epoch %d (checkpoint %s): %d of %d epochs left",
@@ -618,10 +629,15 @@ def train(config: Config, engine: Engine, reporter: progress.Reporter) -> int:
 # Processes: one per local rank when nobody else starts them
 
 
+# After one local rank fails, how long the others may take to end by themselves (they often fail the same
+# way at the same moment, and their own messages say more than a SIGTERM) before they are stopped.
+PEER_GRACE_SECONDS: Final = 10
+
+
 def launch_local_ranks(config: Config) -> int:
     """Starts LOCAL_WORLD_SIZE copies of this file with RANK = RANK + local rank and LOCAL_RANK set, and
-    waits for them. When one fails the others are stopped (they would wait for it forever); SIGTERM and
-    SIGINT are passed on."""
+    waits for them. When one fails the others are stopped after PEER_GRACE_SECONDS (they would wait for it
+    forever); SIGTERM and SIGINT are passed on."""
     count = config.local_world_size
     log.info(
         "LOCAL_WORLD_SIZE=%d: starting one process per local rank (ranks %d-%d of %d)",
@@ -631,10 +647,20 @@ def launch_local_ranks(config: Config) -> int:
         config.world_size,
     )
     shared: dict[str, str] = {}
+    private: str | None = None
     if config.resume_from and not progress.is_remote(config.resume_from):
         # Every local rank must start from the same checkpoint: resolve a directory of checkpoints once,
         # before rank 0 can add a newer one (or delete this one) to it.
-        shared["RESUME_FROM"] = progress.resolve_checkpoint(config.resume_from)
+        resolved = progress.resolve_checkpoint(config.resume_from)
+        shared["RESUME_FROM"] = resolved
+        if why_simulate(config) is not None:
+            # The simulation has no collective: every rank reads the checkpoint itself, and rank 0 may
+            # save the next one and prune this one (CHECKPOINT_RETENTION) before the others have read
+            # it. They read a private copy instead (torch ranks get the state from rank 0).
+            private = tempfile.mkdtemp(prefix="trainingjob-resume-")
+            copy = os.path.join(private, os.path.basename(resolved.rstrip("/")))
+            shutil.copytree(resolved, copy)
+            shared.update(RESUME_FROM=copy, TRAIN_RESUME_ORIGIN=resolved)
     children: list[subprocess.Popen[bytes]] = []
     for local in range(count):
         env = dict(os.environ, **shared)
@@ -654,12 +680,30 @@ def launch_local_ranks(config: Config) -> int:
             target=lambda local=local, child=child: finished.put((local, child.wait())), daemon=True
         ).start()
     status = 0
-    for _ in children:
-        local, code = finished.get()
+    remaining = len(children)
+    stop_at: float | None = None
+    while remaining:
+        try:
+            local, code = finished.get(
+                timeout=None if stop_at is None else max(0.0, stop_at - time.monotonic())
+            )
+        except queue.Empty:
+            log.error("stopping the other local ranks")
+            stop_children(children)
+            stop_at = None
+            continue
+        remaining -= 1
         if code != 0 and status == 0:
             status = code if code > 0 else 128 - code
-            log.error("local rank %d exited with status %d: stopping the other local ranks", local, code)
-            stop_children(children)
+            log.error(
+                "local rank %d exited with status %d: the other local ranks get %d s to end on their own",
+                local,
+                code,
+                PEER_GRACE_SECONDS,
+            )
+            stop_at = time.monotonic() + PEER_GRACE_SECONDS
+    if private is not None:
+        shutil.rmtree(private, ignore_errors=True)
     return status
 
 

@@ -325,8 +325,8 @@ def test_without_torch_one_pod_runs_a_process_per_local_rank_and_resumes(
     assert "starting one process per local rank (ranks 0-1 of 2)" in log
     assert "torch is not importable" in log
     assert "running the pure-Python simulation" in log
+    # Both ranks fail after epoch 2; the launcher gives the second one time to end by itself.
     assert epochs_logged(log, 0) == epochs_logged(log, 1) == ["epoch 1/3", "epoch 2/3"]
-    assert "rank=1 INFO trainingjob_progress: progress reporting is off: rank 1" in log
     assert listing(mount) == ["epoch-2"]
     assert reports(api, 0)[-1].checkpoint == str(mount / "epoch-2")
 
