@@ -90,6 +90,12 @@ def parser() -> argparse.ArgumentParser:
         help="seconds before a pod stuck terminating on a lost node is force-deleted (default 60)",
     )
     add(
+        "--node-lost-after",
+        type=float,
+        default=30.0,
+        help="seconds a node may be NotReady before its pods count as lost, restarting the gang (default 30)",
+    )
+    add(
         "--progress-interval",
         type=float,
         default=5.0,
@@ -136,7 +142,9 @@ def build(args: argparse.Namespace, metrics: Metrics) -> Manager:
         retry_period=args.retry_period,
         create_concurrency=max(1, args.create_concurrency),
         settings=lifecycle.Settings(
-            force_delete_after=args.force_delete_after, progress_min_interval=args.progress_interval
+            force_delete_after=args.force_delete_after,
+            progress_min_interval=args.progress_interval,
+            node_lost_after=args.node_lost_after,
         ),
     )
     return Manager(client, lease_client, options, metrics, events_client=events_client)

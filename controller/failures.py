@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
@@ -60,8 +61,16 @@ class PodFailure:
         return f"{text}: {self.message}" if self.message else text
 
 
-def classify(pod: Mapping[str, Any], node: Mapping[str, Any] | None, node_known: bool) -> PodFailure | None:
-    """The failure this pod represents, if any. `node_known` is False when the node cache cannot tell."""
+def classify(
+    pod: Mapping[str, Any],
+    node: Mapping[str, Any] | None,
+    node_known: bool,
+    *,
+    now: datetime | None = None,
+    node_grace: float = 0.0,
+) -> PodFailure | None:
+    """The failure this pod represents, if any. `node_known` is False when the node cache cannot tell;
+    a NotReady node counts as lost `node_grace` seconds after it turned NotReady."""
     name = str(pod.get("metadata", {}).get("name", ""))
     index = podstate.replica_index(pod)
     ended = podstate.termination(pod)
@@ -83,7 +92,12 @@ def classify(pod: Mapping[str, Any], node: Mapping[str, Any] | None, node_known:
             name, index, ended.container, ended.exit_code, ended.reason, ended.message, disruption=False
         )
     bound = podstate.node_name(pod)
-    if phase in ("Pending", "Running") and bound and node_known and podstate.node_is_lost(node):
+    if (
+        phase in ("Pending", "Running")
+        and bound
+        and node_known
+        and podstate.node_is_lost(node, now, node_grace)
+    ):
         return PodFailure(name, index, "", None, "NodeLost", f"node {bound} is not ready", disruption=True)
     return None
 

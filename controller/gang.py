@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from controller import podstate
@@ -61,7 +62,13 @@ class GangView:
 
 
 def observe(
-    pods: Sequence[JsonDict], num_workers: int, nodes: Mapping[str, JsonDict], nodes_known: bool
+    pods: Sequence[JsonDict],
+    num_workers: int,
+    nodes: Mapping[str, JsonDict],
+    nodes_known: bool,
+    *,
+    now: datetime | None = None,
+    node_grace: float = 0.0,
 ) -> GangView:
     view = GangView(num_workers=num_workers)
     for pod in sorted(pods, key=lambda item: str(item.get("metadata", {}).get("name", ""))):
@@ -83,7 +90,9 @@ def observe(
         if built_for is not None and built_for != str(num_workers):
             view.stale.append(pod)
         node = podstate.node_name(pod)
-        failure = classify(pod, nodes.get(node) if node else None, nodes_known)
+        failure = classify(
+            pod, nodes.get(node) if node else None, nodes_known, now=now, node_grace=node_grace
+        )
         if failure is not None:
             view.failures.append(failure)
     return view

@@ -58,6 +58,8 @@ class Settings:
 
     force_delete_after: float = 60.0
     progress_min_interval: float = 5.0
+    # A NotReady node counts as lost (its pods' gang restarts) this long after it turned NotReady.
+    node_lost_after: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,10 @@ class Plan:
         self.requeue_after = seconds if self.requeue_after is None else min(self.requeue_after, seconds)
 
 
+def ceil_to_second(moment: datetime) -> datetime:
+    return moment if moment.microsecond == 0 else moment.replace(microsecond=0) + timedelta(seconds=1)
+
+
 def format_duration(seconds: float) -> str:
     remaining = max(0, int(seconds))
     hours, remaining = divmod(remaining, 3600)
@@ -124,10 +130,19 @@ class _Planner:
         self.uid = str(observed.job["metadata"].get("uid", ""))
         self.generation = observed.job["metadata"].get("generation")
         self.now = observed.now
-        self.stamp = rfc3339(observed.now)
+        # Second precision, rounded up: a time written now and read back later must never make a timer
+        # (backoff, deadline, schedule timeout, stall, TTL) fire early.
+        self.stamp = rfc3339(ceil_to_second(observed.now))
         self.status: JsonDict = copy.deepcopy(observed.job.get("status") or {})
         self.plan = Plan(status=self.status)
-        self.view = observe(observed.pods, int(self.spec["numWorkers"]), observed.nodes, observed.nodes_known)
+        self.view = observe(
+            observed.pods,
+            int(self.spec["numWorkers"]),
+            observed.nodes,
+            observed.nodes_known,
+            now=observed.now,
+            node_grace=settings.node_lost_after,
+        )
         # Rank 0 reported something new that the progress rate limit keeps out of status for now.
         self.report_deferred = False
 
@@ -290,11 +305,16 @@ class _Planner:
             self.set_condition(cond.SUCCEEDED, True, reason, message)
         self.set_condition(cond.RUNNING, False, reason, message)
         self.clear_condition(cond.RESTARTING, reason, message)
+        self.clear_condition(cond.STALLED, reason, f"the job is {state}")
         self.status["workers"] = self.view.workers()
         self.delete_pods(stop, f"job {state}: {reason}")
         self.finished()
 
-    def fail(self, reason: str, message: str, stop: Sequence[JsonDict]) -> None:
+    def fail(self, reason: str, message: str, stop: Sequence[JsonDict], *, force_stop: bool = False) -> None:
+        """Fails the job, stopping `stop`, unless cleanPodPolicy None asks to keep every pod as it is (to
+        inspect a hung collective); `force_stop` (the deadline) stops them regardless."""
+        if self.spec.get("cleanPodPolicy") == "None" and not force_stop:
+            stop = []
         self.finish(FAILED, reason, message, stop)
 
     def deadline_exceeded(self) -> bool:
@@ -311,6 +331,7 @@ class _Planner:
             f"the job was active for {format_duration(elapsed)}, longer than "
             f"failurePolicy.activeDeadlineSeconds ({limit}s)",
             self.view.all_pods,
+            force_stop=True,
         )
         return True
 
@@ -481,6 +502,7 @@ class _Planner:
                 "PodsCreated",
                 f"{view.num_workers} pod(s) of attempt {self.status['attempt']} created",
             )
+        self.wait_for_unready_nodes()
         if not self.schedule_timeout():
             self.report_progress_state()
 
@@ -509,6 +531,19 @@ class _Planner:
             self.status["workers"] = self.view.workers()
             return
         self.create_gang(missing)
+
+    def wait_for_unready_nodes(self) -> None:
+        """Looks again when a NotReady node under the gang would count as lost (Settings.node_lost_after)."""
+        if not self.observed.nodes_known:
+            return
+        for pod in self.view.ranks.values():
+            node = podstate.node_name(pod)
+            if node:
+                remaining = podstate.node_lost_in(
+                    self.observed.nodes.get(node), self.now, self.settings.node_lost_after
+                )
+                if remaining:
+                    self.plan.requeue(remaining)
 
     def create_gang(self, missing: Sequence[int]) -> None:
         attempt = int(self.status.get("attempt", 0))

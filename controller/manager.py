@@ -97,7 +97,16 @@ def node_readiness(node: JsonDict) -> JsonDict:
             "name": node["metadata"]["name"],
             "resourceVersion": node["metadata"].get("resourceVersion"),
         },
-        "status": {"conditions": [{"type": "Ready", "status": c.get("status")} for c in ready]},
+        "status": {
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": c.get("status"),
+                    "lastTransitionTime": c.get("lastTransitionTime"),
+                }
+                for c in ready
+            ]
+        },
     }
 
 

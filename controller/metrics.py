@@ -256,14 +256,14 @@ class Metrics:
         )
         self.time_to_running = Histogram(
             "trainingjob_time_to_running_seconds",
-            "Seconds from creating a job's pods until every worker runs",
+            "Seconds from a job's creation until every worker first runs",
             ["namespace"],
             buckets=TIME_TO_RUNNING_BUCKETS,
             registry=r,
         )
         self.time_to_complete = Histogram(
             "trainingjob_time_to_complete_seconds",
-            "Seconds from a job's start until it finished, by result",
+            "Seconds from a job's creation until it finished, by result",
             ["namespace", "result"],
             buckets=TIME_TO_COMPLETE_BUCKETS,
             registry=r,

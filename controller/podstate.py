@@ -120,11 +120,29 @@ def termination(pod: Mapping[str, Any]) -> Termination | None:
     )
 
 
-def node_is_lost(node: Mapping[str, Any] | None) -> bool:
-    """A node that no longer exists, or whose Ready condition is not True, cannot run or stop pods."""
+def node_lost_in(
+    node: Mapping[str, Any] | None, now: datetime | None = None, grace: float = 0.0
+) -> float | None:
+    """Seconds until the node counts as lost: None while it is Ready, 0 once lost.
+
+    A node that no longer exists, or has no Ready condition, is lost at once. One whose Ready condition
+    is not True is lost `grace` seconds after that condition changed (a control-plane blip that marks
+    every node NotReady for a few seconds must not restart every job).
+    """
     if node is None:
-        return True
+        return 0.0
     for entry in node.get("status", {}).get("conditions") or []:
-        if entry.get("type") == "Ready":
-            return bool(entry.get("status") != "True")
-    return True
+        if entry.get("type") != "Ready":
+            continue
+        if entry.get("status") == "True":
+            return None
+        since = entry.get("lastTransitionTime")
+        if now is None or grace <= 0 or not since:
+            return 0.0
+        return max(0.0, grace - (now - parse_time(str(since))).total_seconds())
+    return 0.0
+
+
+def node_is_lost(node: Mapping[str, Any] | None, now: datetime | None = None, grace: float = 0.0) -> bool:
+    """A lost node cannot run or stop pods (see node_lost_in for when it counts as lost)."""
+    return node_lost_in(node, now, grace) == 0.0

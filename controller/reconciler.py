@@ -466,10 +466,16 @@ class Reconciler:
                 metrics.time_to_complete.labels(namespace=namespace, result=result).observe(age)
         before = old.get("restarts") or {}
         after = new.get("restarts") or {}
+        counted = 0
         for cause in Cause:
             grown = int(after.get(cause.value, 0)) - int(before.get(cause.value, 0))
             if grown > 0:
+                counted += grown
                 metrics.restarts.labels(namespace=namespace, reason=restart_reason(cause.value)).inc(grown)
+        # Restarts without a cause (a numWorkers change) show up only in restartCount.
+        uncaused = int(new.get("restartCount") or 0) - int(old.get("restartCount") or 0) - counted
+        if uncaused > 0:
+            metrics.restarts.labels(namespace=namespace, reason=restart_reason("other")).inc(uncaused)
 
     # ------------------------------------------------------------------------------------ actions
 

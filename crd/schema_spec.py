@@ -401,7 +401,9 @@ def spec() -> Schema:
             ),
             "cleanPodPolicy": string(
                 "Which worker pods are deleted when the job finishes: All, Running (those still running) or "
-                "None (keep them for inspection).",
+                "None (keep them all for inspection, even running ranks of a failed job). Whatever the "
+                "policy, running pods are stopped when the job ends by activeDeadlineSeconds, "
+                "targetAccuracy, earlyStoppingPatience or rank 0's success in successPolicy.mode RankZero.",
                 max_length=8,
                 enum=["All", "Running", "None"],
                 default="Running",

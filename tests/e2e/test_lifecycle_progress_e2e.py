@@ -439,11 +439,6 @@ def test_metrics_count_restarts_by_cause_and_time_jobs_to_running_and_completion
     assert events_of(kubectl, namespace, "m-ok")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug in controller/reconciler.py _record_transitions: only the status.restarts causes are "
-    "counted, so a restart without a cause (a resize) never reaches trainingjob_restarts_total{reason=other}",
-)
 def test_metrics_count_a_resize_restart_as_other(
     kubectl: Kubectl, namespace: str, start_operator: StartOperator
 ) -> None:

@@ -147,7 +147,7 @@ def test_a_lost_node_restarts_the_gang_as_a_disruption_and_its_stuck_pod_is_forc
 ) -> None:
     force_after = 5
     with node_pool(kubectl, namespace, 3) as nodes:
-        start_operator(f"--force-delete-after={force_after}")
+        start_operator(f"--force-delete-after={force_after}", "--node-lost-after=2")
         manifest = job_manifest(
             "nodeloss",
             numWorkers=2,

@@ -1599,3 +1599,60 @@ def test_rank_zeros_last_report_reaches_status_despite_the_rate_limit() -> None:
     assert scene.state == "Completed"
     assert scene.status["currentEpoch"] == 10
     assert scene.status["progress"] == "100%"
+
+
+def test_a_node_counts_as_lost_only_after_node_lost_after() -> None:
+    scene = world(settings=Settings(node_lost_after=30))
+    scene.run_to_running()
+    node = scene.pod(1)["spec"]["nodeName"]
+    scene.set_node_ready(node, False)
+    scene.nodes[node]["status"]["conditions"][0]["lastTransitionTime"] = rfc3339(scene.now)
+    blip = scene.step(10)
+    assert scene.state == "Running"
+    assert blip.deletes == []
+    assert blip.requeue_after is not None
+    assert blip.requeue_after <= 20
+    scene.step(20)
+    assert scene.state == "Restarting"
+    assert scene.status["lastRestartReason"] == "NodeLost"
+
+
+def test_status_times_are_rounded_up_so_timers_never_fire_early() -> None:
+    scene = world({"spec.scheduling.scheduleTimeoutSeconds": 3})
+    scene.now = scene.now.replace(microsecond=900_000)
+    scene.step()
+    started = scene.status["attemptStartTime"]
+    assert parse_time(started) > scene.now
+    scene.unschedulable()
+    scene.step(2.5)  # 3 s after the create by the wall clock would be 3.4 s; by the stamp, 2.6 s
+    assert scene.state == "Pending"
+
+
+def test_clean_pod_policy_none_keeps_running_ranks_of_a_failed_job() -> None:
+    scene = world({"spec.cleanPodPolicy": "None", "spec.failurePolicy.restartPolicy": "Never"}, workers=3)
+    scene.run_to_running()
+    scene.exit(2, 1)
+    failed = scene.step()
+    assert scene.state == "Failed"
+    assert failed.deletes == []
+    assert len(scene.live_pods()) == 3
+
+
+def test_the_deadline_stops_pods_even_under_clean_pod_policy_none() -> None:
+    scene = world({"spec.cleanPodPolicy": "None", "spec.failurePolicy.activeDeadlineSeconds": 60})
+    scene.run_to_running()
+    ended = scene.step(61)
+    assert scene.state == "Failed"
+    assert scene.status["failureReason"] == "DeadlineExceeded"
+    assert names(ended.deletes) == ["mnist-worker-0", "mnist-worker-1"]
+
+
+def test_a_finished_job_is_not_left_stalled() -> None:
+    scene = world({"spec.monitoring.progressDeadlineSeconds": 10})
+    scene.run_to_running()
+    scene.step(11)
+    assert (scene.condition("Stalled") or {}).get("status") == "True"
+    scene.succeed()
+    scene.step()
+    assert scene.state == "Completed"
+    assert (scene.condition("Stalled") or {}).get("status") == "False"
