@@ -152,7 +152,8 @@ class EventRecorder:
         self._max_queue = max_queue
         self._window = window
         self._max_similar = max(1, max_similar)
-        self._cache_size = max(1, cache_size)
+        # The repeat bookkeeping is per writer thread; together they remember `cache_size` Events.
+        self._cache_size = max(1, cache_size // writers)
         self._on_drop = on_drop
 
         self._cond = threading.Condition(threading.Lock())
@@ -172,6 +173,12 @@ class EventRecorder:
         """Events dropped because the queue was full."""
         with self._cond:
             return self._dropped
+
+    @property
+    def pending(self) -> int:
+        """Events recorded and not yet written: queued, or being written right now."""
+        with self._cond:
+            return self._queued + self._busy
 
     def start(self) -> None:
         """Starts the writer thread (done by the constructor unless `start=False`)."""

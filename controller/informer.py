@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import random
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -89,6 +90,23 @@ def _replaced(old: KubeObject, new: KubeObject) -> bool:
     """True when `new` is a different object that reuses `old`'s name (deleted and re-created)."""
     old_uid, new_uid = _uid(old), _uid(new)
     return old_uid is not None and new_uid is not None and old_uid != new_uid
+
+
+# Strings up to this length are interned: keys, label values, phases, condition types and statuses
+# repeat across thousands of cached objects; longer ones (messages, env values) rarely do.
+INTERN_MAX_LENGTH: Final = 64
+
+
+def compact(value: Any) -> Any:
+    """The same JSON value with every dict key and every short string interned, so thousands of cached
+    objects share one copy of "metadata", "True", "Running" or a job's label value."""
+    if isinstance(value, dict):
+        return {sys.intern(key): compact(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [compact(item) for item in value]
+    if isinstance(value, str) and len(value) <= INTERN_MAX_LENGTH:
+        return sys.intern(value)
+    return value
 
 
 class Informer:
@@ -435,7 +453,8 @@ class Informer:
         # Items of a list carry no apiVersion/kind; set them so handlers see the same shape as a watch.
         raw.setdefault("apiVersion", self._resource.api_version)
         raw.setdefault("kind", self._resource.kind)
-        return self._transform(raw) if self._transform is not None else raw
+        prepared: KubeObject = compact(self._transform(raw) if self._transform is not None else raw)
+        return prepared
 
     def _notify_add(self, obj: KubeObject) -> None:
         for handler in self._handlers:

@@ -202,6 +202,7 @@ class Manager:
             writers=EVENT_WRITERS,
             max_similar=EVENT_MAX_SIMILAR,
         )
+        metrics.events_pending.set_function(lambda: self.events.pending)
         self.gang = detect_gang_scheduler(client)
         if self.gang:
             logger.info("gang scheduling available through %s PodGroups", self.gang)

@@ -141,6 +141,7 @@ class Metrics:
     reconciliation_errors: Counter
     invalid_spec: Counter
     events_dropped: Counter
+    events_pending: Gauge
 
     def __init__(self, registry: CollectorRegistry | None = None, *, process_metrics: bool = True) -> None:
         self.registry = registry if registry is not None else new_registry()
@@ -296,6 +297,11 @@ class Metrics:
         self.events_dropped = Counter(
             "trainingjob_events_dropped_total",
             "Kubernetes Events not written because the event queue was full",
+            registry=r,
+        )
+        self.events_pending = Gauge(
+            "trainingjob_events_pending",
+            "Kubernetes Events recorded and not yet written (queued or being written)",
             registry=r,
         )
 

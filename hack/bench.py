@@ -371,6 +371,7 @@ class Metrics:
     queue_depth: float = 0.0
     reconciles: float = 0.0
     events_dropped: float = 0.0
+    events_pending: float = 0.0
 
     @classmethod
     def parse(cls, text: str) -> Metrics:
@@ -393,6 +394,8 @@ class Metrics:
                     metrics.reconciles += sample.value
                 elif sample.name == "trainingjob_events_dropped_total":
                     metrics.events_dropped += sample.value
+                elif sample.name == "trainingjob_events_pending":
+                    metrics.events_pending += sample.value
         return metrics
 
     def minus(self, earlier: Metrics) -> dict[str, int]:
@@ -789,6 +792,16 @@ class Bench:
     def steady_state(self) -> JsonDict:
         assert self.tracker is not None
         options = self.options
+        # Steady state begins when the operator has nothing left to do: no queued reconcile and no
+        # Event still waiting to be written (the bring-up leaves a backlog behind its Event rate limit).
+        idle_since = time.monotonic()
+        deadline = idle_since + options.timeout
+        while time.monotonic() < deadline:
+            now_metrics = self.operator.metrics()
+            if now_metrics.queue_depth == 0 and now_metrics.events_pending == 0:
+                break
+            time.sleep(1)
+        say(f"operator idle after {time.monotonic() - idle_since:.0f}s (work queue and Events drained)")
         if options.settle > 0:
             say(f"all Running; letting it settle for {options.settle:.0f}s")
             settle_start = self.operator.metrics()

@@ -12,6 +12,7 @@ import json
 from dataclasses import replace
 
 from builders.configmap import TRAINER_SOURCES, build_config_map
+from controller.informer import compact
 from controller.lifecycle import Plan, plan
 from controller.manager import node_readiness, pod_essentials, share_trainer_sources
 from tests.unit.lifecycle_world import World, make_job, make_node, world
@@ -91,3 +92,23 @@ def test_node_readiness_keeps_the_ready_condition() -> None:
     reduced = node_readiness(node)
     assert reduced["status"]["conditions"][0]["status"] == "Unknown"
     assert "images" not in reduced["status"]
+
+
+def test_compact_shares_keys_and_short_strings_and_keeps_values() -> None:
+    text = json.dumps(
+        {
+            "metadata": {"labels": {"training-job": "bert"}},
+            "status": {"phase": "Running"},
+            "message": "x" * 200,
+            "items": [{"type": "Ready", "status": "True"}],
+            "count": 3,
+        }
+    )
+    first, second = compact(json.loads(text)), compact(json.loads(text))
+    assert first == json.loads(text)
+    first_keys = {id(key) for key in first["metadata"]["labels"]} | {id(key) for key in first["status"]}
+    second_keys = {id(key) for key in second["metadata"]["labels"]} | {id(key) for key in second["status"]}
+    assert first_keys == second_keys
+    assert first["status"]["phase"] is second["status"]["phase"]
+    assert first["items"][0]["status"] is second["items"][0]["status"]
+    assert first["message"] is not second["message"]  # long strings are left alone
