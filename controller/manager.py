@@ -389,8 +389,8 @@ class Manager:
     # -------------------------------------------------------------------------------------- workers
 
     def _start_workers(self) -> None:
-        logger.info("became the leader; starting %d workers", self.options.workers)
         self.metrics.set_leader(self.options.lease_name, True)
+        logger.info("became the leader; starting %d workers", self.options.workers)
         self._leading.set()
         for job in self.jobs.list():
             self.queue.add(object_key(job))

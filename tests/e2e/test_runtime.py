@@ -698,7 +698,8 @@ def test_sigterm_without_leader_election_and_json_logs(
     operator = start_operator("--no-leader-elect", "--log-level=INFO")
     assert operator.get("/healthz") == (200, "ok")
     assert operator.get("/readyz") == (200, "ok")
-    assert operator.is_leader()
+    # Ready means the caches have synced; without leader election the workers start right after.
+    wait_for("the operator to start its workers", operator.is_leader, timeout=30)
 
     create_jobs(kubectl, namespace, training_job("logged"))
     wait_running(kubectl, namespace, "logged")
