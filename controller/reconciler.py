@@ -491,10 +491,14 @@ class Reconciler:
             )
         pods = [obj for obj in plan.creates if obj["kind"] == "Pod"]
         others = [obj for obj in plan.creates if obj["kind"] != "Pod"]
-        # The supporting objects do not depend on one another (a RoleBinding may name a Role that does
-        # not exist yet); the pods need them all (ServiceAccount, ConfigMap), so they come after.
-        for future in [self._submit(self._create, job, obj, outcome) for obj in others]:
-            future.result()
+        # The supporting objects are created in parallel, except that a RoleBinding waits for its Role:
+        # the API server checks that whoever binds a Role holds its permissions, and cannot check a Role
+        # that does not exist yet (only a superuser skips that check). The pods need them all
+        # (ServiceAccount, ConfigMap), so they come last.
+        bindings = [obj for obj in others if obj["kind"] == "RoleBinding"]
+        for batch in ([obj for obj in others if obj["kind"] != "RoleBinding"], bindings):
+            for future in [self._submit(self._create, job, obj, outcome) for obj in batch]:
+                future.result()
         if outcome.blocked or outcome.invalid:
             return outcome
         if pods:

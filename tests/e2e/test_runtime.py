@@ -28,13 +28,14 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Final
 
 import pytest
 
 from controller.leaderelection import JITTER_FACTOR
 from crd import contract
-from tests.cluster import REPO, Kubectl, wait_for
+from tests.cluster import DEV, REPO, Kubectl, wait_for
 from tests.e2e.conftest import StartOperator
 from tests.e2e.operator import OperatorProcess
 
@@ -117,6 +118,18 @@ def job_events(kubectl: Kubectl, namespace: str, name: str) -> list[JsonDict]:
         "--field-selector",
         f"involvedObject.kind={contract.KIND},involvedObject.name={name}",
     )
+
+
+@pytest.fixture
+def operator_kubeconfig(cluster: Kubectl) -> Path:
+    """These tests take leader election, watches and the process apart in the test's own namespace,
+    with admin rights; every other end-to-end test runs the operator with deploy/'s RBAC."""
+    return DEV / "kubeconfig"
+
+
+@pytest.fixture
+def lease_namespace(namespace: str) -> str:
+    return namespace
 
 
 def lease_spec(kubectl: Kubectl, namespace: str) -> JsonDict:
