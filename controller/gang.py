@@ -14,7 +14,7 @@ from typing import Any
 
 from controller import podstate
 from controller.failures import PodFailure, classify
-from crd.contract import NUM_WORKERS_ANNOTATION
+from crd.contract import ATTEMPT_LABEL, NUM_WORKERS_ANNOTATION
 
 JsonDict = dict[str, Any]
 
@@ -69,7 +69,12 @@ def observe(
     *,
     now: datetime | None = None,
     node_grace: float = 0.0,
+    vanished: Sequence[JsonDict] = (),
+    attempt: int | None = None,
 ) -> GangView:
+    """The gang as the cache shows it. `vanished` are the last states of pods deleted recently (the
+    cache no longer has them): a rank of the current `attempt` that went missing after a preemption or
+    eviction counts as that disruption, not as an unexplained deletion."""
     view = GangView(num_workers=num_workers)
     for pod in sorted(pods, key=lambda item: str(item.get("metadata", {}).get("name", ""))):
         if podstate.is_terminating(pod):
@@ -93,6 +98,18 @@ def observe(
         failure = classify(
             pod, nodes.get(node) if node else None, nodes_known, now=now, node_grace=node_grace
         )
+        if failure is not None:
+            view.failures.append(failure)
+    known = {pod["metadata"]["name"] for pod in view.terminating}
+    for pod in vanished:
+        index = podstate.replica_index(pod)
+        if index is None or not 0 <= index < num_workers or index in view.ranks:
+            continue
+        if pod["metadata"]["name"] in known:
+            continue
+        if attempt is not None and pod["metadata"].get("labels", {}).get(ATTEMPT_LABEL) != str(attempt):
+            continue
+        failure = classify(pod, None, False)
         if failure is not None:
             view.failures.append(failure)
     return view

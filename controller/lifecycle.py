@@ -34,7 +34,7 @@ from controller import conditions as cond
 from controller import podstate
 from controller.clock import parse_time, rfc3339
 from controller.failures import Cause, PodFailure, Verdict, restart_delay, verdict
-from controller.gang import observe, root_cause
+from controller.gang import GangView, observe, root_cause
 from controller.progress import apply_report, parse_report, success_reached
 from controller.supporting import Patch, desired_objects, reconcile_objects
 from crd.contract import PROGRESS_ANNOTATION
@@ -71,6 +71,8 @@ class Observed:
     now: datetime
     nodes_known: bool = True
     gang: Gang | None = None
+    # Last states of the job's pods deleted recently that ended with a disruption or a failure.
+    vanished: Sequence[JsonDict] = ()
 
 
 @dataclass(frozen=True)
@@ -135,18 +137,25 @@ class _Planner:
         self.stamp = rfc3339(ceil_to_second(observed.now))
         self.status: JsonDict = copy.deepcopy(observed.job.get("status") or {})
         self.plan = Plan(status=self.status)
-        self.view = observe(
+        self.view = self.observe_gang()
+        # Rank 0 reported something new that the progress rate limit keeps out of status for now.
+        self.report_deferred = False
+
+    # ------------------------------------------------------------------------------------- helpers
+
+    def observe_gang(self) -> GangView:
+        """The gang of the current attempt (deleted pods of earlier attempts explain nothing about it)."""
+        observed = self.observed
+        return observe(
             observed.pods,
             int(self.spec["numWorkers"]),
             observed.nodes,
             observed.nodes_known,
             now=observed.now,
-            node_grace=settings.node_lost_after,
+            node_grace=self.settings.node_lost_after,
+            vanished=observed.vanished,
+            attempt=int(self.status.get("attempt", 0)),
         )
-        # Rank 0 reported something new that the progress rate limit keeps out of status for now.
-        self.report_deferred = False
-
-    # ------------------------------------------------------------------------------------- helpers
 
     @property
     def state(self) -> str | None:
@@ -359,6 +368,7 @@ class _Planner:
             self.status["runningSince"] = self.stamp
             self.status["attempt"] = int(self.status.get("attempt", 0)) + 1
             self.status.pop("attemptStartTime", None)
+            self.view = self.observe_gang()
         self.transition(
             PENDING, "resuming from the latest checkpoint" if self.resume_from() else "resuming", "Resumed"
         )
@@ -434,6 +444,7 @@ class _Planner:
         self.status.pop("restartAt", None)
         self.status["attempt"] = int(self.status.get("attempt", 0)) + 1
         self.status.pop("attemptStartTime", None)
+        self.view = self.observe_gang()
         self.transition(PENDING, f"starting attempt {self.status['attempt']}", "Restarted")
         return False
 

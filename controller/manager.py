@@ -19,7 +19,7 @@ from typing import Any
 
 from builders.configmap import TRAINER_SOURCES
 from builders.podgroup import Gang
-from controller import lifecycle
+from controller import lifecycle, podstate
 from controller.clock import Clock, RealClock
 from controller.errors import KubeError
 from controller.events import EventRecorder
@@ -42,7 +42,7 @@ from controller.leaderelection import LeaderElector, LeaseLock
 from controller.logs import log_context, new_reconcile_id
 from controller.metrics import Metrics, MetricsServer, parse_address
 from controller.ratelimit import default_controller_rate_limiter
-from controller.reconciler import POD_GROUP_RESOURCES, Caches, Reconciler, Result, StatusWrites
+from controller.reconciler import POD_GROUP_RESOURCES, Caches, Reconciler, Result, StatusWrites, Tombstones
 from controller.store import STANDARD_INDEXERS, Store, object_key
 from controller.workqueue import WorkQueue
 from crd import contract
@@ -194,6 +194,7 @@ class Manager:
         metrics.track_queue(self.queue, CONTROLLER)
         metrics.init_controller(CONTROLLER, options.workers)
         self.expectations = Expectations(self.clock)
+        self.tombstones = Tombstones(self.clock)
         self.status_writes = StatusWrites(self.clock)
         self.events = EventRecorder(
             events_client or client,
@@ -242,6 +243,7 @@ class Manager:
             executor=self.executor,
             settings=options.settings,
             gang=self.gang,
+            tombstones=self.tombstones,
         )
         self.metrics.track_jobs(self.jobs.list, self.clock)
         lock = LeaseLock(lease_client, options.lease_namespace, options.lease_name)
@@ -325,6 +327,8 @@ class Manager:
             key = owner_key(obj)
             if key:
                 self.expectations.deleted(key, obj["metadata"]["uid"])
+                if podstate.disruption_reason(obj) is not None or podstate.phase(obj) == "Failed":
+                    self.tombstones.record(key, obj)
                 self.queue.add(key)
             else:
                 foreign_pod_changed(obj)

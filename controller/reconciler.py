@@ -122,6 +122,40 @@ class StatusWrites:
             self._seen.pop(key, None)
 
 
+class Tombstones:
+    """The last state of pods deleted recently whose end says why (a disruption or a failure), per job.
+
+    A preempted or evicted pod is marked DisruptionTarget and deleted within moments; when a reconcile
+    runs after the delete, the cache no longer has it and the rank is simply missing. These last states
+    let the planner still classify that end (client-go hands handlers the final state of a deleted
+    object for the same reason). They expire after `ttl` seconds.
+    """
+
+    def __init__(self, clock: Clock, ttl: float = 600.0) -> None:
+        self._clock = clock
+        self._ttl = ttl
+        self._lock = threading.Lock()
+        self._pods: dict[str, list[tuple[float, JsonDict]]] = {}
+
+    def record(self, key: str, pod: JsonDict) -> None:
+        with self._lock:
+            self._pods.setdefault(key, []).append((self._clock.monotonic(), pod))
+
+    def recent(self, key: str) -> list[JsonDict]:
+        with self._lock:
+            horizon = self._clock.monotonic() - self._ttl
+            kept = [(at, pod) for at, pod in self._pods.get(key, []) if at >= horizon]
+            if kept:
+                self._pods[key] = kept
+            else:
+                self._pods.pop(key, None)
+            return [pod for _, pod in kept]
+
+    def forget(self, key: str) -> None:
+        with self._lock:
+            self._pods.pop(key, None)
+
+
 @dataclass(frozen=True)
 class Caches:
     """The informers' stores the reconciler reads, and whether the optional node cache can be trusted."""
@@ -196,6 +230,7 @@ class Reconciler:
         executor: Executor,
         settings: lifecycle.Settings,
         gang: Gang | None = None,
+        tombstones: Tombstones | None = None,
     ) -> None:
         self._client = client
         self._caches = caches
@@ -207,6 +242,7 @@ class Reconciler:
         self._executor = executor
         self._settings = settings
         self._gang = gang
+        self._tombstones = tombstones or Tombstones(clock)
 
     # ------------------------------------------------------------------------------------ reading
 
@@ -235,6 +271,7 @@ class Reconciler:
             nodes_known=nodes_known,
             now=self._clock.now(),
             gang=self._gang if wants_gang else None,
+            vanished=self._tombstones.recent(object_key(job)),
         )
 
     # ---------------------------------------------------------------------------------- reconcile
@@ -245,6 +282,7 @@ class Reconciler:
         if cached is None:
             self._expectations.forget(key)
             self._status_writes.forget(key)
+            self._tombstones.forget(key)
             logger.debug("job is gone; nothing to do")
             return None, Result()
         if not self._expectations.satisfied(key):

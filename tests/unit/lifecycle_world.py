@@ -82,6 +82,8 @@ class World:
     events: list[Event] = field(default_factory=list)
     uid_counter: int = 0
     job_deleted: bool = False
+    # Last states of deleted pods, as the operator's pod-delete handler remembers them.
+    vanished: list[JsonDict] = field(default_factory=list)
 
     # ------------------------------------------------------------------------------ reconciling
 
@@ -105,6 +107,7 @@ class World:
             nodes=copy.deepcopy(self.nodes),
             now=self.now,
             nodes_known=self.nodes_known,
+            vanished=copy.deepcopy(self.vanished),
         )
 
     def plan(self) -> Plan:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -1656,3 +1657,59 @@ def test_a_finished_job_is_not_left_stalled() -> None:
     scene.step()
     assert scene.state == "Completed"
     assert (scene.condition("Stalled") or {}).get("status") == "False"
+
+
+def _preempted_and_gone(scene: World, index: int) -> dict[str, Any]:
+    """Rank `index` is preempted and deleted before any reconcile saw the DisruptionTarget condition:
+    the cache no longer has the pod; returns its last state (what the informer's delete carried)."""
+    scene.disrupt(index, "PreemptionByScheduler")
+    last = copy.deepcopy(scene.pod(index))
+    del scene.pods[last["metadata"]["name"]]
+    return last
+
+
+def test_a_rank_preempted_and_gone_before_the_reconcile_counts_as_preemption() -> None:
+    scene = world()
+    scene.run_to_running()
+    last = _preempted_and_gone(scene, 1)
+    result = plan(replace(scene.observed(), vanished=[last]), scene.settings)
+    assert result.status["state"] == "Restarting"
+    assert result.status["lastRestartReason"] == "PreemptionByScheduler"
+    assert result.status["restarts"] == {"disruption": 1}
+
+
+def test_without_its_last_state_the_missing_rank_is_an_unexplained_deletion() -> None:
+    scene = world()
+    scene.run_to_running()
+    _preempted_and_gone(scene, 1)
+    result = plan(scene.observed(), scene.settings)
+    assert result.status["lastRestartReason"] == "PodDeleted"
+
+
+def test_last_states_of_an_earlier_attempt_are_ignored() -> None:
+    scene = world()
+    scene.run_to_running()
+    last = _preempted_and_gone(scene, 1)
+    last["metadata"]["labels"][contract.ATTEMPT_LABEL] = "7"
+    result = plan(replace(scene.observed(), vanished=[last]), scene.settings)
+    assert result.status["lastRestartReason"] == "PodDeleted"
+    # And a rank that is present again is not judged by an old last state.
+    scene2 = world()
+    scene2.run_to_running()
+    stale = copy.deepcopy(scene2.pod(1))
+    stale["status"]["phase"] = "Failed"
+    steady = plan(replace(scene2.observed(), vanished=[stale]), scene2.settings)
+    assert steady.status["state"] == "Running"
+
+
+def test_a_remembered_preemption_restarts_the_gang_once() -> None:
+    scene = world({"spec.failurePolicy.backoffLimit": 0})
+    scene.run_to_running()
+    scene.vanished.append(_preempted_and_gone(scene, 1))
+    scene.step()
+    assert scene.state == "Restarting"
+    until_restarted(scene)
+    scene.settle()
+    assert (scene.status["attempt"], scene.status["restartCount"]) == (1, 1)
+    assert scene.status["restarts"] == {"disruption": 1}
+    assert scene.state == "Pending"

@@ -6,7 +6,8 @@ retry) is tested end to end in tests/e2e/test_reconcile.py.
 
 from __future__ import annotations
 
-from controller.reconciler import MAX_LISTED_PROBLEMS, MAX_PROBLEM_TEXT, _blocked, _summary
+from controller.clock import FakeClock
+from controller.reconciler import MAX_LISTED_PROBLEMS, MAX_PROBLEM_TEXT, Tombstones, _blocked, _summary
 
 
 def test_summary_is_sorted_so_a_repeated_problem_reads_the_same() -> None:
@@ -41,3 +42,17 @@ def test_blocked_means_created_false_because_a_create_failed() -> None:
     assert not _blocked(status("False", "Creating"))
     assert not _blocked(status("True", "PodsCreated"))
     assert not _blocked({})
+
+
+def test_tombstones_keep_last_states_per_job_until_they_expire() -> None:
+    clock = FakeClock()
+    tombstones = Tombstones(clock, ttl=600)
+    tombstones.record("ml/a", {"metadata": {"name": "a-worker-1"}})
+    clock.advance(300)
+    tombstones.record("ml/a", {"metadata": {"name": "a-worker-0"}})
+    assert [pod["metadata"]["name"] for pod in tombstones.recent("ml/a")] == ["a-worker-1", "a-worker-0"]
+    assert tombstones.recent("ml/b") == []
+    clock.advance(301)
+    assert [pod["metadata"]["name"] for pod in tombstones.recent("ml/a")] == ["a-worker-0"]
+    tombstones.forget("ml/a")
+    assert tombstones.recent("ml/a") == []
