@@ -749,6 +749,24 @@ def restart(component: str) -> None:
         stop_component_locked(state, component)
         start_component_locked(state, component)
         say(f"restarted {component} (pid {state['processes'][component]['pid']})")
+        after_api_server_start(state, component)
+
+
+def after_api_server_start(state: dict[str, Any], component: str) -> None:
+    """Restarts the controller manager and the scheduler once a (re)started API server serves. Their
+    informers, cut off by the outage, otherwise sit out client-go's relist backoff, which grows with
+    every restart less than two minutes after the last: measured up to a minute and a half in which no
+    new pod got a node and no new namespace its default ServiceAccount, so one test of an API server
+    outage stalled the tests after it. kwok needs no restart: it picks pods up at once."""
+    if component != "kube-apiserver":
+        return
+    for dependent in ("kube-controller-manager", "kube-scheduler"):
+        process = state["processes"].get(dependent)
+        if not process or process.get("stopped"):
+            continue
+        stop_component_locked(state, dependent)
+        start_component_locked(state, dependent)
+        say(f"restarted {dependent} after the API server (pid {state['processes'][dependent]['pid']})")
 
 
 def stop_one(component: str) -> None:
@@ -773,6 +791,7 @@ def start_one(component: str) -> None:
             return
         start_component_locked(state, component)
         say(f"started {component} (pid {state['processes'][component]['pid']})")
+        after_api_server_start(state, component)
 
 
 def running_state(component: str) -> dict[str, Any]:
