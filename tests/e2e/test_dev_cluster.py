@@ -331,12 +331,17 @@ def test_fault_handling_on_a_second_cluster(scratch_dir: Path) -> None:
     restarted = read_state(scratch_dir)
     assert len(Kubectl(REPO / ".dev" / "bin" / "kubectl", scratch_dir / "kubeconfig").items("nodes")) == 1
 
-    # `restart` brings one component back with the same flags and port.
-    before = read_state(scratch_dir)["processes"]["kube-apiserver"]["pid"]
-    dev_cluster("restart", "kube-apiserver", dev_dir=scratch_dir)
-    after = read_state(scratch_dir)
-    assert after["processes"]["kube-apiserver"]["pid"] != before
-    assert not pid_running(before)
+    # `restart` brings one component back with the same flags and port; after the API server, the
+    # controller manager and the scheduler are restarted too (not etcd, not kwok).
+    pids = {name: proc["pid"] for name, proc in read_state(scratch_dir)["processes"].items()}
+    result = dev_cluster("restart", "kube-apiserver", dev_dir=scratch_dir)
+    after = {name: proc["pid"] for name, proc in read_state(scratch_dir)["processes"].items()}
+    for name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler"):
+        assert after[name] != pids[name], name
+        assert not pid_running(pids[name]), name
+        assert pid_running(after[name]), name
+    assert (after["etcd"], after["kwok"]) == (pids["etcd"], pids["kwok"])
+    assert "restarted kube-scheduler after the API server" in result.stderr
     assert len(Kubectl(REPO / ".dev" / "bin" / "kubectl", scratch_dir / "kubeconfig").items("nodes")) == 1
 
     # `stop` is an outage on purpose, not a crash: `status` exits 0 and says so, `up` leaves the
