@@ -378,6 +378,14 @@ def admin_ssl_context(pki: Path) -> ssl.SSLContext:
     return context
 
 
+def self_signed_context() -> ssl.SSLContext:
+    """For the health checks of components that serve a certificate they generated in memory."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
+
+
 def kubectl(bin_dir: Path, *args: str, stdin: str | None = None, check: bool = True) -> str:
     result = subprocess.run(
         [str(bin_dir / "kubectl"), "--kubeconfig", str(KUBECONFIG), *args],
@@ -819,6 +827,11 @@ def start_component_locked(state: dict[str, Any], component: str) -> None:
     elif component == "etcd":
         url = f"http://127.0.0.1:{state['ports']['etcd']}/health"
         wait_until("etcd /health", lambda: http_ok(url, expect='"health":"true"'), processes)
+    elif component in ("kube-controller-manager", "kube-scheduler"):
+        # Serving means it got past reading its authentication settings from the API server, which it
+        # does once at start (and exits if that fails): an outage right after a restart must not kill it.
+        url = f"https://127.0.0.1:{state['ports'][component]}/healthz"
+        wait_until(f"{component} /healthz", lambda: http_ok(url, self_signed_context()), processes)
 
 
 # ------------------------------------------------------------------------------- extra processes

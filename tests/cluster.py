@@ -151,6 +151,16 @@ def end_pod(
         disruption=disruption,
         container=container,
     )
+    return patch_pod_status(kubectl, namespace, name, patch)
+
+
+def add_disruption_condition(kubectl: Kubectl, namespace: str, name: str, reason: str) -> None:
+    """Adds DisruptionTarget=True without ending the pod (what the scheduler or eviction API does first)."""
+    patch_pod_status(kubectl, namespace, name, {"status": {"conditions": [disruption_condition(reason)]}})
+
+
+def patch_pod_status(kubectl: Kubectl, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+    """Strategic-merge patches the pod's status subresource (as a kubelet would); returns the pod."""
     out = kubectl.run(
         "patch",
         "pod",
@@ -167,22 +177,6 @@ def end_pod(
     patched = json.loads(out)
     assert isinstance(patched, dict)
     return patched
-
-
-def add_disruption_condition(kubectl: Kubectl, namespace: str, name: str, reason: str) -> None:
-    """Adds DisruptionTarget=True without ending the pod (what the scheduler or eviction API does first)."""
-    patch = {"status": {"conditions": [disruption_condition(reason)]}}
-    kubectl.run(
-        "patch",
-        "pod",
-        name,
-        "-n",
-        namespace,
-        "--subresource=status",
-        "--type=strategic",
-        "-p",
-        json.dumps(patch),
-    )
 
 
 def lose_node(kubectl: Kubectl, node: str) -> None:
