@@ -14,11 +14,13 @@ import json
 import re
 import threading
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from controller.clock import parse_time
 from tests.cluster import Kubectl, end_pod, wait_for
 from tests.e2e.conftest import StartOperator
 from tests.e2e.jobs import (
@@ -27,7 +29,6 @@ from tests.e2e.jobs import (
     get_job,
     job_manifest,
     pods_of,
-    status_of,
     wait_for_events,
 )
 from tests.e2e.lifecycle_support import (
@@ -251,9 +252,10 @@ def test_reports_held_back_by_the_progress_interval_are_not_a_stall(
     lastProgressTime lags behind a trainer that reports every second. With progressDeadlineSeconds
     shorter than that interval the job must still not count as stalled while new reports arrive."""
     start_operator()  # the default --progress-interval of 5 s
-    # Shorter than the interval, but over twice the cadence: status times have whole seconds, so the
-    # operator may see up to a second more quiet time than there was.
-    deadline = 3
+    # Shorter than the interval, but several times the cadence: status times have whole seconds (the
+    # operator may see up to a second more quiet time than there was), and on a busy machine one
+    # kubectl call may take a second.
+    deadline = 4
     manifest = job_manifest(
         "chatty",
         monitoring={"progressDeadlineSeconds": deadline, "restartOnStall": True},
@@ -268,24 +270,22 @@ def test_reports_held_back_by_the_progress_interval_are_not_a_stall(
     cadence = threading.Event()
     start = time.monotonic()
     for epoch in range(1, 10):
+        before_report = datetime.now(UTC)
         report_progress(trainer, namespace, "chatty-worker-0", {"epoch": epoch})
-        status = status_of(kubectl, namespace, "chatty")
-        assert status["state"] == "Running", status["message"]
-        assert (condition(status, "Stalled") or {}).get("status") != "True", status
         cadence.wait(max(0.0, start + epoch - time.monotonic()))
-    status = wait_status(
-        kubectl, namespace, "chatty", "epoch 9 in status", lambda s: s.get("currentEpoch") == 9
-    )
-    assert status["restartCount"] == 0
-    assert condition(status, "Stalled") is None
 
-    # Reports stop: now it is a stall, and the gang restarts.
+    # Reports stop: now it is a stall, and the gang restarts. That restart is the first and only one,
+    # and it came no earlier than the deadline after the last report (less the second whole-second
+    # status times may lose): no stall was seen while reports arrived, even though status held them
+    # back for longer than the deadline.
     status = wait_status(kubectl, namespace, "chatty", "Restarting", lambda s: s.get("state") == "Restarting")
     assert status["restarts"] == {"stall": 1}
     restarting = condition(status, "Restarting")
     assert restarting is not None
     assert (restarting["status"], restarting["reason"]) == ("True", "Stalled")
     assert "(last report: epoch 9)" in restarting["message"]
+    stalled_at = parse_time(restarting["lastTransitionTime"])
+    assert stalled_at >= before_report + timedelta(seconds=deadline - 1), (stalled_at, before_report)
 
 
 # ---------------------------------------------------------------------------------- success policy
