@@ -128,7 +128,8 @@ class Tombstones:
     A preempted or evicted pod is marked DisruptionTarget and deleted within moments; when a reconcile
     runs after the delete, the cache no longer has it and the rank is simply missing. These last states
     let the planner still classify that end (client-go hands handlers the final state of a deleted
-    object for the same reason). They expire after `ttl` seconds.
+    object for the same reason). They expire after `ttl` seconds; recording sweeps out expired ones of
+    every job now and then, so a standby, which records but never reconciles, holds no more than that.
     """
 
     def __init__(self, clock: Clock, ttl: float = 600.0) -> None:
@@ -136,20 +137,32 @@ class Tombstones:
         self._ttl = ttl
         self._lock = threading.Lock()
         self._pods: dict[str, list[tuple[float, JsonDict]]] = {}
+        self._swept_at = clock.monotonic()
 
     def record(self, key: str, pod: JsonDict) -> None:
         with self._lock:
-            self._pods.setdefault(key, []).append((self._clock.monotonic(), pod))
+            now = self._clock.monotonic()
+            if now - self._swept_at >= self._ttl / 10:
+                self._swept_at = now
+                for stale in list(self._pods):
+                    self._prune(stale, now)
+            self._pods.setdefault(key, []).append((now, pod))
 
     def recent(self, key: str) -> list[JsonDict]:
         with self._lock:
-            horizon = self._clock.monotonic() - self._ttl
-            kept = [(at, pod) for at, pod in self._pods.get(key, []) if at >= horizon]
-            if kept:
-                self._pods[key] = kept
-            else:
-                self._pods.pop(key, None)
-            return [pod for _, pod in kept]
+            return [pod for _, pod in self._prune(key, self._clock.monotonic())]
+
+    def _prune(self, key: str, now: float) -> list[tuple[float, JsonDict]]:
+        kept = [(at, pod) for at, pod in self._pods.get(key, []) if at >= now - self._ttl]
+        if kept:
+            self._pods[key] = kept
+        else:
+            self._pods.pop(key, None)
+        return kept
+
+    def __len__(self) -> int:
+        with self._lock:
+            return sum(len(pods) for pods in self._pods.values())
 
     def forget(self, key: str) -> None:
         with self._lock:

@@ -56,3 +56,15 @@ def test_tombstones_keep_last_states_per_job_until_they_expire() -> None:
     assert [pod["metadata"]["name"] for pod in tombstones.recent("ml/a")] == ["a-worker-0"]
     tombstones.forget("ml/a")
     assert tombstones.recent("ml/a") == []
+
+
+def test_tombstones_of_jobs_never_reconciled_are_swept_out_by_later_records() -> None:
+    # A standby records deletes but never reconciles: what it holds must still expire.
+    clock = FakeClock()
+    tombstones = Tombstones(clock, ttl=600)
+    for index in range(50):
+        tombstones.record(f"ml/job-{index}", {"metadata": {"name": f"job-{index}-worker-0"}})
+    assert len(tombstones) == 50
+    clock.advance(601)
+    tombstones.record("ml/new", {"metadata": {"name": "new-worker-0"}})
+    assert len(tombstones) == 1
