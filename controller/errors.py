@@ -6,8 +6,9 @@ a 410 restarts a watch with a relist) instead of comparing status codes all over
 
 from __future__ import annotations
 
-import json
 from typing import Any
+
+from controller import boundedjson
 
 
 class KubeError(Exception):
@@ -99,7 +100,7 @@ def error_from_status(
         body = payload
     elif payload:
         try:
-            decoded = json.loads(payload)
+            decoded = boundedjson.loads(payload)
             if isinstance(decoded, dict):
                 body = decoded
         except ValueError:

@@ -28,6 +28,7 @@ import kubernetes
 import tenacity
 import urllib3
 
+from controller import boundedjson
 from controller.clock import Clock, RealClock
 from controller.errors import (
     ApiError,
@@ -65,6 +66,10 @@ PATCH_CONTENT_TYPES: Final[Mapping[str, str]] = {
 _TRANSPORT_EXCEPTIONS: Final = (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError)
 
 
+# API groups of Kubernetes' own kinds without the reserved .k8s.io suffix ("" is the core group).
+_BUILT_IN_GROUPS: Final = frozenset({"", "apps", "batch", "policy", "autoscaling", "extensions"})
+
+
 class Resource(NamedTuple):
     """One API resource: enough to build its REST paths."""
 
@@ -77,6 +82,13 @@ class Resource(NamedTuple):
     @property
     def api_version(self) -> str:
         return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def built_in(self) -> bool:
+        """Whether this is one of Kubernetes' own kinds, whose compiled-in schema bounds how deeply its
+        objects nest. A custom resource's schema may let a user nest a value without bound, so its
+        answers are checked before they are decoded (controller/boundedjson.py)."""
+        return self.group in _BUILT_IN_GROUPS or self.group.endswith(".k8s.io")
 
     def path(
         self, namespace: str | None = None, name: str | None = None, subresource: str | None = None
@@ -212,10 +224,13 @@ class KubeClient:
         body: JsonObject | Sequence[Any] | None = None,
         content_type: str = "application/json",
         timeout: Timeout | None = None,
+        check_nesting: bool = True,
     ) -> JsonObject:
         """Sends one API request (retrying transient failures) and returns the decoded JSON object.
 
-        An empty answer body decodes to `{}`. Raises the mapped `ApiError` for error answers and
+        An empty answer body decodes to `{}`; values nested too deeply are truncated (see
+        `boundedjson.loads`; `check_nesting` False for answers whose schema bounds their depth).
+        Raises the mapped `ApiError` for error answers and
         `TransportError` when no answer arrived, after the retry budget is spent for retryable ones.
         """
         method = method.upper()
@@ -251,7 +266,14 @@ class KubeClient:
             reraise=True,
         )
         result: JsonObject = retrying(
-            self._attempt, method, path, query=query, body=body, content_type=content_type, timeout=timeout
+            self._attempt,
+            method,
+            path,
+            query=query,
+            body=body,
+            content_type=content_type,
+            timeout=timeout,
+            check_nesting=check_nesting,
         )
         return result
 
@@ -273,6 +295,7 @@ class KubeClient:
         body: JsonObject | Sequence[Any] | None,
         content_type: str,
         timeout: Timeout | None,
+        check_nesting: bool,
     ) -> JsonObject:
         self._throttle()
         data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
@@ -296,7 +319,7 @@ class KubeClient:
         payload: bytes = response.data or b""
         if not 200 <= status < 300:
             raise error_from_status(status, payload, response.headers.get("Retry-After"))
-        return _decode_object(payload, method, path)
+        return _decode_object(payload, method, path, check_nesting=check_nesting)
 
     def _throttle(self) -> None:
         if self._bucket is not None:
@@ -337,7 +360,7 @@ class KubeClient:
             "limit": limit,
             "continue": continue_ or None,
         }
-        return self.request("GET", res.path(ns), query=query)
+        return self.request("GET", res.path(ns), query=query, check_nesting=not res.built_in)
 
     def create(self, res: Resource, ns: str | None, body: JsonObject) -> JsonObject:
         return self.request("POST", res.path(ns), body=body)
@@ -448,14 +471,14 @@ class KubeClient:
             finally:
                 response.release_conn()
             raise error_from_status(status, payload, response.headers.get("Retry-After"))
-        return WatchStream(response, f"WATCH {path}")
+        return WatchStream(response, f"WATCH {path}", check_nesting=not res.built_in)
 
 
-def _decode_object(payload: bytes, method: str, path: str) -> JsonObject:
+def _decode_object(payload: bytes, method: str, path: str, *, check_nesting: bool = True) -> JsonObject:
     if not payload.strip():
         return {}
     try:
-        decoded = json.loads(payload)
+        decoded = boundedjson.loads(payload, check_nesting=check_nesting)
     except ValueError as exc:
         raise KubeError(f"{method} {path}: answer is not JSON: {exc}") from exc
     if not isinstance(decoded, dict):
@@ -474,9 +497,12 @@ class WatchStream:
 
     _CHUNK: Final = 64 * 1024
 
-    def __init__(self, response: urllib3.BaseHTTPResponse, description: str) -> None:
+    def __init__(
+        self, response: urllib3.BaseHTTPResponse, description: str, *, check_nesting: bool = True
+    ) -> None:
         self._response = response
         self._description = description
+        self._check_nesting = check_nesting
         self._lock = threading.Lock()
         self._closed = False
         self._reading = False
@@ -584,7 +610,7 @@ class WatchStream:
 
     def _parse(self, line: bytes) -> tuple[str, JsonObject] | None:
         try:
-            event = json.loads(line)
+            event = boundedjson.loads(line, check_nesting=self._check_nesting)
         except ValueError:
             logger.warning("%s: skipping a line that is not JSON: %.200r", self._description, line)
             return None

@@ -30,8 +30,8 @@ from typing import Any, Literal
 from builders.names import pod_name
 from builders.podgroup import Gang
 from builders.pods import build_pod
+from controller import boundedjson, podstate
 from controller import conditions as cond
-from controller import podstate
 from controller.clock import parse_time, rfc3339
 from controller.failures import Cause, PodFailure, Verdict, restart_delay, verdict
 from controller.gang import GangView, observe, root_cause
@@ -242,7 +242,7 @@ class _Planner:
         if self.state in FINISHED:
             self.finished()
             return self.plan
-        errors = validate(self.job)
+        errors = [*too_deep(self.spec), *validate(self.job)]
         if errors:
             listed = "; ".join(str(error) for error in errors[:10])
             self.fail("InvalidSpec", f"invalid spec: {listed}", self.view.all_pods)
@@ -722,6 +722,16 @@ class _Planner:
             return
         self.plan.events.append(Event("Warning", "Stalled", message))
         self.set_condition(cond.STALLED, True, "ProgressDeadlineExceeded", message)
+
+
+def too_deep(spec: JsonDict) -> list[str]:
+    """Where the job's spec was cut by the bounded decoder (controller/boundedjson.py): values nested
+    deeper than the operator reads, which it refuses rather than guesses at."""
+    return [
+        f"spec.{path}: nested deeper than {boundedjson.DEFAULT_MAX_DEPTH} levels, "
+        "which the operator does not read"
+        for path in boundedjson.truncated_paths(spec)
+    ]
 
 
 def plan(observed: Observed, settings: Settings | None = None) -> Plan:

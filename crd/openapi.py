@@ -16,6 +16,11 @@ from typing import Any, Literal, TypeAlias
 Schema: TypeAlias = dict[str, Any]
 Rule: TypeAlias = dict[str, str]
 
+# The largest value an integer field takes unless it says otherwise (format int64): Kubernetes' own
+# duration and count fields are int32, and every number the operator computes with stays far from
+# what its time arithmetic can represent.
+INT32_MAX = 2**31 - 1
+
 # Bounds the CEL cost of rules that parse quantities (the API server sizes int-or-string by maxLength).
 QUANTITY_MAX_LENGTH = 64
 
@@ -113,6 +118,8 @@ def integer(
         node["format"] = fmt
     if minimum is not None:
         node["minimum"] = minimum
+    if maximum is None and fmt != "int64":
+        maximum = INT32_MAX
     if maximum is not None:
         node["maximum"] = maximum
     if default is not None:

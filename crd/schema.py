@@ -23,7 +23,7 @@ def _name_rules() -> list[dict[str, str]]:
     longest_pod = f"<name>{contract.WORKER_INFIX}{contract.MAX_WORKERS - 1}"
     return [
         rule(
-            f"self.metadata.name.size() <= {contract.MAX_JOB_NAME}",
+            f"self.size() <= {contract.MAX_JOB_NAME}",
             message=(
                 f"metadata.name must be at most {contract.MAX_JOB_NAME} characters: the pod and Service "
                 f"names generated from it, e.g. {longest_pod}, would exceed {contract.DNS_LABEL_MAX} "
@@ -31,7 +31,7 @@ def _name_rules() -> list[dict[str, str]]:
             ),
         ),
         rule(
-            f"self.metadata.name.matches('{DNS_1035_LABEL_PATTERN}')",
+            f"self.matches('{DNS_1035_LABEL_PATTERN}')",
             message=(
                 "metadata.name must be a DNS-1035 label (lower-case letters, digits and '-', starting with a "
                 "letter and ending with a letter or digit): it names the job's Services"
@@ -48,12 +48,22 @@ def open_api_schema() -> Schema:
         {
             "apiVersion": string("Versioned schema of this object.", max_length=NAME_LENGTH),
             "kind": string("REST resource this object represents.", max_length=NAME_LENGTH),
-            "metadata": {"type": "object"},
+            # Only metadata.name may carry rules (the API server validates the rest of ObjectMeta
+            # itself); rules here report the field as metadata.name.
+            "metadata": {
+                "type": "object",
+                "properties": {
+                    "name": string(
+                        f"Name of the job: a DNS-1035 label of at most {contract.MAX_JOB_NAME} characters.",
+                        max_length=NAME_LENGTH,
+                        rules=_name_rules(),
+                    )
+                },
+            },
             "spec": spec(),
             "status": status(),
         },
         required=["spec"],
-        rules=_name_rules(),
     )
 
 

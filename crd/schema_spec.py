@@ -247,7 +247,7 @@ def failure_policy() -> Schema:
                 {
                     "initialDelaySeconds": integer("Delay before the first restart.", minimum=0, default=10),
                     "maxDelaySeconds": integer("Longest delay.", minimum=0, default=360),
-                    "multiplier": number("Growth factor per restart.", minimum=1, default=2),
+                    "multiplier": number("Growth factor per restart.", minimum=1, maximum=10, default=2),
                 },
                 default_empty=True,
                 rules=[

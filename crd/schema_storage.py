@@ -187,16 +187,21 @@ def checkpoint() -> Schema:
             "mountPath": string(
                 "Where pvc and nfs storage is mounted in every worker.",
                 max_length=PATH_LENGTH,
-                pattern="^/.+",
+                pattern="^(/[^/]+)+$",
                 default="/checkpoints",
                 rules=[
+                    rule(
+                        r"!self.matches('/\\.\\.?(/|$)')",
+                        message="checkpoint.mountPath must be a normalised absolute path, without '.' or "
+                        "'..' segments",
+                    ),
                     rule(
                         f"!{reserved}.exists(p, self == p || self.startsWith(p + '/'))",
                         message_expression=(
                             "'checkpoint.mountPath ' + self + ' collides with a path the operator mounts: "
                             f"{', '.join(contract.RESERVED_MOUNT_PATHS)}'"
                         ),
-                    )
+                    ),
                 ],
             ),
             "storage": storage(),

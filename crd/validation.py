@@ -59,6 +59,7 @@ def validate(job: dict[str, Any]) -> list[FieldError]:
         *_hyperparameter_errors(spec),
         *_accelerator_errors(spec),
         *_resume_errors(spec),
+        *_mount_path_errors(spec),
     ]
 
 
@@ -164,3 +165,20 @@ def _resume_errors(spec: dict[str, Any]) -> Iterator[FieldError]:
     normalized = posixpath.normpath(posixpath.join(mount_path, resume_from))
     if normalized != mount_path and not normalized.startswith(mount_path + "/"):
         yield FieldError(path, f"{resume_from!r} is outside the checkpoint volume mounted at {mount_path}")
+
+
+def _mount_path_errors(spec: dict[str, Any]) -> Iterator[FieldError]:
+    """checkpoint.mountPath compared as the path it is, not as a string: admission refuses '.', '..' and
+    '//' (crd/schema_storage.py), but a job stored before that rule could still mount over the
+    operator's own mounts through `/checkpoints/../etc/trainingjob`."""
+    mount_path = str(spec["checkpoint"]["mountPath"])
+    normalized = posixpath.normpath(mount_path)
+    if normalized != mount_path.rstrip("/") or mount_path.startswith("//"):
+        yield FieldError(
+            "spec.checkpoint.mountPath", f"{mount_path!r} is not a normalised absolute path ({normalized!r})"
+        )
+    for reserved in contract.RESERVED_MOUNT_PATHS:
+        if normalized == reserved or normalized.startswith(reserved + "/"):
+            yield FieldError(
+                "spec.checkpoint.mountPath", f"{mount_path!r} is {normalized!r}, which the operator mounts"
+            )

@@ -115,10 +115,17 @@ def test_immutable_field_cannot_change(kubectl: Kubectl, admission_namespace: st
     [
         pytest.param(
             job(name="a" * (contract.MAX_JOB_NAME + 1)),
-            ["metadata.name must be at most 53 characters", "would exceed 63 characters"],
+            [
+                'metadata.name: Invalid value: "string": metadata.name must be at most 53 characters',
+                "would exceed 63 characters",
+            ],
             id="name-too-long",
         ),
-        pytest.param(job(name="bert.v2"), ["metadata.name must be a DNS-1035 label"], id="name-not-dns-1035"),
+        pytest.param(
+            job(name="bert.v2"),
+            ['metadata.name: Invalid value: "string": metadata.name must be a DNS-1035 label'],
+            id="name-not-dns-1035",
+        ),
         pytest.param(
             job({"spec.env": [{"name": "MASTER_ADDR", "value": "x"}]}, name="reserved-env"),
             ["spec.env[0]", "env MASTER_ADDR is set by the operator and cannot be set in spec.env"],

@@ -679,3 +679,53 @@ def test_an_affinity_the_api_server_refuses_fails_the_job(
     assert not pods_of(kubectl, namespace, "picky")
     wait_for_state(kubectl, namespace, "easy", "Running")
     assert_healthy(operator)
+
+
+def _deep_json(opening: str, closing: str, depth: int, leaf: str) -> str:
+    return opening * depth + leaf + closing * depth
+
+
+@pytest.mark.parametrize(
+    ("field", "deep"),
+    [
+        pytest.param(
+            "scheduling",
+            '{"affinity": {"nodeAffinity": ' + _deep_json('{"k": [', "]}", 500, "1") + "}}",
+            id="affinity-500-levels",
+        ),
+        pytest.param(
+            "env",
+            '[{"name": "DEEP", "valueFrom": ' + _deep_json('{"fieldRef": ', "}", 2000, '"x"') + "}]",
+            id="env-valueFrom-2000-levels",
+        ),
+    ],
+)
+def test_a_deeply_nested_spec_cannot_stop_the_operator(
+    kubectl: Kubectl, namespace: str, operator: OperatorProcess, field: str, deep: str
+) -> None:
+    """A value nested hundreds of levels deep is refused at admission or isolated: that job fails with
+    InvalidSpec, the watch goes on, and a job created after it runs (issue: one tenant's object used to
+    stop the TrainingJob watch for every namespace)."""
+    # Written by hand: Python's own encoder cannot nest this deep.
+    head, _, tail = json.dumps(job_manifest("deep")).rpartition('"spec": {')
+    manifest = f'{head}"spec": {{"{field}": {deep}, {tail}'
+    applied = kubectl.attempt("apply", "-n", namespace, "-f", "-", stdin=manifest)
+    kubectl.apply(job_manifest("canary"), "-n", namespace)
+
+    wait_for_state(kubectl, namespace, "canary", "Running")
+    if applied.returncode == 0:
+        # Only the status is read back: the test's own JSON decoder could not read the whole job.
+        def failed() -> JsonDict | None:
+            status: JsonDict = json.loads(
+                kubectl.run("get", "trainingjob", "deep", "-n", namespace, "-o", "jsonpath={.status}") or "{}"
+            )
+            return status if status.get("state") == "Failed" else None
+
+        status = wait("the deep job Failed", failed)
+        assert status["failureReason"] == "InvalidSpec"
+        assert f"spec.{field}" in status["message"], status["message"]
+        assert not pods_of(kubectl, namespace, "deep")
+    else:
+        assert f"spec.{field}" in applied.stderr, applied.stderr
+    assert_healthy(operator)
+    assert not [entry for entry in operator.logs() if "Traceback" in str(entry.get("exc_info", ""))]

@@ -96,6 +96,44 @@ def _schema_cases() -> list[InvalidCase]:
         _case("suspend-string", {"spec.suspend": "yes"}, "spec.suspend", "schema"),
         _case("cleanPodPolicy-unknown", {"spec.cleanPodPolicy": "Some"}, "spec.cleanPodPolicy", "schema"),
         _case("ttl-negative", {"spec.ttlSecondsAfterFinished": -1}, "spec.ttlSecondsAfterFinished", "schema"),
+        # Numbers the operator computes times with are bounded: a TTL of 1e12 s is past year 9999.
+        _case("ttl-huge", {"spec.ttlSecondsAfterFinished": 10**12}, "spec.ttlSecondsAfterFinished", "schema"),
+        _case(
+            "activeDeadline-huge",
+            {"spec.failurePolicy.activeDeadlineSeconds": 2**31},
+            "spec.failurePolicy.activeDeadlineSeconds",
+            "schema",
+        ),
+        _case(
+            "backoff-initial-huge",
+            {"spec.failurePolicy.restartBackoff": {"initialDelaySeconds": 10**12}},
+            "spec.failurePolicy.restartBackoff.initialDelaySeconds",
+            "schema",
+        ),
+        _case(
+            "backoff-multiplier-huge",
+            {"spec.failurePolicy.restartBackoff": {"multiplier": 1e308}},
+            "spec.failurePolicy.restartBackoff.multiplier",
+            "schema",
+        ),
+        _case(
+            "scheduleTimeout-huge",
+            {"spec.scheduling.scheduleTimeoutSeconds": 2**40},
+            "spec.scheduling.scheduleTimeoutSeconds",
+            "schema",
+        ),
+        _case(
+            "mountPath-double-slash",
+            {"spec.checkpoint.mountPath": "/dev//shm"},
+            "spec.checkpoint.mountPath",
+            "schema",
+        ),
+        _case(
+            "mountPath-trailing-slash",
+            {"spec.checkpoint.mountPath": "/data/"},
+            "spec.checkpoint.mountPath",
+            "schema",
+        ),
         _case("command-not-list", {"spec.command": "python train.py"}, "spec.command", "schema"),
         _case(
             "learningRate-zero",
@@ -387,6 +425,18 @@ def _cel_cases() -> list[InvalidCase]:
         _case(
             "mountPath-shadows-config",
             {"spec.checkpoint.mountPath": contract.CONFIG_MOUNT_PATH},
+            "spec.checkpoint.mountPath",
+            "cel",
+        ),
+        _case(
+            "mountPath-dot-dot-into-config",
+            {"spec.checkpoint.mountPath": "/checkpoints/../etc/trainingjob"},
+            "spec.checkpoint.mountPath",
+            "cel",
+        ),
+        _case(
+            "mountPath-dot-segment",
+            {"spec.checkpoint.mountPath": "/data/./ckpt"},
             "spec.checkpoint.mountPath",
             "cel",
         ),

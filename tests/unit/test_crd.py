@@ -271,7 +271,8 @@ def test_immutable_fields() -> None:
 
 
 def test_name_rules_explain_the_generated_names() -> None:
-    root_rules = ROOT["x-kubernetes-validations"]
+    # On metadata.name itself, so that the API server's error names the field.
+    root_rules = ROOT["properties"]["metadata"]["properties"]["name"]["x-kubernetes-validations"]
     assert any(f"size() <= {contract.MAX_JOB_NAME}" in r["rule"] for r in root_rules)
     length_rule = next(r for r in root_rules if "size()" in r["rule"])
     assert "<name>-worker-99" in length_rule["message"]

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from controller import boundedjson
 from controller.clock import parse_time, rfc3339
 from controller.failures import restart_delay
 from controller.lifecycle import Delete, Observed, Plan, Settings, format_duration, plan
@@ -1417,6 +1418,19 @@ def test_a_spec_that_becomes_invalid_fails_the_running_job() -> None:
     assert w.status["failureReason"] == "InvalidSpec"
     assert "spec.scheduling.affinity.nodeAfinity" in w.status["message"]
     assert names(result.deletes) == [W0, W1]
+
+
+def test_a_spec_cut_by_the_bounded_decoder_fails_the_job_naming_where() -> None:
+    deep = '{"nodeAffinity": ' + '{"k": [' * 600 + "1" + "]}" * 600 + "}"
+    affinity = boundedjson.loads(deep)
+    w = World(make_job({"spec.scheduling.affinity": affinity}))
+    result = w.step()
+    assert result.creates == []
+    assert w.state == "Failed"
+    assert w.status["failureReason"] == "InvalidSpec"
+    assert "spec.scheduling.affinity.nodeAffinity.k[0]" in w.status["message"]
+    assert "nested deeper than 100 levels" in w.status["message"]
+    assert_steady(w, 60)
 
 
 # ---------------------------------------------------------------------------- supporting objects
