@@ -14,12 +14,17 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
-from controller import lifecycle
+import kubernetes
+import yaml
+
+from controller import flags, lifecycle
 from controller.kube import KubeClient, from_kubeconfig
-from controller.logs import resolve_level, setup_logging
+from controller.leaderelection import JITTER_FACTOR
+from controller.logs import parse_level, resolve_level, setup_logging
 from controller.manager import Manager, Options
-from controller.metrics import Metrics
+from controller.metrics import Metrics, parse_address
 from crd import contract
 
 logger = logging.getLogger("controller")
@@ -36,81 +41,178 @@ def default_lease_namespace() -> str:
         return "default"
 
 
-def parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+ENV_PREFIX = "TRAININGJOB_OPERATOR_"
+EPILOG = """\
+Booleans take --flag, --flag=true or --flag=false. Durations take Go syntax (15s, 2m, 1h30m, 500ms) or
+a number of seconds. Every flag can also be set through the environment variable named in brackets;
+the command line wins. A bad flag or value, an unreadable kubeconfig or a metrics port in use ends
+the operator with one line and exit code 2."""
+
+
+def parser() -> flags.FlagParser:
+    parser = flags.FlagParser(
         prog="trainingjob-operator",
         description="Runs TrainingJobs (ml.example.com/v1): one pod per replica, services, distributed env, "
         "gang restarts, status.",
+        epilog=EPILOG,
     )
-    add = parser.add_argument
+
+    def add(flag: str, env: str | None = None, **kwargs: Any) -> None:
+        parser.add_flag(flag, env=env or flags.environment_name(ENV_PREFIX, flag), **kwargs)
+
+    def duration(flag: str, default: float, text: str, *, positive: bool = False) -> None:
+        add(
+            flag,
+            type=flags.duration_type(positive=positive),
+            default=default,
+            metavar="DURATION",
+            help=f"{text} (default {flags.format_duration(default)})",
+        )
+
     add(
         "--kubeconfig",
-        help="kubeconfig file (default: in-cluster config, else $KUBECONFIG or ~/.kube/config)",
+        env="KUBECONFIG",
+        help="kubeconfig file (default: in-cluster config, else ~/.kube/config)",
     )
     add("--context", help="kubeconfig context (default: the current one)")
     add("--namespace", help="watch only this namespace (default: all namespaces)")
-    add("--workers", type=int, default=4, help="reconcile worker threads (default 4)")
+    add("--workers", type=flags.int_type(1), default=4, help="reconcile worker threads (default 4)")
     add(
         "--metrics-addr",
+        type=flags.checked(listen_address, "address"),
         default=":8080",
         help="/metrics /healthz /readyz address (default :8080, all interfaces; 127.0.0.1:8080 for loopback)",
     )
     add(
         "--leader-elect",
-        action=argparse.BooleanOptionalAction,
+        action=flags.BoolAction,
         default=True,
-        help="elect a leader through a Lease so only one replica reconciles (default on)",
+        help="elect a leader through a Lease so only one replica reconciles (default true)",
     )
     add("--lease-name", default=contract.OPERATOR_NAME, help="name of the leader election Lease")
     add("--lease-namespace", default=None, help="namespace of the Lease (default: the pod's namespace)")
+    duration("--lease-duration", 15.0, "how long a standby waits before taking over", positive=True)
+    duration("--renew-deadline", 10.0, "how long the leader may fail to renew", positive=True)
+    duration("--retry-period", 2.0, "time between lease attempts", positive=True)
     add(
-        "--lease-duration",
-        type=float,
-        default=15.0,
-        help="seconds a standby waits before taking over (default 15)",
+        "--qps",
+        type=flags.float_type(0),
+        default=100.0,
+        help="client-side API requests per second (default 100)",
     )
     add(
-        "--renew-deadline", type=float, default=10.0, help="seconds the leader may fail to renew (default 10)"
+        "--burst", type=flags.int_type(1), default=200, help="client-side burst of API requests (default 200)"
     )
-    add("--retry-period", type=float, default=2.0, help="seconds between lease attempts (default 2)")
-    add("--qps", type=float, default=100.0, help="client-side API requests per second (default 100)")
-    add("--burst", type=int, default=200, help="client-side burst of API requests (default 200)")
     add(
         "--events-qps",
-        type=float,
+        type=flags.float_type(0),
         default=50.0,
         help="client-side requests per second for Events (default 50)",
     )
-    add("--events-burst", type=int, default=100, help="client-side burst for Events (default 100)")
-    add("--create-concurrency", type=int, default=16, help="pods created or deleted in parallel (default 16)")
     add(
+        "--events-burst",
+        type=flags.int_type(1),
+        default=100,
+        help="client-side burst for Events (default 100)",
+    )
+    add(
+        "--create-concurrency",
+        type=flags.int_type(1),
+        default=16,
+        help="pods created or deleted in parallel (default 16)",
+    )
+    duration(
         "--force-delete-after",
-        type=float,
-        default=60.0,
-        help="seconds before a pod stuck terminating on a lost node is force-deleted (default 60)",
+        60.0,
+        "how long a pod may stay terminating on a lost node before it is force-deleted",
     )
-    add(
+    duration(
         "--node-lost-after",
-        type=float,
-        default=30.0,
-        help="seconds a node may be NotReady before its pods count as lost, restarting the gang (default 30)",
+        30.0,
+        "how long a node may be NotReady before its pods count as lost, restarting the gang",
+    )
+    duration(
+        "--progress-interval",
+        5.0,
+        "minimum time between status updates from one job's progress reports",
     )
     add(
-        "--progress-interval",
-        type=float,
-        default=5.0,
-        help="minimum seconds between status updates from one job's progress reports (default 5)",
+        "--log-level",
+        env="LOG_LEVEL",
+        type=flags.checked(log_level_name, "level"),
+        default=None,
+        help="DEBUG, INFO, WARNING or ERROR (default INFO)",
     )
-    add("--log-level", default=None, help="DEBUG, INFO, WARNING or ERROR (default: $LOG_LEVEL or INFO)")
     return parser
 
 
-def build(args: argparse.Namespace, metrics: Metrics) -> Manager:
-    workers = max(1, args.workers)
-    pool = workers + 12 + args.create_concurrency
-    client = from_kubeconfig(
-        args.kubeconfig, args.context, args.qps, args.burst, pool_size=pool, metrics=metrics.rest_metrics()
-    )
+def listen_address(text: str) -> str:
+    parse_address(text)
+    return text
+
+
+def log_level_name(text: str) -> str:
+    parse_level(text)
+    return text
+
+
+def check_relations(args: argparse.Namespace) -> str | None:
+    """What is wrong between flags that are each valid alone (client-go's leader election rules)."""
+    if args.lease_duration <= args.renew_deadline:
+        return (
+            f"--lease-duration ({flags.format_duration(args.lease_duration)}) must be longer than "
+            f"--renew-deadline ({flags.format_duration(args.renew_deadline)})"
+        )
+    if args.renew_deadline <= JITTER_FACTOR * args.retry_period:
+        return (
+            f"--renew-deadline ({flags.format_duration(args.renew_deadline)}) must be longer than "
+            f"{JITTER_FACTOR} x --retry-period ({flags.format_duration(args.retry_period)})"
+        )
+    return None
+
+
+class StartupError(Exception):
+    """A problem that stops the operator before it runs, told in one line (exit code 2)."""
+
+
+def kubeconfig_source(path: str | None) -> str:
+    if path:
+        return f"kubeconfig {path}"
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return "the in-cluster configuration"
+    return f"kubeconfig {os.path.expanduser('~/.kube/config')}"
+
+
+def connect(args: argparse.Namespace, metrics: Metrics, pool: int) -> KubeClient:
+    """The reconcile client from the kubeconfig (or in-cluster); StartupError naming the file if not."""
+    source = kubeconfig_source(args.kubeconfig)
+    try:
+        if args.kubeconfig and os.pathsep not in args.kubeconfig:
+            # The client library reports a missing or unreadable file as "no configuration found".
+            with open(args.kubeconfig, "rb"):
+                pass
+        return from_kubeconfig(
+            args.kubeconfig,
+            args.context,
+            args.qps,
+            args.burst,
+            pool_size=pool,
+            metrics=metrics.rest_metrics(),
+        )
+    except OSError as error:
+        raise StartupError(f"cannot read {source}: {error.strerror or error}") from None
+    except (kubernetes.config.ConfigException, yaml.YAMLError, ValueError, TypeError, KeyError) as error:
+        reason = " ".join(str(error).split()) or type(error).__name__
+        raise StartupError(f"cannot use {source}: {reason}") from None
+
+
+def pool_size(args: argparse.Namespace) -> int:
+    """Connections for every worker and pod-creating thread, plus the watches, the lease and Events."""
+    return int(args.workers) + 12 + int(args.create_concurrency)
+
+
+def build(args: argparse.Namespace, metrics: Metrics, client: KubeClient) -> Manager:
+    workers = args.workers
     # Lease calls must fail fast: a renewal that retries past the renew deadline is worse than a miss.
     lease_client = KubeClient(
         client.api_client,
@@ -140,7 +242,7 @@ def build(args: argparse.Namespace, metrics: Metrics) -> Manager:
         lease_duration=args.lease_duration,
         renew_deadline=args.renew_deadline,
         retry_period=args.retry_period,
-        create_concurrency=max(1, args.create_concurrency),
+        create_concurrency=args.create_concurrency,
         settings=lifecycle.Settings(
             force_delete_after=args.force_delete_after,
             progress_min_interval=args.progress_interval,
@@ -150,19 +252,33 @@ def build(args: argparse.Namespace, metrics: Metrics) -> Manager:
     return Manager(client, lease_client, options, metrics, events_client=events_client)
 
 
+def fail(message: str) -> int:
+    """One line on stderr for a problem that stops the operator from starting; exit code 2."""
+    print(f"trainingjob-operator: {message}", file=sys.stderr, flush=True)
+    return 2
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    command = parser()
+    args = command.parse(argv)  # exits 2 with one line on a bad flag or value
+    problem = check_relations(args)
+    if problem:
+        command.error(problem)
+    setup_logging(resolve_level(args.log_level))
+    metrics = Metrics()
     try:
-        level = resolve_level(args.log_level)
-    except ValueError as error:
-        print(f"trainingjob-operator: {error}", file=sys.stderr)
-        return 2
-    setup_logging(level)
+        client = connect(args, metrics, pool_size(args))
+    except StartupError as error:
+        return fail(str(error))
     try:
-        manager = build(args, Metrics())
+        manager = build(args, metrics, client)
     except Exception as error:
         logger.error("cannot start: %s", error)
         return 1
+    try:
+        manager.server.start()  # here, not in run(), so a port in use is told in one line
+    except OSError as error:
+        return fail(f"cannot listen on --metrics-addr={args.metrics_addr}: {error.strerror or error}")
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         logger.info("received %s", signal.Signals(signum).name)

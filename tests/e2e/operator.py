@@ -38,6 +38,7 @@ class OperatorProcess:
     args: tuple[str, ...] = ()
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
+    env: dict[str, str] = field(default_factory=dict)
 
     def start(self) -> OperatorProcess:
         command = [
@@ -48,7 +49,12 @@ class OperatorProcess:
             f"--metrics-addr=127.0.0.1:{self.port}",
             *self.args,
         ]
-        env = dict(os.environ, PYTHONPATH=str(REPO), LOG_LEVEL=os.environ.get("TJ_TEST_LOG_LEVEL", "DEBUG"))
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(REPO),
+            "LOG_LEVEL": os.environ.get("TJ_TEST_LOG_LEVEL", "DEBUG"),
+            **self.env,
+        }
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env)
         return self

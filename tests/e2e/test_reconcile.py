@@ -550,7 +550,7 @@ def test_no_status_write_when_nothing_changed(
     any write: the job's resourceVersion stays what the label change made it, and the operator's
     POST/PUT/PATCH/DELETE counters stand still. Leader election is off so that no Lease renewal
     counts as a write."""
-    operator = start_operator("--no-leader-elect", DEBUG)
+    operator = start_operator("--leader-elect=false", DEBUG)
     kubectl.apply(job_manifest("steady", numWorkers=2), "-n", namespace)
     wait_for_state(kubectl, namespace, "steady", "Running")
     wait_for_events(kubectl, namespace, "steady", {"Running": ["Running: 2/2 workers running"]})

@@ -403,7 +403,7 @@ def second_namespace(kubectl: Kubectl, namespace: str) -> Iterator[str]:
 def test_api_server_outage_is_reported_and_recovered_from(
     kubectl: Kubectl, namespace: str, second_namespace: str, start_operator: StartOperator
 ) -> None:
-    operator = start_operator("--no-leader-elect")
+    operator = start_operator("--leader-elect=false")
     # A leader through the same outage (watching a namespace of its own): it cannot renew its lease
     # and, by design, ends the process (crash-only) rather than go on as a half-leader.
     elected = start_operator(*ELECTION_FLAGS, f"--namespace={second_namespace}", name="elected")
@@ -469,7 +469,7 @@ def test_api_server_outage_is_reported_and_recovered_from(
 def test_expired_resource_version_relists_and_misses_nothing(
     kubectl: Kubectl, namespace: str, start_operator: StartOperator
 ) -> None:
-    operator = start_operator("--no-leader-elect")
+    operator = start_operator("--leader-elect=false")
     create_jobs(kubectl, namespace, training_job("kept"), training_job("deleted"))
     wait_running(kubectl, namespace, "kept", "deleted")
 
@@ -533,7 +533,7 @@ def test_repeated_kill_mid_creation_leaves_no_duplicate_or_orphan(
 ) -> None:
     jobs, workers = ("one", "two", "three"), 8
     # One create at a time and few requests per second, so a kill lands between pod creations.
-    slow = ("--no-leader-elect", "--create-concurrency=1", "--qps=8", "--burst=1")
+    slow = ("--leader-elect=false", "--create-concurrency=1", "--qps=8", "--burst=1")
     create_jobs(kubectl, namespace, *(training_job(name, workers=workers) for name in jobs))
     total = len(jobs) * workers
 
@@ -553,7 +553,7 @@ def test_repeated_kill_mid_creation_leaves_no_duplicate_or_orphan(
     # At least two kills landed mid-creation, not after the last pod.
     assert len([n for n in seen_at_kill if n < total]) >= 2, seen_at_kill
 
-    start_operator("--no-leader-elect", name="final")
+    start_operator("--leader-elect=false", name="final")
     wait_running(kubectl, namespace, *jobs, timeout=120)
 
     def settled() -> list[JsonDict] | None:
@@ -586,7 +586,7 @@ def test_repeated_kill_mid_creation_leaves_no_duplicate_or_orphan(
 def test_pods_the_api_refuses_fail_only_their_job(
     kubectl: Kubectl, namespace: str, start_operator: StartOperator
 ) -> None:
-    operator = start_operator("--no-leader-elect")
+    operator = start_operator("--leader-elect=false")
     # Free-form in the CRD (so the API accepts the job), but a Pod needs at least one node selector term.
     invalid_affinity: JsonDict = {
         "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}
@@ -650,7 +650,7 @@ def test_quota_blocks_a_job_with_backoff_until_lifted(
             kubectl.get_json("resourcequota", "no-besteffort-pods", "-n", namespace).get("status") or {}
         ).get("hard"),
     )
-    operator = start_operator("--no-leader-elect")
+    operator = start_operator("--leader-elect=false")
     create_jobs(
         kubectl,
         namespace,
@@ -708,7 +708,7 @@ def test_quota_blocks_a_job_with_backoff_until_lifted(
 def test_sigterm_without_leader_election_and_json_logs(
     kubectl: Kubectl, namespace: str, start_operator: StartOperator
 ) -> None:
-    operator = start_operator("--no-leader-elect", "--log-level=INFO")
+    operator = start_operator("--leader-elect=false", "--log-level=INFO")
     assert operator.get("/healthz") == (200, "ok")
     assert operator.get("/readyz") == (200, "ok")
     # Ready means the caches have synced; without leader election the workers start right after.
@@ -751,9 +751,9 @@ def test_log_level_from_the_environment(
 ) -> None:
     # tests/e2e/operator.py passes $TJ_TEST_LOG_LEVEL to the operator as LOG_LEVEL.
     monkeypatch.setenv("TJ_TEST_LOG_LEVEL", "WARNING")
-    quiet = start_operator("--no-leader-elect", name="quiet")
+    quiet = start_operator("--leader-elect=false", name="quiet")
     monkeypatch.setenv("TJ_TEST_LOG_LEVEL", "DEBUG")
-    chatty = start_operator("--no-leader-elect", "--lease-name=other", name="chatty")
+    chatty = start_operator("--leader-elect=false", "--lease-name=other", name="chatty")
     for operator in (quiet, chatty):
         operator.signal(signal.SIGTERM)
         assert operator.wait_exit(timeout=GRACE_PERIOD) == 0

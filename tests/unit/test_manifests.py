@@ -541,7 +541,7 @@ def test_deployment_runs_two_replicas_with_leader_election() -> None:
     assert pod["serviceAccountName"] == SERVICE_ACCOUNT
     args = container(objects)["args"]
     assert "--leader-elect" in args
-    assert "--no-leader-elect" not in args
+    assert "--leader-elect=false" not in args
     env = {item["name"]: item for item in container(objects)["env"]}
     assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
     pdb = one(objects, "PodDisruptionBudget")
