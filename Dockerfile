@@ -12,6 +12,7 @@ COPY pyproject.toml setup.cfg ./
 COPY controller ./controller
 COPY builders ./builders
 COPY crd ./crd
+COPY trainingjob_client ./trainingjob_client
 RUN python -m venv /opt/venv \
     && /opt/venv/bin/pip install --no-cache-dir .
 

@@ -445,22 +445,46 @@ class KubeClient:
             "timeoutSeconds": int(timeout_seconds),
         }
         path = res.path(ns)
+        response = self.open_stream(path, query=query, read_timeout=read_timeout, description=f"WATCH {path}")
+        return WatchStream(response, f"WATCH {path}", check_nesting=not res.built_in)
+
+    def open_stream(
+        self,
+        path: str,
+        *,
+        query: Mapping[str, object] | None = None,
+        read_timeout: float | None,
+        description: str | None = None,
+        accept: str = "application/json",
+    ) -> urllib3.BaseHTTPResponse:
+        """GET whose answer is read as it arrives (watches, followed pod logs); rate-limited, never retried.
+
+        Returns the open response of a 200 answer; the caller reads it and calls `release_conn()`.
+        A `read_timeout` of None waits for the next byte as long as it takes (a followed log).
+        An error answer raises the mapped `ApiError`, no answer `TransportError`.
+        """
+        description = description or f"GET {path}"
         self._throttle()
         url = self._base + path + _encode_query(query)
+        headers = self._headers(None)
+        headers["Accept"] = accept
         try:
             response = self._pool.request(
                 "GET",
                 url,
-                headers=self._headers(None),
+                headers=headers,
                 timeout=urllib3.Timeout(
-                    connect=min(DEFAULT_CONNECT_TIMEOUT, read_timeout), read=read_timeout
+                    connect=DEFAULT_CONNECT_TIMEOUT
+                    if read_timeout is None
+                    else min(DEFAULT_CONNECT_TIMEOUT, read_timeout),
+                    read=read_timeout,
                 ),
                 retries=False,
                 preload_content=False,
             )
         except _TRANSPORT_EXCEPTIONS as exc:
             self._metrics.request(TRANSPORT_ERROR_CODE, "GET", self.host)
-            raise TransportError(f"WATCH {path}: {exc}") from exc
+            raise TransportError(f"{description}: {exc}") from exc
         status = int(response.status)
         self._metrics.request(str(status), "GET", self.host)
         if status != 200:
@@ -471,7 +495,7 @@ class KubeClient:
             finally:
                 response.release_conn()
             raise error_from_status(status, payload, response.headers.get("Retry-After"))
-        return WatchStream(response, f"WATCH {path}", check_nesting=not res.built_in)
+        return response
 
 
 def _decode_object(payload: bytes, method: str, path: str, *, check_nesting: bool = True) -> JsonObject:
