@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import contextlib
 import json
+import socket
 import subprocess
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
+
+import yaml
 
 from crd import contract
 from hack import devcluster
@@ -85,6 +89,19 @@ class PatientKubectl(Kubectl):
         if check and result.returncode != 0:
             raise KubectlError(tuple(args), result.returncode, result.stderr)
         return result.stdout
+
+
+def kubeconfig_to_nowhere(path: Path) -> int:
+    """Writes the dev cluster's admin kubeconfig with its server moved to a closed port on 127.0.0.1
+    (a cluster that is down, without stopping the shared one); returns the port."""
+    config = yaml.safe_load(devcluster.KUBECONFIG.read_text())
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    for cluster in config["clusters"]:
+        cluster["cluster"]["server"] = f"https://127.0.0.1:{port}"
+    path.write_text(yaml.safe_dump(config))
+    return port
 
 
 def job_manifest(name: str, **spec: Any) -> JsonDict:
