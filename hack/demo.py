@@ -16,20 +16,22 @@ cluster and installed the CRD; this script then
    The operator runs with --progress-interval 0: the trainer's reports are rate-limited already, and
    every one of them should show;
 4. prints a line whenever the job's state, epoch, progress or metrics change, until it is Completed
-   (DEMO_TIMEOUT seconds at most), then how to look around and how to stop.
+   (DEMO_TIMEOUT seconds at most), then how to look around and how to stop. The changes come from a
+   watch through the project's Python client (trainingjob_client), as a notebook would follow a job;
+   a watchdog thread ends it early if the operator or the local kubelet dies.
 
 Run with the operator's virtualenv: `.venv/bin/python hack/demo.py` (the Makefile does).
 """
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import os
 import shlex
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -42,8 +44,17 @@ if str(REPO) not in sys.path:
 import yaml  # noqa: E402
 
 from controller.errors import AlreadyExists, KubeError, NotFound  # noqa: E402
-from controller.kube import NAMESPACES, SERVICEACCOUNTS, TRAININGJOBS, KubeClient, from_kubeconfig  # noqa: E402
+from controller.kube import NAMESPACES, SERVICEACCOUNTS, KubeClient  # noqa: E402
 from hack import devcluster  # noqa: E402
+from trainingjob_client import (  # noqa: E402
+    JobDeleted,
+    JobNotFound,
+    JobWatch,
+    TrainingJob,
+    TrainingJobClient,
+    TrainingJobError,
+    WaitTimeout,
+)
 
 NAMESPACE: Final = os.environ.get("DEMO_NAMESPACE", "demo")
 METRICS_PORT: Final = int(os.environ.get("DEMO_METRICS_PORT", "8080"))
@@ -150,76 +161,77 @@ def demo_job() -> dict[str, Any]:
     return job
 
 
-def get_job(client: KubeClient, name: str) -> dict[str, Any] | None:
-    try:
-        return client.get(TRAININGJOBS, NAMESPACE, name)
-    except NotFound:
-        return None
-
-
-def recreate(client: KubeClient, job: dict[str, Any]) -> dict[str, Any]:
+def recreate(jobs: TrainingJobClient, job: dict[str, Any]) -> TrainingJob:
     name = job["metadata"]["name"]
-    if get_job(client, name) is not None:
+    try:
+        jobs.get(name)
+    except JobNotFound:
+        pass
+    else:
         say(f"{NAMESPACE}/{name} is there from an earlier run: deleting it (and its pods) to show a new run")
-        with contextlib.suppress(NotFound):
-            client.delete(TRAININGJOBS, NAMESPACE, name, propagation="Foreground")
-        wait(f"{NAMESPACE}/{name} to be deleted", lambda: get_job(client, name) is None, DELETE_TIMEOUT)
+        try:
+            jobs.delete(name, wait=True, timeout=DELETE_TIMEOUT)
+        except JobNotFound:
+            pass
+        except WaitTimeout:
+            raise DemoError(
+                f"timed out after {DELETE_TIMEOUT:.0f}s waiting for {NAMESPACE}/{name} to be deleted"
+            ) from None
         # The local kubelet keeps the job's volumes (checkpoints, config) by name; a new job starts empty,
         # as it would with a fresh volume.
         shutil.rmtree(devcluster.DEV / "local-kubelet" / NAMESPACE / name, ignore_errors=True)
     env = " ".join(f"{e['name']}={e['value']}" for e in job["spec"]["env"])
     say(f"applying {shown(EXAMPLE)} as {NAMESPACE}/{name}, with spec.env {env}")
-    created: dict[str, Any] = client.create(TRAININGJOBS, NAMESPACE, job)
-    return created
+    return jobs.create(job)
 
 
-def describe(job: dict[str, Any]) -> str:
-    status = job.get("status") or {}
-    state = status.get("state") or "(no status yet)"
-    parts = [f"{state:<12}"]
-    if status.get("totalEpochs") is not None or status.get("currentEpoch") is not None:
-        parts.append(f"epoch {status.get('currentEpoch', 0)}/{status.get('totalEpochs', '?')}")
-    if status.get("progress"):
-        parts.append(f"progress {status['progress']:>4}")
-    metrics = status.get("metrics") or {}
-    parts += [f"{key} {float(metrics[key]):.3f}" for key in sorted(metrics)]
-    workers = status.get("workers") or {}
-    counts = [f"{workers[k]} {k}" for k in ("pending", "active", "succeeded", "failed") if workers.get(k)]
-    if counts:
-        parts.append("workers: " + ", ".join(counts))
-    if status.get("restartCount"):
-        parts.append(f"restarts {status['restartCount']}")
-    return "  ".join(parts).rstrip()
+def guard(watch: JobWatch, problems: list[DemoError], finished: threading.Event) -> None:
+    """Ends `watch` when the operator or the local kubelet dies (the job would never change again)."""
+    while not finished.wait(POLL_SECONDS):
+        try:
+            check_processes()
+        except DemoError as error:
+            problems.append(error)
+            watch.close()
+            return
 
 
-def follow(client: KubeClient, name: str) -> dict[str, Any]:
+def follow(jobs: TrainingJobClient, name: str) -> TrainingJob:
     """Prints a line per change until the job finishes; returns it Completed, raises otherwise."""
     began = time.monotonic()
+    watch = jobs.watch(name, timeout=TIMEOUT)
+    problems: list[DemoError] = []
+    finished = threading.Event()
+    watchdog = threading.Thread(target=guard, args=(watch, problems, finished), name="watchdog", daemon=True)
+    watchdog.start()
     last_line = last_message = ""
-    while True:
-        job = get_job(client, name)
-        if job is None:
-            raise DemoError(f"{NAMESPACE}/{name} was deleted while the demo watched it")
-        status = job.get("status") or {}
-        line = describe(job)
-        if line != last_line:
-            elapsed = time.monotonic() - began
-            print(f"  {elapsed:6.1f}s  {NAMESPACE}/{name}  {line}", flush=True)
-            last_line = line
-        message = str(status.get("message") or "")
-        if message and message != last_message:
-            print(f"           {message}", flush=True)
-            last_message = message
-        if status.get("state") == "Completed":
-            return job
-        if status.get("state") == "Failed":
-            raise DemoError(f"{NAMESPACE}/{name} failed: {status.get('failureReason') or message}")
-        if time.monotonic() - began > TIMEOUT:
-            raise DemoError(
-                f"{NAMESPACE}/{name} did not complete within {TIMEOUT:.0f}s (DEMO_TIMEOUT); it is {line}"
-            )
-        check_processes()
-        time.sleep(POLL_SECONDS)
+    try:
+        for job in watch:
+            line = job.summary()
+            if line != last_line:
+                elapsed = time.monotonic() - began
+                print(f"  {elapsed:6.1f}s  {NAMESPACE}/{name}  {line}", flush=True)
+                last_line = line
+            message = job.status.message
+            if message and message != last_message:
+                print(f"           {message}", flush=True)
+                last_message = message
+    except WaitTimeout:
+        raise DemoError(
+            f"{NAMESPACE}/{name} did not complete within {TIMEOUT:.0f}s (DEMO_TIMEOUT); it is {last_line}"
+        ) from None
+    except JobDeleted:
+        raise DemoError(f"{NAMESPACE}/{name} was deleted while the demo watched it") from None
+    finally:
+        finished.set()
+        watch.close()
+        watchdog.join()
+    if problems:
+        raise problems[0]
+    status = watch.last.status
+    if status.state != "Completed":
+        raise DemoError(f"{NAMESPACE}/{name} failed: {status.failure_reason or status.message}")
+    return watch.last
 
 
 def look_around(name: str) -> None:
@@ -253,8 +265,8 @@ def main() -> int:
             raise DemoError(
                 "the local cluster is not running: `make demo` starts it (hack/dev-cluster.sh up)"
             )
-        client = from_kubeconfig(str(kubeconfig), None, qps=20, burst=30)
-        ensure_namespace(client)
+        jobs = TrainingJobClient(NAMESPACE, kubeconfig=kubeconfig)
+        ensure_namespace(jobs.kube)
         python = sys.executable
         ensure_process(
             OPERATOR,
@@ -279,16 +291,19 @@ def main() -> int:
                 f"--kubeconfig={kubeconfig}",
             ],
         )
-        job = recreate(client, demo_job())
-        say(f"watching {NAMESPACE}/{job['metadata']['name']} (times since it was created):")
-        follow(client, job["metadata"]["name"])
-        look_around(job["metadata"]["name"])
+        job = recreate(jobs, demo_job())
+        say(f"watching {NAMESPACE}/{job.name} (times since it was created):")
+        follow(jobs, job.name)
+        look_around(job.name)
     except DemoError as error:
         say(f"error: {error}")
         say(f"logs: {shown(devcluster.LOGS)}; stop everything with `make demo-down`")
         return 1
     except KubeError as error:
         say(f"error: the API server answered: {error}")
+        return 1
+    except TrainingJobError as error:
+        say(f"error: {error}")
         return 1
     except KeyboardInterrupt:
         say("interrupted; the cluster, operator and kubelet keep running (`make demo-down` stops them)")
