@@ -4,7 +4,8 @@ Pods are bare (no Job or StatefulSet in between) because the controller restarts
 itself: restartPolicy is Never so the kubelet never restarts a single trainer that could not rejoin
 the collective. Each pod gets a stable DNS name (hostname + the headless Service as subdomain), the
 training environment, the job's ConfigMap, checkpoint storage and a memory-backed /dev/shm, and
-records the world size and spec generation it was built for so stale pods can be recognised.
+records the world size and spec generation it was built for so stale pods can be recognised. Last,
+spec.podTemplate is merged onto it (builders/podtemplate.py).
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ from builders.env import distributed_env, world_size
 from builders.meta import object_meta
 from builders.names import config_map_name, headless_service_name, pod_name, service_account_name
 from builders.podgroup import Gang, pod_decoration
+from builders.podtemplate import merge_pod_template
 from builders.storage import CheckpointStorage, checkpoint_storage
 from crd import contract
 
-CONFIG_VOLUME = "config"
-SHM_VOLUME = "dshm"
-CHECKPOINT_VOLUME = "checkpoints"
-GCS_CREDENTIALS_VOLUME = "gcs-credentials"
+CONFIG_VOLUME = contract.CONFIG_VOLUME
+SHM_VOLUME = contract.SHM_VOLUME
+CHECKPOINT_VOLUME = contract.CHECKPOINT_VOLUME
+GCS_CREDENTIALS_VOLUME = contract.GCS_CREDENTIALS_VOLUME
 SECRET_FILE_MODE = 0o440
 
 
@@ -108,12 +110,19 @@ def volumes_and_mounts(
 
 
 def security_context(job: dict[str, Any]) -> dict[str, Any]:
-    """No privilege escalation; RDMA needs to pin memory (IPC_LOCK). Pod-level settings (user IDs) are
-    left to the image: the default framework images run as root."""
+    """The trainer's: no privilege escalation; RDMA needs to pin memory (IPC_LOCK, which the "baseline"
+    Pod Security Standard does not allow, so RDMA jobs need a privileged namespace)."""
     context: dict[str, Any] = {"allowPrivilegeEscalation": False}
     if job["spec"]["networking"].get("rdmaEnabled"):
         context["capabilities"] = {"add": ["IPC_LOCK"]}
     return context
+
+
+def pod_security_context() -> dict[str, Any]:
+    """The container runtime's default seccomp profile, which "baseline" allows and "restricted"
+    requires. User and group IDs are left to the image (the default framework images run as root, which
+    "restricted" forbids): docs/pod-template.md shows the podTemplate that passes "restricted"."""
+    return {"seccompProfile": {"type": "RuntimeDefault"}}
 
 
 def trainer_container(
@@ -202,6 +211,7 @@ def build_pod(
             trainer_container(job, index, attempt=attempt, resume_from=resume_from, mounts=mounts)
         ],
         "volumes": volumes,
+        "securityContext": pod_security_context(),
         "serviceAccountName": account,
         "terminationGracePeriodSeconds": contract.TERMINATION_GRACE_SECONDS,
         "enableServiceLinks": False,
@@ -215,9 +225,10 @@ def build_pod(
         labels.update(decoration.labels)
         annotations.update(decoration.annotations)
         pod_spec["schedulerName"] = decoration.scheduler_name
-    return {
+    pod = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": object_meta(job, pod_name(job, index), labels=labels, annotations=annotations),
         "spec": pod_spec,
     }
+    return merge_pod_template(pod, spec.get("podTemplate"))

@@ -4,6 +4,10 @@ python -m crd yaml    print the CustomResourceDefinition YAML
 python -m crd docs    print the markdown API reference (docs/api.md)
 python -m crd write   rewrite crd/trainingjobs.ml.example.com.yaml and docs/api.md
 python -m crd check   exit 1 if either committed file differs from crd/schema.py
+python -m crd kube-schemas [--kubectl K] [--kubeconfig F] [--check]
+                      regenerate crd/kube_schemas.json (the core/v1 schemas the spec embeds) from a
+                      running API server's /openapi/v3/api/v1; then run `write`. --check: exit 1 if
+                      the committed file differs. A cluster that cannot be reached exits 2.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from crd import kube_schemas
 from crd.render import CRD_FILE_NAME, api_docs, crd_yaml
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -45,12 +50,38 @@ def _check() -> int:
     return 1 if stale else 0
 
 
+def _kube_schemas(kubectl: str, kubeconfig: str | None, check: bool) -> int:
+    try:
+        text = kube_schemas.regenerated(kubectl, kubeconfig)
+    except (kube_schemas.FetchError, ValueError) as error:
+        print(f"python -m crd kube-schemas: {error}", file=sys.stderr)
+        return 2
+    path = kube_schemas.SCHEMAS_FILE
+    relative = path.relative_to(PACKAGE_DIR.parent)
+    if check:
+        if path.read_text(encoding="utf-8") != text:
+            print(f"{relative} differs from what the cluster's OpenAPI generates", file=sys.stderr)
+            return 1
+        return 0
+    path.write_text(text, encoding="utf-8")
+    print(f"wrote {relative}; now run `python -m crd write`")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m crd", description=__doc__.splitlines()[0] if __doc__ else None
+        prog="python -m crd",
+        description=__doc__.splitlines()[0] if __doc__ else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__,
     )
-    parser.add_argument("command", choices=["yaml", "docs", "write", "check"])
+    parser.add_argument("command", choices=["yaml", "docs", "write", "check", "kube-schemas"])
+    parser.add_argument("--kubectl", default="kubectl", help="kube-schemas: the kubectl to ask")
+    parser.add_argument("--kubeconfig", default=None, help="kube-schemas: its kubeconfig")
+    parser.add_argument("--check", action="store_true", help="kube-schemas: compare, do not write")
     args = parser.parse_args(argv)
+    if args.command == "kube-schemas":
+        return _kube_schemas(args.kubectl, args.kubeconfig, args.check)
     if args.command == "yaml":
         sys.stdout.write(crd_yaml())
         return 0

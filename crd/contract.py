@@ -60,10 +60,19 @@ CONFIG_SUFFIX: Final = "-config"
 TRAINER_SUFFIX: Final = "-trainer"
 CHECKPOINTS_SUFFIX: Final = "-checkpoints"
 
-# The single container of every worker Pod, and the named ports it exposes.
+# The operator's container of every worker Pod, and the named ports it exposes.
 CONTAINER_NAME: Final = "trainer"
 DIST_PORT_NAME: Final = "dist"
 METRICS_PORT_NAME: Final = "metrics"
+OPERATOR_PORT_NAMES: Final = (DIST_PORT_NAME, METRICS_PORT_NAME)
+
+# The volumes the operator defines in every worker Pod (the last two only with checkpoint storage that
+# needs them). spec.podTemplate may mount them in its containers but not define volumes of these names.
+CONFIG_VOLUME: Final = "config"
+SHM_VOLUME: Final = "dshm"
+CHECKPOINT_VOLUME: Final = "checkpoints"
+GCS_CREDENTIALS_VOLUME: Final = "gcs-credentials"
+OPERATOR_VOLUMES: Final = (CONFIG_VOLUME, SHM_VOLUME, CHECKPOINT_VOLUME, GCS_CREDENTIALS_VOLUME)
 
 # Where the job's ConfigMap (config.json, later the reference trainer) is mounted, read-only.
 CONFIG_MOUNT_PATH: Final = "/etc/trainingjob"
@@ -176,3 +185,10 @@ OVERRIDABLE_ENV_NAMES: Final = (
     "AWS_DEFAULT_REGION",
     "GOOGLE_APPLICATION_CREDENTIALS",
 )
+
+# Pod labels and annotations the operator sets, which spec.podTemplate.metadata may not: the keys
+# that select a job's pods, the gang schedulers' markers, and everything under the API group's prefix
+# (replica index, role, attempt, progress reports, the world size and generation a pod was built for).
+OPERATOR_KEY_PREFIX: Final = f"{GROUP}/"
+OPERATOR_LABELS: Final = (JOB_NAME_LABEL, MANAGED_BY_LABEL, APP_NAME_LABEL, COSCHEDULING_POD_GROUP_LABEL)
+OPERATOR_ANNOTATIONS: Final = (VOLCANO_GROUP_NAME_ANNOTATION,)

@@ -78,6 +78,32 @@ def rules(node: Schema, prefix: str) -> Iterator[tuple[str, dict[str, str]]]:
             yield from rules(child, path)
 
 
+# Kubernetes' own types embedded in the spec (crd/kube_schemas.json) and how many levels of each the
+# reference lists; `kubectl explain` shows every level.
+EMBEDDED_TYPES = {
+    "spec.podTemplate": ("PodTemplateSpec", 2),
+    "spec.scheduling.affinity": ("Affinity", 1),
+    "spec.env[].valueFrom": ("EnvVarSource", 1),
+}
+
+
+def documented(path: str) -> bool:
+    """Whether docs/api.md lists a field: all of them, except the deep levels of embedded core/v1 types."""
+    for root, (_, levels) in EMBEDDED_TYPES.items():
+        if path.startswith(root + ".") and path[len(root) + 1 :].count(".") >= levels:
+            return False
+    return True
+
+
+def _embedded_note() -> str:
+    types = "; ".join(f"`{root}` (core/v1 {name})" for root, (name, _) in EMBEDDED_TYPES.items())
+    return (
+        f"The deeper fields of {types} are Kubernetes' own, generated from the API server's OpenAPI "
+        "(docs/schema.md): `kubectl explain trainingjob.spec.podTemplate.spec.containers.securityContext` "
+        "shows them with their descriptions."
+    )
+
+
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
@@ -85,6 +111,8 @@ def _cell(text: str) -> str:
 def _field_table(node: Schema, prefix: str) -> list[str]:
     lines = ["| Field | Type | Required | Description |", "|---|---|---|---|"]
     for path, child, required in walk(node, prefix):
+        if not documented(path):
+            continue
         lines.append(
             f"| `{path}` | {_cell(type_name(child))} | {'yes' if required else ''} | "
             f"{_cell(child.get('description', ''))} |"
@@ -129,6 +157,8 @@ def api_docs() -> str:
         "## spec",
         "",
         *_field_table(root["properties"]["spec"], "spec"),
+        "",
+        _embedded_note(),
         "",
         "## status",
         "",

@@ -8,7 +8,8 @@ descriptions and cost-safe CEL.
 from __future__ import annotations
 
 from crd import contract
-from crd.openapi import Rule, Schema, array, boolean, integer, obj, quantity, rule, string
+from crd.kube_schemas import schema
+from crd.openapi import Rule, Schema, array, integer, obj, rule, string
 
 NAME_LENGTH = 253
 PATH_LENGTH = 1024
@@ -42,53 +43,25 @@ def immutable_optional(field: str) -> Rule:
     return rule(expression, message=f"{field} is immutable", field_path=f".{field}")
 
 
-def _key_ref(kind: str) -> Schema:
-    return obj(
-        f"Selects a key of a {kind} in the job's namespace.",
-        {
-            "name": string(f"Name of the {kind}.", max_length=NAME_LENGTH),
-            "key": string(f"The key of the {kind} to select.", max_length=NAME_LENGTH),
-            "optional": boolean(f"Whether the {kind} or its key may be missing."),
-        },
-        required=["key"],
+def value_from() -> Schema:
+    """env[].valueFrom: the generated core/v1 EnvVarSource, with exactly one source."""
+    source = schema("EnvVarSource")
+    source["description"] = (
+        "Source for the variable's value, as in a Pod's env[].valueFrom (core/v1 EnvVarSource). Exactly "
+        "one source."
     )
+    present = ", ".join(f"has(self.{name})" for name in source["properties"])
+    source["x-kubernetes-validations"] = [
+        rule(
+            f"[{present}].filter(x, x).size() == 1",
+            message="env[].valueFrom must name exactly one source: " + ", ".join(source["properties"]),
+        )
+    ]
+    return source
 
 
 def env_var() -> Schema:
     """A container environment variable, as in a Pod."""
-    value_from = obj(
-        "Source for the variable's value, as in a Pod's env[].valueFrom. Exactly one source; sources "
-        "newer than this schema are passed through to the Pod unchanged.",
-        {
-            "fieldRef": obj(
-                "Selects a field of the Pod (downward API), e.g. metadata.name or status.podIP.",
-                {
-                    "apiVersion": string("Version of the schema fieldPath is written in.", max_length=64),
-                    "fieldPath": string("Path of the field to select.", max_length=PATH_LENGTH),
-                },
-                required=["fieldPath"],
-            ),
-            "resourceFieldRef": obj(
-                "Selects a resource limit or request of the trainer container, e.g. limits.memory.",
-                {
-                    "containerName": string("Container name; the trainer container if empty.", max_length=63),
-                    "resource": string("Resource to select, e.g. limits.cpu.", max_length=NAME_LENGTH),
-                    "divisor": quantity("Output format of the exposed resource, e.g. 1Mi."),
-                },
-                required=["resource"],
-            ),
-            "configMapKeyRef": _key_ref("ConfigMap"),
-            "secretKeyRef": _key_ref("Secret"),
-        },
-        preserve_unknown_fields=True,
-        rules=[
-            rule(
-                "[has(self.fieldRef), has(self.resourceFieldRef), has(self.configMapKeyRef),"
-                " has(self.secretKeyRef)].filter(x, x).size() <= 1",
-                message="env[].valueFrom must name exactly one source",
-            )
-        ],
-    )
     reserved = cel_list(contract.RESERVED_ENV_NAMES)
     prefixes = " && ".join(f"!self.name.startsWith('{p}')" for p in contract.RESERVED_ENV_PREFIXES)
     prefix_text = " or ".join(f"{p}*" for p in contract.RESERVED_ENV_PREFIXES)
@@ -105,7 +78,7 @@ def env_var() -> Schema:
                 "Value of the variable; $(VAR) references are expanded by the kubelet.",
                 max_length=ENV_VALUE_LENGTH,
             ),
-            "valueFrom": value_from,
+            "valueFrom": value_from(),
         },
         required=["name"],
         rules=[

@@ -11,11 +11,11 @@ the worst-case cost of each CEL rule from those bounds and refuses rules it cann
 from __future__ import annotations
 
 from crd import contract
+from crd.kube_schemas import schema
 from crd.openapi import (
     Schema,
     array,
     boolean,
-    free_form,
     integer,
     number,
     obj,
@@ -41,6 +41,7 @@ from crd.schema_parts import (
     string_list,
     toleration,
 )
+from crd.schema_podtemplate import pod_template, spec_rules
 from crd.schema_storage import checkpoint
 
 
@@ -96,6 +97,12 @@ def hyperparameters() -> Schema:
     )
 
 
+def affinity() -> Schema:
+    node = schema("Affinity")
+    node["description"] = "Pod affinity rules (a core/v1 Affinity), copied to every worker pod."
+    return node
+
+
 def scheduling() -> Schema:
     return obj(
         "Where and how worker pods are scheduled.",
@@ -110,7 +117,7 @@ def scheduling() -> Schema:
                 max_properties=64,
                 value_max_length=LABEL_VALUE_LENGTH,
             ),
-            "affinity": free_form("Pod affinity rules (a core/v1 Affinity), copied to every worker pod."),
+            "affinity": affinity(),
             "tolerations": array("Taints the worker pods tolerate.", toleration(), max_items=64),
             "schedulerName": string(
                 "Scheduler for the worker pods. With gang scheduling the operator picks the gang scheduler's "
@@ -415,12 +422,21 @@ def spec() -> Schema:
             "networking": networking(),
             "failurePolicy": failure_policy(),
             "successPolicy": success_policy(),
+            "podTemplate": pod_template(),
         },
         required=["model", "dataset", "numWorkers"],
         rules=[
             *(
                 immutable_optional(field)
-                for field in ("image", "command", "args", "env", "resources", "hyperparameters")
+                for field in (
+                    "image",
+                    "command",
+                    "args",
+                    "env",
+                    "resources",
+                    "hyperparameters",
+                    "podTemplate",
+                )
             ),
             gpu_rule("limits"),
             gpu_rule("requests"),
@@ -432,5 +448,6 @@ def spec() -> Schema:
                 message="monitoring.metricsPort must differ from networking.masterPort",
                 field_path=".monitoring.metricsPort",
             ),
+            *spec_rules(),
         ],
     )

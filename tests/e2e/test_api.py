@@ -14,6 +14,7 @@ import json
 import re
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -208,10 +209,17 @@ def test_valid_manifest_is_accepted(kubectl: Kubectl, admission_namespace: str, 
 
 
 def _contains(outer: Any, inner: Any) -> bool:
-    """Whether `outer` holds everything `inner` does (dicts recursively, other values equal)."""
+    """Whether `outer` holds everything `inner` does (dicts recursively, lists item by item, other values
+    equal): the server may add defaults, also inside list items (a container port's protocol)."""
     if isinstance(inner, dict):
         return isinstance(outer, dict) and all(
             key in outer and _contains(outer[key], v) for key, v in inner.items()
+        )
+    if isinstance(inner, list):
+        return (
+            isinstance(outer, list)
+            and len(outer) == len(inner)
+            and all(_contains(o, i) for o, i in zip(outer, inner, strict=True))
         )
     return bool(outer == inner)
 
@@ -246,8 +254,14 @@ def _schema_node(path: str) -> dict[str, Any]:
     crd = yaml.safe_load(CRD_FILE.read_text())
     node: dict[str, Any] = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     for part in path.split("."):
-        node = node["properties"][part]
+        node = _fields_of(node)[part]
     return node
+
+
+def _fields_of(node: dict[str, Any]) -> dict[str, Any]:
+    """The fields `kubectl explain` lists for a node: its properties, or its items' for a list."""
+    fields: dict[str, Any] = node.get("properties") or node.get("items", {}).get("properties", {})
+    return fields
 
 
 def _words(text: str) -> str:
@@ -265,6 +279,14 @@ def _words(text: str) -> str:
         "spec.checkpoint.storage",
         "spec.scheduling.priority",
         "spec.env",
+        "spec.env.valueFrom",
+        "spec.scheduling.affinity",
+        "spec.podTemplate",
+        "spec.podTemplate.metadata",
+        "spec.podTemplate.spec",
+        "spec.podTemplate.spec.volumes",
+        "spec.podTemplate.spec.containers",
+        "spec.podTemplate.spec.securityContext",
         "status.state",
         "status.conditions",
     ],
@@ -282,7 +304,7 @@ def test_explain_shows_the_schema_descriptions(kubectl: Kubectl, path: str) -> N
     assert f"KIND:       {contract.KIND}" in output
     if "enum" in node:
         assert all(value in output for value in node["enum"])
-    for child in node.get("properties", {}):
+    for child in _fields_of(node):
         assert re.search(rf"^  {re.escape(child)}\s", output, re.MULTILINE), child
 
 
@@ -295,3 +317,79 @@ def test_get_shows_the_printer_columns(kubectl: Kubectl, admission_namespace: st
         header, *rows = out.strip().splitlines()
         assert header.split() == COLUMNS, (resource, out)
         assert any(row.split()[0].endswith("columns") for row in rows), out
+
+
+DEEP = "<deep>"
+
+
+def _deep_json(depth: int) -> str:
+    """JSON text of an object `depth` levels deep, {"x": {"x": ... {}}}, written out as text: Python's
+    own json module and copy.deepcopy refuse that depth (the recursion limit)."""
+    return '{"x": ' * depth + "{}" + "}" * depth
+
+
+def _depth(value: Any) -> int:
+    if isinstance(value, dict):
+        return 1 + max((_depth(v) for v in value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max((_depth(v) for v in value), default=0)
+    return 0
+
+
+@dataclass(frozen=True)
+class DeepCase:
+    id: str
+    changes: dict[str, Any]  # with DEEP where the deep object goes
+    depth: int
+    unknown_field: str  # what strict field validation names
+    stored_path: tuple[str, ...]  # the spec field to measure once the rest is pruned
+
+
+DEEP_CASES = [
+    DeepCase(
+        "affinity-500-deep",
+        {"spec.scheduling.affinity": {"nodeAffinity": DEEP}},
+        500,
+        "spec.scheduling.affinity.nodeAffinity.x",
+        ("scheduling", "affinity"),
+    ),
+    DeepCase(
+        "valueFrom-2000-deep",
+        {"spec.env": [{"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name", "x": DEEP}}}]},
+        2000,
+        "spec.env[0].valueFrom.fieldRef.x",
+        ("env",),
+    ),
+    DeepCase(
+        "podTemplate-1000-deep",
+        {"spec.podTemplate": {"spec": {"containers": [{"name": "trainer", "securityContext": DEEP}]}}},
+        1000,
+        "spec.podTemplate.spec.containers[0].securityContext.x",
+        ("podTemplate",),
+    ),
+]
+
+
+@pytest.mark.parametrize("deep", DEEP_CASES, ids=[case.id for case in DEEP_CASES])
+def test_deep_nesting_is_refused_or_pruned(
+    kubectl: Kubectl, admission_namespace: str, deep: DeepCase
+) -> None:
+    """Issue 15: no field of the spec stores a value nested deeper than the schema declares."""
+    name = f"d-{slug(deep.id)}"
+    text = json.dumps(job(deep.changes, name=name)).replace(json.dumps(DEEP), _deep_json(deep.depth))
+
+    def apply_text(*flags: str) -> tuple[int, str]:
+        result = kubectl.attempt("apply", "-n", admission_namespace, "-f", "-", *flags, stdin=text)
+        return result.returncode, result.stdout + result.stderr
+
+    code, output = apply_text()
+    assert code != 0, f"accepted: {output}"
+    assert f'strict decoding error: unknown field "{deep.unknown_field}"' in output, output[:2000]
+
+    # Without strict validation the server prunes what the schema does not declare.
+    code, output = apply_text("--validate=false")
+    assert code == 0, output[:2000]
+    stored = kubectl.get_json("trainingjob", name, "-n", admission_namespace)["spec"]
+    for key in deep.stored_path:
+        stored = stored[key]
+    assert _depth(stored) < 10, json.dumps(stored)[:2000]

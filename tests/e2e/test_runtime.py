@@ -587,7 +587,8 @@ def test_pods_the_api_refuses_fail_only_their_job(
     kubectl: Kubectl, namespace: str, start_operator: StartOperator
 ) -> None:
     operator = start_operator("--leader-elect=false")
-    # Free-form in the CRD (so the API accepts the job), but a Pod needs at least one node selector term.
+    # Kubernetes' schema allows it (so the API accepts the job), but a Pod needs at least one node selector
+    # term.
     invalid_affinity: JsonDict = {
         "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}
     }

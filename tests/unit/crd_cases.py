@@ -11,71 +11,23 @@ them, every named field exists in the schema). Cluster tests run the same table 
 `layer` says which part of the API server rejects the case: "schema" (OpenAPI types, bounds, enums,
 patterns, required), "list" (duplicate items of a set/map list), "unknown-field" (kubectl's strict
 field validation), "cel" (x-kubernetes-validations) and "transition" (CEL rules using oldSelf).
+
+The podTemplate cases live in tests/unit/crd_cases_podtemplate.py, the shared building blocks in
+tests/unit/crd_case_model.py.
 """
 
 from __future__ import annotations
 
-import copy
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 
 from crd import contract
+from tests.unit.crd_case_model import DELETE, InvalidCase, base_job, case, job, transition
+from tests.unit.crd_cases_podtemplate import podtemplate_cases, podtemplate_manifests
 
 EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "examples"
-Layer = Literal["schema", "list", "unknown-field", "cel", "transition"]
-
-
-def base_job(name: str = "case-job") -> dict[str, Any]:
-    """A minimal valid TrainingJob."""
-    return {
-        "apiVersion": contract.API_VERSION,
-        "kind": contract.KIND,
-        "metadata": {"name": name},
-        "spec": {"model": "cnn", "dataset": "mnist", "numWorkers": 2, "gpusPerWorker": 1},
-    }
-
-
-def _set(manifest: dict[str, Any], path: str, value: Any) -> None:
-    node = manifest
-    *parents, last = path.split(".")
-    for name in parents:
-        node = node.setdefault(name, {})
-    if value is _DELETE:
-        node.pop(last, None)
-    else:
-        node[last] = copy.deepcopy(value)
-
-
-_DELETE = object()
-
-
-def job(changes: dict[str, Any] | None = None, *, name: str = "case-job") -> dict[str, Any]:
-    """base_job with dotted-path changes applied, e.g. {"spec.checkpoint.enabled": True}."""
-    manifest = base_job(name)
-    for path, value in (changes or {}).items():
-        _set(manifest, path, value)
-    return manifest
-
-
-@dataclass(frozen=True)
-class InvalidCase:
-    id: str
-    manifest: dict[str, Any]
-    field: str
-    layer: Layer
-    before: dict[str, Any] | None = None
-
-
-def _case(id_: str, changes: dict[str, Any], path: str, layer: Layer) -> InvalidCase:
-    return InvalidCase(id_, job(changes), path, layer)
-
-
-def _transition(id_: str, before: dict[str, Any], after: dict[str, Any], path: str) -> InvalidCase:
-    return InvalidCase(id_, job(after), path, "transition", before=job(before))
-
 
 LONG_NAME = "a" * (contract.MAX_JOB_NAME + 1)
 S3 = "spec.checkpoint.storage"
@@ -83,195 +35,226 @@ S3 = "spec.checkpoint.storage"
 
 def _schema_cases() -> list[InvalidCase]:
     return [
-        _case("numWorkers-zero", {"spec.numWorkers": 0}, "spec.numWorkers", "schema"),
-        _case("numWorkers-above-100", {"spec.numWorkers": 101}, "spec.numWorkers", "schema"),
-        _case("numWorkers-string", {"spec.numWorkers": "two"}, "spec.numWorkers", "schema"),
-        _case("numWorkers-missing", {"spec.numWorkers": _DELETE}, "spec.numWorkers", "schema"),
-        _case("model-missing", {"spec.model": _DELETE}, "spec.model", "schema"),
-        _case("model-empty", {"spec.model": ""}, "spec.model", "schema"),
-        _case("dataset-missing", {"spec.dataset": _DELETE}, "spec.dataset", "schema"),
-        _case("gpusPerWorker-above-16", {"spec.gpusPerWorker": 17}, "spec.gpusPerWorker", "schema"),
-        _case("gpusPerWorker-negative", {"spec.gpusPerWorker": -1}, "spec.gpusPerWorker", "schema"),
-        _case("framework-unknown", {"spec.framework": "mxnet"}, "spec.framework", "schema"),
-        _case("suspend-string", {"spec.suspend": "yes"}, "spec.suspend", "schema"),
-        _case("cleanPodPolicy-unknown", {"spec.cleanPodPolicy": "Some"}, "spec.cleanPodPolicy", "schema"),
-        _case("ttl-negative", {"spec.ttlSecondsAfterFinished": -1}, "spec.ttlSecondsAfterFinished", "schema"),
+        case("numWorkers-zero", {"spec.numWorkers": 0}, "spec.numWorkers", "schema"),
+        case("numWorkers-above-100", {"spec.numWorkers": 101}, "spec.numWorkers", "schema"),
+        case("numWorkers-string", {"spec.numWorkers": "two"}, "spec.numWorkers", "schema"),
+        case("numWorkers-missing", {"spec.numWorkers": DELETE}, "spec.numWorkers", "schema"),
+        case("model-missing", {"spec.model": DELETE}, "spec.model", "schema"),
+        case("model-empty", {"spec.model": ""}, "spec.model", "schema"),
+        case("dataset-missing", {"spec.dataset": DELETE}, "spec.dataset", "schema"),
+        case("gpusPerWorker-above-16", {"spec.gpusPerWorker": 17}, "spec.gpusPerWorker", "schema"),
+        case("gpusPerWorker-negative", {"spec.gpusPerWorker": -1}, "spec.gpusPerWorker", "schema"),
+        case("framework-unknown", {"spec.framework": "mxnet"}, "spec.framework", "schema"),
+        case("suspend-string", {"spec.suspend": "yes"}, "spec.suspend", "schema"),
+        case("cleanPodPolicy-unknown", {"spec.cleanPodPolicy": "Some"}, "spec.cleanPodPolicy", "schema"),
+        case("ttl-negative", {"spec.ttlSecondsAfterFinished": -1}, "spec.ttlSecondsAfterFinished", "schema"),
         # Numbers the operator computes times with are bounded: a TTL of 1e12 s is past year 9999.
-        _case("ttl-huge", {"spec.ttlSecondsAfterFinished": 10**12}, "spec.ttlSecondsAfterFinished", "schema"),
-        _case(
+        case("ttl-huge", {"spec.ttlSecondsAfterFinished": 10**12}, "spec.ttlSecondsAfterFinished", "schema"),
+        case(
             "activeDeadline-huge",
             {"spec.failurePolicy.activeDeadlineSeconds": 2**31},
             "spec.failurePolicy.activeDeadlineSeconds",
             "schema",
         ),
-        _case(
+        case(
             "backoff-initial-huge",
             {"spec.failurePolicy.restartBackoff": {"initialDelaySeconds": 10**12}},
             "spec.failurePolicy.restartBackoff.initialDelaySeconds",
             "schema",
         ),
-        _case(
+        case(
             "backoff-multiplier-huge",
             {"spec.failurePolicy.restartBackoff": {"multiplier": 1e308}},
             "spec.failurePolicy.restartBackoff.multiplier",
             "schema",
         ),
-        _case(
+        case(
             "scheduleTimeout-huge",
             {"spec.scheduling.scheduleTimeoutSeconds": 2**40},
             "spec.scheduling.scheduleTimeoutSeconds",
             "schema",
         ),
-        _case(
+        case(
             "mountPath-double-slash",
             {"spec.checkpoint.mountPath": "/dev//shm"},
             "spec.checkpoint.mountPath",
             "schema",
         ),
-        _case(
+        case(
             "mountPath-trailing-slash",
             {"spec.checkpoint.mountPath": "/data/"},
             "spec.checkpoint.mountPath",
             "schema",
         ),
-        _case("command-not-list", {"spec.command": "python train.py"}, "spec.command", "schema"),
-        _case(
+        case("command-not-list", {"spec.command": "python train.py"}, "spec.command", "schema"),
+        case(
             "learningRate-zero",
             {"spec.hyperparameters.learningRate": 0},
             "spec.hyperparameters.learningRate",
             "schema",
         ),
-        _case(
+        case(
             "batchSize-zero",
             {"spec.hyperparameters.batchSize": 0},
             "spec.hyperparameters.batchSize",
             "schema",
         ),
-        _case("epochs-zero", {"spec.hyperparameters.epochs": 0}, "spec.hyperparameters.epochs", "schema"),
-        _case(
+        case("epochs-zero", {"spec.hyperparameters.epochs": 0}, "spec.hyperparameters.epochs", "schema"),
+        case(
             "optimizer-unknown",
             {"spec.hyperparameters.optimizer": "adagrad"},
             "spec.hyperparameters.optimizer",
             "schema",
         ),
-        _case(
+        case(
             "additionalParams-number",
             {"spec.hyperparameters.additionalParams": {"dropout": 0.1}},
             "spec.hyperparameters.additionalParams.dropout",
             "schema",
         ),
-        _case(
+        case(
             "checkpoint-frequency-zero",
             {"spec.checkpoint.frequency": 0},
             "spec.checkpoint.frequency",
             "schema",
         ),
-        _case(
+        case(
             "checkpoint-retention-zero",
             {"spec.checkpoint.retention": 0},
             "spec.checkpoint.retention",
             "schema",
         ),
-        _case(
+        case(
             "mountPath-relative", {"spec.checkpoint.mountPath": "ckpt"}, "spec.checkpoint.mountPath", "schema"
         ),
-        _case("storage-type-unknown", {f"{S3}.type": "ftp"}, f"{S3}.type", "schema"),
-        _case(
+        case("storage-type-unknown", {f"{S3}.type": "ftp"}, f"{S3}.type", "schema"),
+        case(
             "s3-endpoint-not-url",
             {f"{S3}.type": "s3", f"{S3}.s3": {"bucket": "b", "endpoint": "minio:9000"}},
             f"{S3}.s3.endpoint",
             "schema",
         ),
-        _case(
+        case(
             "memory-not-quantity",
             {"spec.resources.limits": {"memory": "lots"}},
             "spec.resources.limits.memory",
             "schema",
         ),
-        _case(
+        case(
             "cpu-negative",
             {"spec.resources.requests": {"cpu": "-1"}},
             "spec.resources.requests.cpu",
             "schema",
         ),
-        _case(
+        case(
             "env-name-invalid", {"spec.env": [{"name": "1=BAD", "value": "x"}]}, "spec.env[0].name", "schema"
         ),
-        _case("env-name-missing", {"spec.env": [{"value": "x"}]}, "spec.env[0].name", "schema"),
-        _case(
+        case("env-name-missing", {"spec.env": [{"value": "x"}]}, "spec.env[0].name", "schema"),
+        case(
+            "env-valueFrom-fieldRef-string",
+            {"spec.env": [{"name": "X", "valueFrom": {"fieldRef": "metadata.name"}}]},
+            "spec.env[0].valueFrom.fieldRef",
+            "schema",
+        ),
+        case(
+            "affinity-term-string",
+            {
+                "spec.scheduling.affinity": {
+                    "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": "a"}
+                }
+            },
+            "spec.scheduling.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution",
+            "schema",
+        ),
+        case(
+            "affinity-operator-unknown",
+            {
+                "spec.scheduling.affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "Near"}]}]
+                        }
+                    }
+                }
+            },
+            "spec.scheduling.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+            ".nodeSelectorTerms[0].matchExpressions[0].operator",
+            "schema",
+        ),
+        case(
             "toleration-operator-unknown",
             {"spec.scheduling.tolerations": [{"key": "k", "operator": "In"}]},
             "spec.scheduling.tolerations[0].operator",
             "schema",
         ),
-        _case(
+        case(
             "toleration-effect-unknown",
             {"spec.scheduling.tolerations": [{"key": "k", "operator": "Exists", "effect": "NoRun"}]},
             "spec.scheduling.tolerations[0].effect",
             "schema",
         ),
-        _case(
+        case(
             "priority-not-dns",
             {"spec.scheduling.priority": "High_Priority"},
             "spec.scheduling.priority",
             "schema",
         ),
-        _case(
+        case(
             "scheduleTimeout-zero",
             {"spec.scheduling.scheduleTimeoutSeconds": 0},
             "spec.scheduling.scheduleTimeoutSeconds",
             "schema",
         ),
-        _case(
+        case(
             "metricsPort-too-high",
             {"spec.monitoring.metricsPort": 70000},
             "spec.monitoring.metricsPort",
             "schema",
         ),
-        _case(
+        case(
             "masterPort-privileged",
             {"spec.networking.masterPort": 80},
             "spec.networking.masterPort",
             "schema",
         ),
-        _case("backend-unknown", {"spec.networking.backend": "nccl2"}, "spec.networking.backend", "schema"),
-        _case(
+        case("backend-unknown", {"spec.networking.backend": "nccl2"}, "spec.networking.backend", "schema"),
+        case(
             "restartPolicy-unknown",
             {"spec.failurePolicy.restartPolicy": "Always"},
             "spec.failurePolicy.restartPolicy",
             "schema",
         ),
-        _case(
+        case(
             "backoffLimit-above-100",
             {"spec.failurePolicy.backoffLimit": 101},
             "spec.failurePolicy.backoffLimit",
             "schema",
         ),
-        _case(
+        case(
             "exit-code-above-255",
             {"spec.failurePolicy.restartPolicy": "ExitCode", "spec.failurePolicy.retryableExitCodes": [256]},
             "spec.failurePolicy.retryableExitCodes[0]",
             "schema",
         ),
-        _case(
+        case(
             "backoff-multiplier-below-1",
             {"spec.failurePolicy.restartBackoff": {"multiplier": 0.5}},
             "spec.failurePolicy.restartBackoff.multiplier",
             "schema",
         ),
-        _case(
+        case(
             "targetAccuracy-above-1",
             {"spec.successPolicy.targetAccuracy": 1.5},
             "spec.successPolicy.targetAccuracy",
             "schema",
         ),
-        _case(
+        case(
             "successPolicy-mode-unknown",
             {"spec.successPolicy.mode": "Majority"},
             "spec.successPolicy.mode",
             "schema",
         ),
-        _case(
+        case(
             "earlyStoppingPatience-zero",
             {"spec.successPolicy.earlyStoppingPatience": 0},
             "spec.successPolicy.earlyStoppingPatience",
@@ -282,13 +265,13 @@ def _schema_cases() -> list[InvalidCase]:
 
 def _list_cases() -> list[InvalidCase]:
     return [
-        _case(
+        case(
             "env-duplicate-name",
             {"spec.env": [{"name": "NCCL_DEBUG", "value": "INFO"}, {"name": "NCCL_DEBUG", "value": "WARN"}]},
             "spec.env[1]",
             "list",
         ),
-        _case(
+        case(
             "exit-codes-duplicate",
             {
                 "spec.failurePolicy.restartPolicy": "ExitCode",
@@ -302,14 +285,26 @@ def _list_cases() -> list[InvalidCase]:
 
 def _unknown_field_cases() -> list[InvalidCase]:
     return [
-        _case("spec-unknown-field", {"spec.numGPUs": 2}, "spec.numGPUs", "unknown-field"),
-        _case(
+        case("spec-unknown-field", {"spec.numGPUs": 2}, "spec.numGPUs", "unknown-field"),
+        case(
+            "affinity-misspelled-kind",
+            {"spec.scheduling.affinity": {"nodeAfinity": {}}},
+            "spec.scheduling.affinity.nodeAfinity",
+            "unknown-field",
+        ),
+        case(
+            "env-valueFrom-unknown-source",
+            {"spec.env": [{"name": "X", "valueFrom": {"vaultRef": {"path": "x"}}}]},
+            "spec.env[0].valueFrom.vaultRef",
+            "unknown-field",
+        ),
+        case(
             "hyperparameters-snake-case",
             {"spec.hyperparameters.learning_rate": 0.1},
             "spec.hyperparameters.learning_rate",
             "unknown-field",
         ),
-        _case(
+        case(
             "s3-misspelled",
             {f"{S3}.type": "s3", f"{S3}.s3": {"bucket": "b", "bukket": "c"}},
             f"{S3}.s3.bukket",
@@ -323,22 +318,20 @@ def _cel_cases() -> list[InvalidCase]:
         InvalidCase("name-too-long", job(name=LONG_NAME), "metadata.name", "cel"),
         InvalidCase("name-starts-with-digit", job(name="1-training"), "metadata.name", "cel"),
         InvalidCase("name-with-dot", job(name="bert.v2"), "metadata.name", "cel"),
-        _case(
-            "env-reserved-name", {"spec.env": [{"name": "WORLD_SIZE", "value": "8"}]}, "spec.env[0]", "cel"
-        ),
-        _case(
+        case("env-reserved-name", {"spec.env": [{"name": "WORLD_SIZE", "value": "8"}]}, "spec.env[0]", "cel"),
+        case(
             "env-reserved-tf-config",
             {"spec.env": [{"name": "TF_CONFIG", "value": "{}"}]},
             "spec.env[0]",
             "cel",
         ),
-        _case(
+        case(
             "env-reserved-prefix",
             {"spec.env": [{"name": "HP_DROPOUT", "value": "0.1"}]},
             "spec.env[0]",
             "cel",
         ),
-        _case(
+        case(
             "env-value-and-valueFrom",
             {
                 "spec.env": [
@@ -348,7 +341,7 @@ def _cel_cases() -> list[InvalidCase]:
             "spec.env[0]",
             "cel",
         ),
-        _case(
+        case(
             "env-two-sources",
             {
                 "spec.env": [
@@ -364,25 +357,31 @@ def _cel_cases() -> list[InvalidCase]:
             "spec.env[0].valueFrom",
             "cel",
         ),
-        _case(
+        case(
+            "env-valueFrom-empty",
+            {"spec.env": [{"name": "TOKEN", "valueFrom": {}}]},
+            "spec.env[0].valueFrom",
+            "cel",
+        ),
+        case(
             "gpu-limit-mismatch",
             {"spec.gpusPerWorker": 2, "spec.resources.limits": {contract.GPU_RESOURCE: "4"}},
             "spec.resources.limits",
             "cel",
         ),
-        _case(
+        case(
             "gpu-request-mismatch",
             {"spec.gpusPerWorker": 0, "spec.resources.requests": {contract.GPU_RESOURCE: 1}},
             "spec.resources.requests",
             "cel",
         ),
-        _case(
+        case(
             "requests-above-limits",
             {"spec.resources.requests": {"cpu": "8"}, "spec.resources.limits": {"cpu": "4"}},
             "spec.resources.requests",
             "cel",
         ),
-        _case(
+        case(
             "exit-codes-overlap",
             {
                 "spec.failurePolicy.restartPolicy": "ExitCode",
@@ -392,91 +391,91 @@ def _cel_cases() -> list[InvalidCase]:
             "spec.failurePolicy.permanentExitCodes",
             "cel",
         ),
-        _case(
+        case(
             "exit-codes-without-ExitCode-policy",
             {"spec.failurePolicy.retryableExitCodes": [137]},
             "spec.failurePolicy.restartPolicy",
             "cel",
         ),
-        _case(
+        case(
             "backoff-max-below-initial",
             {"spec.failurePolicy.restartBackoff": {"initialDelaySeconds": 60, "maxDelaySeconds": 30}},
             "spec.failurePolicy.restartBackoff.maxDelaySeconds",
             "cel",
         ),
-        _case("s3-without-bucket", {f"{S3}.type": "s3"}, S3, "cel"),
-        _case("s3-block-without-bucket", {f"{S3}.type": "s3", f"{S3}.s3": {"prefix": "runs"}}, S3, "cel"),
-        _case("gcs-without-bucket", {f"{S3}.type": "gcs"}, S3, "cel"),
-        _case("nfs-without-path", {f"{S3}.type": "nfs", f"{S3}.nfsServer": "nfs.example"}, S3, "cel"),
-        _case(
+        case("s3-without-bucket", {f"{S3}.type": "s3"}, S3, "cel"),
+        case("s3-block-without-bucket", {f"{S3}.type": "s3", f"{S3}.s3": {"prefix": "runs"}}, S3, "cel"),
+        case("gcs-without-bucket", {f"{S3}.type": "gcs"}, S3, "cel"),
+        case("nfs-without-path", {f"{S3}.type": "nfs", f"{S3}.nfsServer": "nfs.example"}, S3, "cel"),
+        case(
             "s3-bucket-twice",
             {f"{S3}.type": "s3", f"{S3}.s3Bucket": "a", f"{S3}.s3": {"bucket": "b"}},
             S3,
             "cel",
         ),
-        _case("pvcName-and-pvc", {f"{S3}.pvcName": "a", f"{S3}.pvc": {"claimName": "b"}}, S3, "cel"),
-        _case("s3-settings-with-pvc-type", {f"{S3}.type": "pvc", f"{S3}.s3Bucket": "a"}, S3, "cel"),
-        _case(
+        case("pvcName-and-pvc", {f"{S3}.pvcName": "a", f"{S3}.pvc": {"claimName": "b"}}, S3, "cel"),
+        case("s3-settings-with-pvc-type", {f"{S3}.type": "pvc", f"{S3}.s3Bucket": "a"}, S3, "cel"),
+        case(
             "pvc-claim-and-create",
             {f"{S3}.pvc": {"claimName": "a", "create": {"size": "1Gi"}}},
             f"{S3}.pvc",
             "cel",
         ),
-        _case(
+        case(
             "mountPath-shadows-config",
             {"spec.checkpoint.mountPath": contract.CONFIG_MOUNT_PATH},
             "spec.checkpoint.mountPath",
             "cel",
         ),
-        _case(
+        case(
             "mountPath-dot-dot-into-config",
             {"spec.checkpoint.mountPath": "/checkpoints/../etc/trainingjob"},
             "spec.checkpoint.mountPath",
             "cel",
         ),
-        _case(
+        case(
             "mountPath-dot-segment",
             {"spec.checkpoint.mountPath": "/data/./ckpt"},
             "spec.checkpoint.mountPath",
             "cel",
         ),
-        _case(
+        case(
             "mountPath-under-shm",
             {"spec.checkpoint.mountPath": "/dev/shm/ckpt"},
             "spec.checkpoint.mountPath",
             "cel",
         ),
-        _case(
+        case(
             "metricsPort-equals-masterPort",
             {"spec.monitoring.enabled": True, "spec.monitoring.metricsPort": 29500},
             "spec.monitoring.metricsPort",
             "cel",
         ),
-        _case(
+        case(
             "restartOnStall-without-deadline",
             {"spec.monitoring.restartOnStall": True},
             "spec.monitoring.restartOnStall",
             "cel",
         ),
-        _case(
+        case(
             "toleration-exists-with-value",
             {"spec.scheduling.tolerations": [{"key": "k", "operator": "Exists", "value": "v"}]},
             "spec.scheduling.tolerations[0]",
             "cel",
         ),
-        _case(
+        case(
             "toleration-empty-key-equal",
             {"spec.scheduling.tolerations": [{"operator": "Equal", "value": "v"}]},
             "spec.scheduling.tolerations[0]",
             "cel",
         ),
-        _case(
+        case(
             "toleration-seconds-without-NoExecute",
             {"spec.scheduling.tolerations": [{"key": "k", "operator": "Exists", "tolerationSeconds": 30}]},
             "spec.scheduling.tolerations[0]",
             "cel",
         ),
-        _case(
+        case(
             "additionalParams-key-not-identifier",
             {"spec.hyperparameters.additionalParams": {"weight-decay": "0.01"}},
             "spec.hyperparameters.additionalParams",
@@ -487,62 +486,69 @@ def _cel_cases() -> list[InvalidCase]:
 
 def _transition_cases() -> list[InvalidCase]:
     return [
-        _transition("model-changed", {}, {"spec.model": "resnet50"}, "spec.model"),
-        _transition("dataset-changed", {}, {"spec.dataset": "cifar10"}, "spec.dataset"),
-        _transition("framework-changed", {}, {"spec.framework": "jax"}, "spec.framework"),
-        _transition("gpusPerWorker-changed", {}, {"spec.gpusPerWorker": 2}, "spec.gpusPerWorker"),
-        _transition("image-added", {}, {"spec.image": "python:3.11-slim"}, "spec.image"),
-        _transition(
+        transition("model-changed", {}, {"spec.model": "resnet50"}, "spec.model"),
+        transition("dataset-changed", {}, {"spec.dataset": "cifar10"}, "spec.dataset"),
+        transition("framework-changed", {}, {"spec.framework": "jax"}, "spec.framework"),
+        transition("gpusPerWorker-changed", {}, {"spec.gpusPerWorker": 2}, "spec.gpusPerWorker"),
+        transition("image-added", {}, {"spec.image": "python:3.11-slim"}, "spec.image"),
+        transition(
             "image-changed",
             {"spec.image": "python:3.11-slim"},
             {"spec.image": "python:3.12-slim"},
             "spec.image",
         ),
-        _transition(
+        transition(
             "command-changed",
             {"spec.command": ["python", "a.py"]},
             {"spec.command": ["python", "b.py"]},
             "spec.command",
         ),
-        _transition("args-removed", {"spec.args": ["--fast"]}, {}, "spec.args"),
-        _transition(
+        transition("args-removed", {"spec.args": ["--fast"]}, {}, "spec.args"),
+        transition(
             "env-changed",
             {"spec.env": [{"name": "NCCL_DEBUG", "value": "INFO"}]},
             {"spec.env": [{"name": "NCCL_DEBUG", "value": "WARN"}]},
             "spec.env",
         ),
-        _transition(
+        transition(
             "env-valueFrom-changed",
             {"spec.env": [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "a", "key": "k"}}}]},
             {"spec.env": [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "b", "key": "k"}}}]},
             "spec.env",
         ),
-        _transition(
+        transition(
             "resources-changed",
             {"spec.resources.limits": {"memory": "8Gi"}},
             {"spec.resources.limits": {"memory": "16Gi"}},
             "spec.resources",
         ),
-        _transition(
+        transition(
             "hyperparameters-changed",
             {"spec.hyperparameters.epochs": 10},
             {"spec.hyperparameters.epochs": 20},
             "spec.hyperparameters",
         ),
-        _transition("hyperparameters-added", {}, {"spec.hyperparameters.epochs": 20}, "spec.hyperparameters"),
-        _transition(
+        transition("hyperparameters-added", {}, {"spec.hyperparameters.epochs": 20}, "spec.hyperparameters"),
+        transition(
             "storage-changed",
             {"spec.checkpoint.enabled": True},
             {"spec.checkpoint.enabled": True, f"{S3}.type": "s3", f"{S3}.s3Bucket": "b"},
             S3,
         ),
-        _transition("networking-changed", {}, {"spec.networking.masterPort": 29600}, "spec.networking"),
-        _transition("backend-set", {}, {"spec.networking.backend": "gloo"}, "spec.networking"),
+        transition("networking-changed", {}, {"spec.networking.masterPort": 29600}, "spec.networking"),
+        transition("backend-set", {}, {"spec.networking.backend": "gloo"}, "spec.networking"),
     ]
 
 
 def invalid_cases() -> list[InvalidCase]:
-    return [*_schema_cases(), *_list_cases(), *_unknown_field_cases(), *_cel_cases(), *_transition_cases()]
+    return [
+        *_schema_cases(),
+        *_list_cases(),
+        *_unknown_field_cases(),
+        *_cel_cases(),
+        *_transition_cases(),
+        *podtemplate_cases(),
+    ]
 
 
 def example_manifests() -> dict[str, dict[str, Any]]:
@@ -631,7 +637,7 @@ def valid_manifests() -> dict[str, dict[str, Any]]:
             {"spec.scheduling.gangScheduling": True, "spec.scheduling.scheduleTimeoutSeconds": 300}
         ),
     }
-    return {**example_manifests(), **extra}
+    return {**example_manifests(), **extra, **podtemplate_manifests()}
 
 
 def valid_updates() -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
@@ -650,3 +656,6 @@ def valid_updates() -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
         ("ttl-set", job(), job({"spec.ttlSecondsAfterFinished": 3600})),
         ("monitoring-enabled", job(), job({"spec.monitoring.enabled": True})),
     ]
+
+
+__all__ = ["InvalidCase", "base_job", "example_manifests", "invalid_cases", "job", "valid_manifests"]

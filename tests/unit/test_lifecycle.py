@@ -1412,11 +1412,12 @@ def test_an_invalid_spec_fails_the_job_without_creating_anything() -> None:
 def test_a_spec_that_becomes_invalid_fails_the_running_job() -> None:
     w = world()
     w.run_to_running()
-    w.update_spec(**{"scheduling.affinity": {"nodeAfinity": {}}})
+    # resumeFrom may change; a URL does not fit the default pvc storage (only the operator can tell).
+    w.update_spec(**{"checkpoint.resumeFrom": "s3://bucket/epoch-3"})
     result = w.step(1)
     assert w.state == "Failed"
     assert w.status["failureReason"] == "InvalidSpec"
-    assert "spec.scheduling.affinity.nodeAfinity" in w.status["message"]
+    assert "spec.checkpoint.resumeFrom" in w.status["message"]
     assert names(result.deletes) == [W0, W1]
 
 
