@@ -86,8 +86,15 @@ KUBECTL ?= $(if $(wildcard .dev/bin/kubectl),.dev/bin/kubectl,kubectl)
 METRICS_ADDR ?= 127.0.0.1:8080
 RUN_ARGS ?=
 
+# crd/kube_schemas.json (the core/v1 schemas the spec embeds) comes from the API server's OpenAPI, so it is
+# regenerated only when the local cluster runs (docs/schema.md).
 .PHONY: generate
-generate: $(STAMP) generate-monitoring ## regenerate the CRD YAML and docs/api.md from crd/, and the PrometheusRule
+generate: $(STAMP) generate-monitoring ## regenerate the CRD YAML and docs/api.md from crd/ (and crd/kube_schemas.json from the local cluster), and the PrometheusRule
+	@if hack/dev-cluster.sh status >/dev/null 2>&1; then \
+		$(VENV_PY) -m crd kube-schemas --kubectl $(DEV_DIR)/bin/kubectl --kubeconfig $(DEV_DIR)/kubeconfig; \
+	else \
+		echo "crd/kube_schemas.json kept as committed: it is generated from a running API server (make dev-cluster, then make generate)"; \
+	fi
 	$(VENV_PY) -m crd write
 
 .PHONY: install

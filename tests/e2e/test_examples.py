@@ -32,6 +32,8 @@ from tests.e2e.operator import OperatorProcess
 
 EXAMPLES = REPO / "examples"
 SIMPLE_EXAMPLES = ["trainingjob-simple.yaml", "trainingjob-distributed.yaml", "trainingjob-resume.yaml"]
+# Run in a namespace enforcing the "restricted" Pod Security Standard by tests/e2e/test_pod_security.py.
+RESTRICTED_EXAMPLE = "trainingjob-restricted.yaml"
 
 
 @pytest.fixture
@@ -48,7 +50,7 @@ def load(path: Path) -> dict[str, Any]:
 
 def test_every_example_is_covered() -> None:
     assert sorted(path.name for path in EXAMPLES.glob("*.yaml")) == sorted(
-        [*SIMPLE_EXAMPLES, "trainingjob-advanced.yaml"]
+        [*SIMPLE_EXAMPLES, "trainingjob-advanced.yaml", RESTRICTED_EXAMPLE]
     )
 
 

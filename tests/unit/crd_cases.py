@@ -552,7 +552,7 @@ def invalid_cases() -> list[InvalidCase]:
 
 
 def example_manifests() -> dict[str, dict[str, Any]]:
-    """The product README's four examples, by file name."""
+    """The examples of examples/ (the product README's four, and the restricted one), by file name."""
     return {
         path.name: yaml.safe_load(path.read_text())
         for path in sorted(EXAMPLES_DIR.glob("trainingjob-*.yaml"))

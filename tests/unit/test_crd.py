@@ -563,13 +563,14 @@ def test_valid_manifest_passes_openapi_and_operator_checks(name: str, manifest: 
     assert validate(manifest) == []
 
 
-def test_examples_are_the_four_readme_examples() -> None:
+def test_examples_are_the_readme_examples_and_the_restricted_one() -> None:
     examples = crd_cases.example_manifests()
     assert {m["metadata"]["name"] for m in examples.values()} == {
         "mnist-training",
         "bert-distributed",
         "gpt-resume",
         "advanced-training",
+        "restricted-training",
     }
     for manifest in examples.values():
         assert manifest["apiVersion"] == contract.API_VERSION
