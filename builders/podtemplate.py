@@ -76,26 +76,29 @@ def merge_keyed(
     return merged
 
 
+def _merge_object(
+    base: Mapping[str, Any],
+    patch: Mapping[str, Any],
+    list_keys: Mapping[str, str],
+    item_merges: Mapping[str, ItemMerge] | None = None,
+) -> JsonDict:
+    """`merge_maps`, except that the lists of `list_keys` are merged item by item by their key."""
+    merged = merge_maps(base, {key: value for key, value in patch.items() if key not in list_keys})
+    for field, key in list_keys.items():
+        if patch.get(field):
+            item_merge = (item_merges or {}).get(field, merge_maps)
+            merged[field] = merge_keyed(list(base.get(field) or []), list(patch[field]), key, item_merge)
+    return merged
+
+
 def merge_container(base: Mapping[str, Any], patch: Mapping[str, Any]) -> JsonDict:
     """A container with another merged onto it (env, ports, volumeMounts, volumeDevices by their keys)."""
-    plain = {key: value for key, value in patch.items() if key not in CONTAINER_LIST_KEYS}
-    merged = merge_maps(base, plain)
-    for field, key in CONTAINER_LIST_KEYS.items():
-        if patch.get(field):
-            merged[field] = merge_keyed(list(base.get(field) or []), list(patch[field]), key)
-    return merged
+    return _merge_object(base, patch, CONTAINER_LIST_KEYS)
 
 
 def merge_pod_spec(base: Mapping[str, Any], patch: Mapping[str, Any]) -> JsonDict:
-    plain = {key: value for key, value in patch.items() if key not in POD_LIST_KEYS}
-    merged = merge_maps(base, plain)
-    for field, key in POD_LIST_KEYS.items():
-        if patch.get(field):
-            item_merge: ItemMerge = (
-                merge_container if field in ("containers", "initContainers") else merge_maps
-            )
-            merged[field] = merge_keyed(list(base.get(field) or []), list(patch[field]), key, item_merge)
-    return merged
+    containers = {"containers": merge_container, "initContainers": merge_container}
+    return _merge_object(base, patch, POD_LIST_KEYS, containers)
 
 
 # ------------------------------------------------------------------------------- what the operator owns

@@ -330,10 +330,9 @@ def _int_or_string(source: Mapping[str, Any]) -> Schema:
 
 
 def _quantity(source: Mapping[str, Any]) -> Schema:
+    """A quantity is an integer or a string of Kubernetes' grammar (CRDs have no number-or-string)."""
     return {
-        "description": first_sentence(str(source.get("description", ""))),
-        "x-kubernetes-int-or-string": True,
-        "anyOf": [{"type": "integer"}, {"type": "string"}],
+        **_int_or_string(source),
         "pattern": QUANTITY_PATTERN,
         "maxLength": QUANTITY_MAX_LENGTH,
         "minimum": 0,

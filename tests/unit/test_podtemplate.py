@@ -21,6 +21,8 @@ from builders.podtemplate import (
     merge_pod_template,
 )
 from crd import contract, kube_schemas
+from crd.schema_podtemplate import OWNED_POD_FIELDS, OWNED_TRAINER_FIELDS
+from tests.cluster import REPO
 from tests.unit.test_builders import defaulted
 
 JsonDict = dict[str, Any]
@@ -255,3 +257,13 @@ def test_merge_keys_are_kubernetes_own(keys: dict[str, str], path: tuple[str, ..
     for part in path:
         node = node["properties"][part] if part != "items" else node["items"]
     assert _list_maps(node) == dict(keys)
+
+
+def test_the_docs_name_every_field_the_template_cannot_set() -> None:
+    docs = (REPO / "docs" / "pod-template.md").read_text(encoding="utf-8")
+    for field in OWNED_POD_FIELDS:
+        assert f"`spec.{field}`" in docs, field
+    for field in OWNED_TRAINER_FIELDS:
+        assert f"`{field}`" in docs, field
+    for volume in contract.OPERATOR_VOLUMES:
+        assert f"`{volume}`" in docs, volume
