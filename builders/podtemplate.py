@@ -167,9 +167,9 @@ def _spec_not_owned(spec: Mapping[str, Any], pod_spec: Mapping[str, Any]) -> Jso
 
 def merge_pod_template(pod: Mapping[str, Any], template: Mapping[str, Any] | None) -> JsonDict:
     """`pod` (as the operator built it) with spec.podTemplate merged onto it; `pod` is left untouched."""
-    merged = copy.deepcopy(dict(pod))
     if not template:
-        return merged
+        return dict(pod)
+    merged = copy.deepcopy(dict(pod))
     metadata = _metadata_not_owned(template.get("metadata") or {})
     if metadata:
         merged["metadata"] = merge_maps(merged["metadata"], metadata)
