@@ -13,8 +13,9 @@ CustomResourceDefinition accepts:
   (`x-kubernetes-list-type`, `-list-map-keys`, `-map-type`) kept, every list given a list type;
 - defaults are dropped (they are zero values that would fill required fields with ""), except the
   default of a list-map key that is not required, which the API server needs (a port's protocol);
-- every string, list and map gets a bound (BOUNDS), so no value is unbounded and CEL rules over them
-  have a cost the API server can estimate;
+- every string, list and map gets a bound (MAX_LENGTH, MAX_ITEMS, MAX_PROPERTIES), so no value is
+  unbounded and CEL rules over them have a cost the API server can estimate; integers are at most
+  Kubernetes' int32 maximum, like the rest of the spec's;
 - fields the API marks deprecated, fields the operator leaves out (PRUNED) and object metadata beyond
   labels, annotations and owner references are pruned;
 - descriptions are kept in full down to FULL_DESCRIPTION_DEPTH levels below each root (what
@@ -31,6 +32,8 @@ import copy
 import re
 from collections.abc import Mapping
 from typing import Any
+
+from crd.openapi import INT32_MAX
 
 Schema = dict[str, Any]
 
@@ -242,6 +245,8 @@ class _Generator:
         node = _kept(source, depth)
         if kind == "string" and "enum" not in node:
             node["maxLength"] = _bound(MAX_LENGTH, owner, field, DEFAULT_MAX_LENGTH)
+        if kind == "integer":
+            node.setdefault("maximum", INT32_MAX)
         return node
 
     def _value(
@@ -326,6 +331,7 @@ def _int_or_string(source: Mapping[str, Any]) -> Schema:
         "x-kubernetes-int-or-string": True,
         "anyOf": [{"type": "integer"}, {"type": "string"}],
         "maxLength": INT_OR_STRING_MAX_LENGTH,
+        "maximum": INT32_MAX,
     }
 
 

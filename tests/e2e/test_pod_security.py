@@ -82,7 +82,7 @@ def test_restricted_namespace_blocks_the_default_job_and_runs_the_compliant_one(
     kubectl: Kubectl, namespace: str, start_operator: StartOperator
 ) -> None:
     enforce(kubectl, namespace, "restricted")
-    operator = start_operator("--no-leader-elect", "--log-level=DEBUG")
+    operator = start_operator("--leader-elect=false", "--log-level=DEBUG")
     kubectl.apply(job_manifest("default"), "-n", namespace)
     result = kubectl.attempt("apply", "-n", namespace, "-f", str(RESTRICTED_EXAMPLE))
     assert result.returncode == 0, result.stderr
@@ -134,7 +134,7 @@ def test_baseline_namespace_runs_the_default_job(
     kubectl: Kubectl, namespace: str, start_operator: StartOperator
 ) -> None:
     enforce(kubectl, namespace, "baseline")
-    operator = start_operator("--no-leader-elect")
+    operator = start_operator("--leader-elect=false")
     kubectl.apply(job_manifest("default"), "-n", namespace)
     # RDMA needs IPC_LOCK, a capability "baseline" does not allow: enforcement is on.
     kubectl.apply(job_manifest("rdma", networking={"rdmaEnabled": True}), "-n", namespace)

@@ -17,6 +17,7 @@ import pytest
 
 from crd import kube_openapi, kube_schemas
 from crd.kube_openapi import CORE, INT_OR_STRING, QUANTITY, GenerationError, first_sentence, generate
+from crd.openapi import INT32_MAX
 from crd.schema import custom_resource_definition, open_api_schema
 from tests.cluster import REPO
 
@@ -288,6 +289,8 @@ ALLOWED_KEYWORDS = {
     "default",
     "anyOf",
     "x-kubernetes-int-or-string",
+    "maximum",
+    "minimum",
 }
 
 
@@ -312,6 +315,8 @@ def test_committed_schemas_are_structural_and_bounded(name: str) -> None:
         assert kind in ("object", "array", "string", "integer", "number", "boolean"), path
         if kind == "string" and "enum" not in node:
             assert "maxLength" in node, path
+        if kind == "integer":
+            assert node["maximum"] == INT32_MAX, path
         if kind == "array":
             assert "maxItems" in node, path
             assert node["x-kubernetes-list-type"] in ("atomic", "set", "map"), path
