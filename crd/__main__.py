@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m crd",
         description=__doc__.splitlines()[0] if __doc__ else None,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=__doc__,
+        epilog="\n".join(__doc__.splitlines()[2:]) if __doc__ else None,
     )
     parser.add_argument("command", choices=["yaml", "docs", "write", "check", "kube-schemas"])
     parser.add_argument("--kubectl", default="kubectl", help="kube-schemas: the kubectl to ask")
