@@ -12,7 +12,8 @@ them, every named field exists in the schema). Cluster tests run the same table 
 patterns, required), "list" (duplicate items of a set/map list), "unknown-field" (kubectl's strict
 field validation), "cel" (x-kubernetes-validations) and "transition" (CEL rules using oldSelf).
 
-The podTemplate cases live in tests/unit/crd_cases_podtemplate.py, the shared building blocks in
+The cases of the fields with Kubernetes' own types (podTemplate, scheduling.affinity,
+env[].valueFrom) live in tests/unit/crd_cases_embedded.py, the shared building blocks in
 tests/unit/crd_case_model.py.
 """
 
@@ -25,7 +26,7 @@ import yaml
 
 from crd import contract
 from tests.unit.crd_case_model import DELETE, InvalidCase, base_job, case, job, transition
-from tests.unit.crd_cases_podtemplate import podtemplate_cases, podtemplate_manifests
+from tests.unit.crd_cases_embedded import embedded_type_cases, podtemplate_manifests
 
 EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "examples"
 
@@ -151,37 +152,6 @@ def _schema_cases() -> list[InvalidCase]:
         ),
         case("env-name-missing", {"spec.env": [{"value": "x"}]}, "spec.env[0].name", "schema"),
         case(
-            "env-valueFrom-fieldRef-string",
-            {"spec.env": [{"name": "X", "valueFrom": {"fieldRef": "metadata.name"}}]},
-            "spec.env[0].valueFrom.fieldRef",
-            "schema",
-        ),
-        case(
-            "affinity-term-string",
-            {
-                "spec.scheduling.affinity": {
-                    "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": "a"}
-                }
-            },
-            "spec.scheduling.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution",
-            "schema",
-        ),
-        case(
-            "affinity-operator-unknown",
-            {
-                "spec.scheduling.affinity": {
-                    "nodeAffinity": {
-                        "requiredDuringSchedulingIgnoredDuringExecution": {
-                            "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "Near"}]}]
-                        }
-                    }
-                }
-            },
-            "spec.scheduling.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
-            ".nodeSelectorTerms[0].matchExpressions[0].operator",
-            "schema",
-        ),
-        case(
             "toleration-operator-unknown",
             {"spec.scheduling.tolerations": [{"key": "k", "operator": "In"}]},
             "spec.scheduling.tolerations[0].operator",
@@ -287,18 +257,6 @@ def _unknown_field_cases() -> list[InvalidCase]:
     return [
         case("spec-unknown-field", {"spec.numGPUs": 2}, "spec.numGPUs", "unknown-field"),
         case(
-            "affinity-misspelled-kind",
-            {"spec.scheduling.affinity": {"nodeAfinity": {}}},
-            "spec.scheduling.affinity.nodeAfinity",
-            "unknown-field",
-        ),
-        case(
-            "env-valueFrom-unknown-source",
-            {"spec.env": [{"name": "X", "valueFrom": {"vaultRef": {"path": "x"}}}]},
-            "spec.env[0].valueFrom.vaultRef",
-            "unknown-field",
-        ),
-        case(
             "hyperparameters-snake-case",
             {"spec.hyperparameters.learning_rate": 0.1},
             "spec.hyperparameters.learning_rate",
@@ -354,12 +312,6 @@ def _cel_cases() -> list[InvalidCase]:
                     }
                 ]
             },
-            "spec.env[0].valueFrom",
-            "cel",
-        ),
-        case(
-            "env-valueFrom-empty",
-            {"spec.env": [{"name": "TOKEN", "valueFrom": {}}]},
             "spec.env[0].valueFrom",
             "cel",
         ),
@@ -547,7 +499,7 @@ def invalid_cases() -> list[InvalidCase]:
         *_unknown_field_cases(),
         *_cel_cases(),
         *_transition_cases(),
-        *podtemplate_cases(),
+        *embedded_type_cases(),
     ]
 
 

@@ -1,9 +1,10 @@
-"""spec.podTemplate manifests the API server must refuse (with the field its error names) or accept.
+"""Manifests of the fields with Kubernetes' own types (spec.podTemplate, spec.scheduling.affinity,
+spec.env[].valueFrom) that the API server must refuse (with the field its error names) or accept.
 
-Part of the admission table of tests/unit/crd_cases.py, which explains the layers: wrong types inside
-the template are refused by the generated Kubernetes schema, duplicates by its list keys, fields it
-leaves out by strict field validation, and what the operator owns (crd/schema_podtemplate.py) by CEL
-rules whose messages name the field.
+Part of the admission table of tests/unit/crd_cases.py, which explains the layers: wrong types are
+refused by the schemas generated from the API server's OpenAPI, duplicates by their list keys, fields
+they leave out or do not know by strict field validation, and what the operator owns
+(crd/schema_podtemplate.py) by CEL rules whose messages name the field.
 """
 
 from __future__ import annotations
@@ -323,8 +324,55 @@ def _transition_cases() -> list[InvalidCase]:
     ]
 
 
-def podtemplate_cases() -> list[InvalidCase]:
+def _affinity_and_value_from_cases() -> list[InvalidCase]:
+    """Free-form before their schemas were generated: wrong types and unknown kinds now stop at
+    admission instead of at the pod create (issue 15)."""
+    affinity = "spec.scheduling.affinity"
+    required = f"{affinity}.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+    terms = {"nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "Near"}]}]}
     return [
+        case(
+            "env-valueFrom-fieldRef-string",
+            {"spec.env": [{"name": "X", "valueFrom": {"fieldRef": "metadata.name"}}]},
+            "spec.env[0].valueFrom.fieldRef",
+            "schema",
+        ),
+        case(
+            "affinity-term-string",
+            {affinity: {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": "a"}}},
+            required,
+            "schema",
+        ),
+        case(
+            "affinity-operator-unknown",
+            {affinity: {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": terms}}},
+            f"{required}.nodeSelectorTerms[0].matchExpressions[0].operator",
+            "schema",
+        ),
+        case(
+            "affinity-misspelled-kind",
+            {affinity: {"nodeAfinity": {}}},
+            f"{affinity}.nodeAfinity",
+            "unknown-field",
+        ),
+        case(
+            "env-valueFrom-unknown-source",
+            {"spec.env": [{"name": "X", "valueFrom": {"vaultRef": {"path": "x"}}}]},
+            "spec.env[0].valueFrom.vaultRef",
+            "unknown-field",
+        ),
+        case(
+            "env-valueFrom-empty",
+            {"spec.env": [{"name": "TOKEN", "valueFrom": {}}]},
+            "spec.env[0].valueFrom",
+            "cel",
+        ),
+    ]
+
+
+def embedded_type_cases() -> list[InvalidCase]:
+    return [
+        *_affinity_and_value_from_cases(),
         *_schema_cases(),
         *_list_cases(),
         *_unknown_field_cases(),
