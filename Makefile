@@ -18,7 +18,8 @@ help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
 
 # The demo: everything on a fresh machine, then a TrainingJob trained to Completed (hack/demo.py).
-# Its settings reach hack/preflight.sh and hack/demo.py through the environment.
+# Its settings reach hack/preflight.sh and hack/demo.py through the environment. The Python programs
+# of hack/ run as modules from the repository (python -m hack.<program>).
 DEV_DIR := $(or $(TJ_DEV_DIR),.dev)
 DEMO_NAMESPACE ?= demo
 DEMO_METRICS_PORT ?= 8080
@@ -32,7 +33,7 @@ demo: ## start here: local cluster, operator, and a TrainingJob trained to Compl
 	@$(MAKE) --no-print-directory runtime-venv
 	hack/dev-cluster.sh up
 	@KUBECONFIG=$(DEV_DIR)/kubeconfig $(MAKE) --no-print-directory install KUBECTL=$(DEV_DIR)/bin/kubectl
-	$(VENV_PY) hack/demo.py
+	$(VENV_PY) -m hack.demo
 
 .PHONY: demo-down
 demo-down: ## stop the demo's operator and local kubelet, then the local cluster
@@ -113,7 +114,7 @@ BENCH_ARGS ?=
 
 .PHONY: bench
 bench: $(STAMP) ## benchmark the operator on a throwaway cluster (.dev/bench); prints JSON (docs/bench.md)
-	$(VENV_PY) hack/bench.py $(BENCH_ARGS)
+	$(VENV_PY) -m hack.bench $(BENCH_ARGS)
 
 # promtool checks and unit-tests monitoring/alerts.yaml (tests/unit/test_manifests.py). Debian ships it
 # in the package prometheus, installed here when promtool is missing (as root, else through sudo).

@@ -6,7 +6,7 @@ cluster and installed the CRD; this script then
 
 1. creates the namespace (DEMO_NAMESPACE, default `demo`);
 2. starts the operator (watching that namespace only; metrics on 127.0.0.1:DEMO_METRICS_PORT) and the
-   local kubelet (hack/local_kubelet.py, which runs the trainers as local processes) as registered dev
+   local kubelet (hack/local_kubelet, which runs the trainers as local processes) as registered dev
    processes (`hack/dev-cluster.sh run`), so `hack/dev-cluster.sh down` stops them too; both are
    reused when they already run;
 3. applies examples/trainingjob-simple.yaml. If the job exists from an earlier run it is deleted first
@@ -20,7 +20,8 @@ cluster and installed the CRD; this script then
    watch through the project's Python client (trainingjob_client), as a notebook would follow a job;
    a watchdog thread ends it early if the operator or the local kubelet dies.
 
-Run with the operator's virtualenv: `.venv/bin/python hack/demo.py` (the Makefile does).
+Run with the operator's virtualenv from the repository: `.venv/bin/python -m hack.demo` (the Makefile
+does).
 """
 
 from __future__ import annotations
@@ -33,20 +34,16 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-REPO: Final = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+import yaml
 
-import yaml  # noqa: E402
-
-from controller.errors import AlreadyExists, KubeError, NotFound  # noqa: E402
-from controller.kube import NAMESPACES, SERVICEACCOUNTS, KubeClient  # noqa: E402
-from hack import devcluster  # noqa: E402
-from trainingjob_client import (  # noqa: E402
+from controller.errors import AlreadyExists, KubeError, NotFound
+from controller.kube import NAMESPACES, SERVICEACCOUNTS, KubeClient
+from hack.common import DEV, REPO, Say, ToolError, still_running, tail, wait_until
+from hack.devcluster.state import KUBECONFIG, LOGS, read_state
+from trainingjob_client import (
     JobDeleted,
     JobNotFound,
     JobWatch,
@@ -67,16 +64,7 @@ KUBELET: Final = "local-kubelet"
 POLL_SECONDS: Final = 0.5
 DELETE_TIMEOUT: Final = 120.0
 
-_started = time.monotonic()
-
-
-class DemoError(Exception):
-    """Why the demo stopped, for the person at the terminal."""
-
-
-def say(message: str) -> None:
-    elapsed = time.monotonic() - _started
-    print(f"[demo {int(elapsed) // 60:2d}m{int(elapsed) % 60:02d}s] {message}", flush=True)
+say: Final = Say("demo", stdout=True)
 
 
 def shown(path: Path) -> str:
@@ -93,9 +81,9 @@ def shown(path: Path) -> str:
 
 def ensure_process(name: str, command: list[str], wait_http: str | None = None) -> None:
     """Registers and starts `command` as dev process `name`, reusing it when it already runs it."""
-    state = devcluster.read_state() or {}
+    state = read_state() or {}
     current = (state.get("extras") or {}).get(name)
-    if current and devcluster.pid_alive(current) and current.get("command") == command:
+    if current and still_running(current) and current.get("command") == command:
         say(f"{name} already runs (pid {current['pid']}): reusing it")
         return
     arguments = [str(DEV_SCRIPT), "run", name, "--replace"]
@@ -103,18 +91,16 @@ def ensure_process(name: str, command: list[str], wait_http: str | None = None) 
         arguments += ["--wait-http", wait_http]
     result = subprocess.run([*arguments, "--", *command], check=False)
     if result.returncode != 0:
-        raise DemoError(f"could not start {name}; its log: {shown(devcluster.LOGS / f'{name}.log')}")
+        raise ToolError(f"could not start {name}; its log: {shown(LOGS / f'{name}.log')}")
 
 
 def check_processes() -> None:
-    extras = (devcluster.read_state() or {}).get("extras") or {}
+    extras = (read_state() or {}).get("extras") or {}
     for name in (OPERATOR, KUBELET):
         process = extras.get(name)
-        if process is None or not devcluster.pid_alive(process):
-            log = devcluster.LOGS / f"{name}.log"
-            raise DemoError(
-                f"{name} is not running any more; last lines of {shown(log)}:\n{devcluster.tail(log)}"
-            )
+        if process is None or not still_running(process):
+            log = LOGS / f"{name}.log"
+            raise ToolError(f"{name} is not running any more; last lines of {shown(log)}:\n{tail(log)}")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -130,7 +116,12 @@ def ensure_namespace(client: KubeClient) -> None:
     except AlreadyExists:
         pass
     # The API server refuses pods until the namespace's default ServiceAccount exists.
-    wait(f"the default ServiceAccount of {NAMESPACE}", lambda: exists(client, NAMESPACE, "default"), 60)
+    wait_until(
+        f"the default ServiceAccount of {NAMESPACE}",
+        lambda: exists(client, NAMESPACE, "default"),
+        timeout=60,
+        interval=POLL_SECONDS,
+    )
 
 
 def exists(client: KubeClient, namespace: str, name: str) -> bool:
@@ -139,14 +130,6 @@ def exists(client: KubeClient, namespace: str, name: str) -> bool:
     except NotFound:
         return False
     return True
-
-
-def wait(what: str, check: Callable[[], bool], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise DemoError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(POLL_SECONDS)
 
 
 def demo_job() -> dict[str, Any]:
@@ -174,23 +157,23 @@ def recreate(jobs: TrainingJobClient, job: dict[str, Any]) -> TrainingJob:
         except JobNotFound:
             pass
         except WaitTimeout:
-            raise DemoError(
+            raise ToolError(
                 f"timed out after {DELETE_TIMEOUT:.0f}s waiting for {NAMESPACE}/{name} to be deleted"
             ) from None
         # The local kubelet keeps the job's volumes (checkpoints, config) by name; a new job starts empty,
         # as it would with a fresh volume.
-        shutil.rmtree(devcluster.DEV / "local-kubelet" / NAMESPACE / name, ignore_errors=True)
+        shutil.rmtree(DEV / "local-kubelet" / NAMESPACE / name, ignore_errors=True)
     env = " ".join(f"{e['name']}={e['value']}" for e in job["spec"]["env"])
     say(f"applying {shown(EXAMPLE)} as {NAMESPACE}/{name}, with spec.env {env}")
     return jobs.create(job)
 
 
-def guard(watch: JobWatch, problems: list[DemoError], finished: threading.Event) -> None:
+def guard(watch: JobWatch, problems: list[ToolError], finished: threading.Event) -> None:
     """Ends `watch` when the operator or the local kubelet dies (the job would never change again)."""
     while not finished.wait(POLL_SECONDS):
         try:
             check_processes()
-        except DemoError as error:
+        except ToolError as error:
             problems.append(error)
             watch.close()
             return
@@ -200,7 +183,7 @@ def follow(jobs: TrainingJobClient, name: str) -> TrainingJob:
     """Prints a line per change until the job finishes; returns it Completed, raises otherwise."""
     began = time.monotonic()
     watch = jobs.watch(name, timeout=TIMEOUT)
-    problems: list[DemoError] = []
+    problems: list[ToolError] = []
     finished = threading.Event()
     watchdog = threading.Thread(target=guard, args=(watch, problems, finished), name="watchdog", daemon=True)
     watchdog.start()
@@ -217,11 +200,11 @@ def follow(jobs: TrainingJobClient, name: str) -> TrainingJob:
                 print(f"           {message}", flush=True)
                 last_message = message
     except WaitTimeout:
-        raise DemoError(
+        raise ToolError(
             f"{NAMESPACE}/{name} did not complete within {TIMEOUT:.0f}s (DEMO_TIMEOUT); it is {last_line}"
         ) from None
     except JobDeleted:
-        raise DemoError(f"{NAMESPACE}/{name} was deleted while the demo watched it") from None
+        raise ToolError(f"{NAMESPACE}/{name} was deleted while the demo watched it") from None
     finally:
         finished.set()
         watch.close()
@@ -230,7 +213,7 @@ def follow(jobs: TrainingJobClient, name: str) -> TrainingJob:
         raise problems[0]
     status = watch.last.status
     if status.state != "Completed":
-        raise DemoError(f"{NAMESPACE}/{name} failed: {status.failure_reason or status.message}")
+        raise ToolError(f"{NAMESPACE}/{name} failed: {status.failure_reason or status.message}")
     return watch.last
 
 
@@ -238,7 +221,7 @@ def look_around(name: str) -> None:
     env = "hack/dev-cluster.sh env"
     if "TJ_DEV_DIR" in os.environ:
         env = f"TJ_DEV_DIR={shlex.quote(os.environ['TJ_DEV_DIR'])} {env}"
-    logs = devcluster.LOGS
+    logs = LOGS
     ns = NAMESPACE
     print(
         f"""
@@ -259,10 +242,10 @@ Stop everything: make demo-down (or make dev-cluster-down).""",
 
 
 def main() -> int:
-    kubeconfig = devcluster.KUBECONFIG
+    kubeconfig = KUBECONFIG
     try:
-        if devcluster.read_state() is None:
-            raise DemoError(
+        if read_state() is None:
+            raise ToolError(
                 "the local cluster is not running: `make demo` starts it (hack/dev-cluster.sh up)"
             )
         jobs = TrainingJobClient(NAMESPACE, kubeconfig=kubeconfig)
@@ -286,7 +269,8 @@ def main() -> int:
             KUBELET,
             [
                 python,
-                str(REPO / "hack" / "local_kubelet.py"),
+                "-m",
+                "hack.local_kubelet",
                 f"--namespace={NAMESPACE}",
                 f"--kubeconfig={kubeconfig}",
             ],
@@ -295,9 +279,9 @@ def main() -> int:
         say(f"watching {NAMESPACE}/{job.name} (times since it was created):")
         follow(jobs, job.name)
         look_around(job.name)
-    except DemoError as error:
+    except ToolError as error:
         say(f"error: {error}")
-        say(f"logs: {shown(devcluster.LOGS)}; stop everything with `make demo-down`")
+        say(f"logs: {shown(LOGS)}; stop everything with `make demo-down`")
         return 1
     except KubeError as error:
         say(f"error: the API server answered: {error}")

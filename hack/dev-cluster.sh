@@ -5,4 +5,5 @@
 #   hack/dev-cluster.sh restart | stop | start <component>
 #   hack/dev-cluster.sh run <name> [--wait-http URL] -- <command...>    (a dev process; `stop <name>`)
 set -euo pipefail
-exec python3 "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/devcluster.py" "$@"
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}" exec python3 -m hack.devcluster "$@"

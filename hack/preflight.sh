@@ -69,7 +69,7 @@ else
 fi
 
 # --- Go, unless the cluster already runs or its binaries are cached --------------------------------
-if $python_ok && TJ_DEV_DIR=$DEV_DIR "$PYTHON" "$HACK_DIR/devcluster.py" status >/dev/null 2>&1; then
+if $python_ok && TJ_DEV_DIR=$DEV_DIR PYTHONPATH=$REPO "$PYTHON" -m hack.devcluster status >/dev/null 2>&1; then
   found+=("the local cluster (running)")
 elif ! command -v go >/dev/null 2>&1 && cache=$("$HACK_DIR/kube-bins.sh" dir 2>/dev/null); then
   found+=("the control plane, cached in $cache (no Go needed)")

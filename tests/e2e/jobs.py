@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 import yaml
 
 from crd import contract
-from hack import devcluster
+from hack.devcluster import nodes
 from tests.cluster import Kubectl, KubectlError, wait_for
 from tests.e2e.operator import OperatorProcess
 
@@ -242,8 +242,8 @@ def node_manifest(
     name: str, *, gpus: int, labels: dict[str, str], taints: Sequence[JsonDict], cpu: str = "64"
 ) -> JsonDict:
     """A fake GPU node that kwok manages (it turns Ready and runs pods bound to it): one of
-    hack/devcluster.py's nodes with extra labels and taints."""
-    node = devcluster.node_manifest(name, devcluster.NodeShape(1, gpus, cpu, "512Gi", "A100-SXM4-80GB"))
+    hack/devcluster's nodes with extra labels and taints."""
+    node = nodes.node_manifest(name, nodes.NodeShape(1, gpus, cpu, "512Gi", "A100-SXM4-80GB"))
     node["metadata"]["labels"].update(labels)
     node["spec"] = {"taints": list(taints)}
     return node

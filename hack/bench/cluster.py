@@ -1,0 +1,150 @@
+"""The bench cluster and what the bench puts into it: the CRD, the namespace, the jobs.
+
+Why apart: the jobs are what is measured, so their shape (numWorkers, GPUs) and the way they are
+created (from several threads, all answered before the clock stops) are one place to read. The bench
+cluster is a dev cluster of its own (TJ_DEV_DIR), started and stopped through hack/dev-cluster.sh.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Final
+
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from controller.errors import AlreadyExists
+from controller.kube import CRDS, EVENTS, NAMESPACES, TRAININGJOBS, KubeClient
+from crd import contract
+from hack.bench.options import Options
+from hack.common import REPO, JsonDict, ToolError
+
+NAMESPACE: Final = "bench"
+
+
+def run_devcluster(dev_dir: Path, *args: str, check: bool = True) -> None:
+    env = dict(os.environ, TJ_DEV_DIR=str(dev_dir))
+    result = subprocess.run([str(REPO / "hack" / "dev-cluster.sh"), *args], env=env, check=False)
+    if check and result.returncode != 0:
+        raise ToolError(f"hack/dev-cluster.sh {' '.join(args)} failed (exit {result.returncode})")
+
+
+def job_manifest(name: str, replicas: int, gpus: int) -> JsonDict:
+    return {
+        "apiVersion": f"{contract.GROUP}/{contract.VERSION}",
+        "kind": contract.KIND,
+        "metadata": {"name": name, "namespace": NAMESPACE, "labels": {"bench": "true"}},
+        "spec": {
+            "model": "bench",
+            "dataset": "synthetic",
+            "numWorkers": replicas,
+            "gpusPerWorker": gpus,
+        },
+    }
+
+
+def install_crd(client: KubeClient, timeout: float = 60.0) -> None:
+    """Server-side applies the CRD (hack/devcluster installed it already; this is idempotent) and
+    waits until it is Established."""
+    for path in sorted((REPO / "crd").glob("*.yaml")):
+        if path.name == "kustomization.yaml":
+            continue
+        for doc in yaml.safe_load_all(path.read_text()):
+            if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
+                client.patch(
+                    CRDS, None, doc["metadata"]["name"], doc, patch_type="apply", field_manager="bench"
+                )
+    name = f"{contract.PLURAL}.{contract.GROUP}"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        crd = client.get(CRDS, None, name)
+        conditions = (crd.get("status") or {}).get("conditions") or []
+        if any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions):
+            return
+        time.sleep(0.5)
+    raise ToolError(f"CRD {name} not Established after {timeout:.0f}s")
+
+
+def apiserver_requests(client: KubeClient) -> dict[str, float]:
+    """The API server's own request counters (apiserver_request_total), by verb and resource: what the
+    whole cluster (operator, scheduler, kwok, controller manager, the bench) asked of it."""
+    pool = client.api_client.rest_client.pool_manager
+    host = str(client.api_client.configuration.host).rstrip("/")
+    try:
+        # The admin kubeconfig authenticates with a client certificate, which the pool already carries.
+        response = pool.request("GET", host + "/metrics", headers={"Accept": "text/plain"}, timeout=30.0)
+    except Exception:  # diagnostics only: a failed scrape leaves the breakdown out
+        return {}
+    if response.status != 200:
+        return {}
+    counts: dict[str, float] = {}
+    for family in text_string_to_metric_families(response.data.decode()):
+        for sample in family.samples:
+            if sample.name != "apiserver_request_total":
+                continue
+            labels = sample.labels
+            resource = labels.get("resource", "") + (
+                f"/{labels['subresource']}" if labels.get("subresource") else ""
+            )
+            key = f"{labels.get('verb', '')} {resource}"
+            counts[key] = counts.get(key, 0.0) + sample.value
+    return counts
+
+
+def counter_delta(after: dict[str, float], before: dict[str, float], top: int = 15) -> dict[str, int]:
+    delta = {key: round(value - before.get(key, 0.0)) for key, value in after.items()}
+    ranked = sorted(((v, k) for k, v in delta.items() if v > 0), reverse=True)
+    return {key: value for value, key in ranked[:top]}
+
+
+def create_namespace(client: KubeClient) -> None:
+    with contextlib.suppress(AlreadyExists):
+        client.create(
+            NAMESPACES, None, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
+        )
+
+
+def create_jobs(client: KubeClient, names: list[str], options: Options) -> float:
+    """Creates the jobs from `options.create_threads` threads; returns when the last create answered."""
+
+    def create(name: str) -> None:
+        with contextlib.suppress(AlreadyExists):
+            client.create(
+                TRAININGJOBS, NAMESPACE, job_manifest(name, options.replicas, options.gpus_per_worker)
+            )
+
+    with ThreadPoolExecutor(max_workers=options.create_threads, thread_name_prefix="bench-create") as pool:
+        list(pool.map(create, names))
+    return time.monotonic()
+
+
+def count_events(client: KubeClient) -> dict[str, int]:
+    """The Events the operator wrote in the bench namespace: objects, and occurrences (counts)."""
+    items: list[JsonDict] = []
+    token: str | None = None
+    while True:
+        page = client.list(
+            EVENTS,
+            NAMESPACE,
+            field_selector=f"source={contract.OPERATOR_NAME}",
+            limit=500,
+            continue_=token,
+        )
+        items.extend(page.get("items") or [])
+        token = (page.get("metadata") or {}).get("continue")
+        if not token:
+            break
+    by_reason: dict[str, int] = {}
+    for event in items:
+        reason = str(event.get("reason"))
+        by_reason[reason] = by_reason.get(reason, 0) + int(event.get("count") or 1)
+    return {
+        "objects": len(items),
+        "occurrences": sum(by_reason.values()),
+        **dict(sorted(by_reason.items())),
+    }

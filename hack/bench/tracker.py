@@ -1,0 +1,120 @@
+"""When each pod was created, bound and Running, and each job Running, from the bench's own watches.
+
+Why: list + watch (the project's informer) sees every transition as it happens without polling the
+API server the bench is loading; slim transforms keep only the fields the bench reads, so its own
+caches stay small with thousands of pods.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from controller.clock import RealClock
+from controller.informer import Informer
+from controller.kube import LEASES, PODS, TRAININGJOBS, KubeClient
+from controller.store import Store
+from hack.bench.cluster import NAMESPACE
+from hack.bench.operator import LEASE_NAMESPACE
+from hack.common import JsonDict, ToolError
+
+
+def _slim_pod(pod: JsonDict) -> JsonDict:
+    metadata = pod["metadata"]
+    return {
+        "metadata": {k: metadata.get(k) for k in ("name", "namespace", "uid", "resourceVersion")},
+        "spec": {"nodeName": (pod.get("spec") or {}).get("nodeName")},
+        "status": {"phase": (pod.get("status") or {}).get("phase")},
+    }
+
+
+def _slim_job(job: JsonDict) -> JsonDict:
+    metadata = job["metadata"]
+    return {
+        "metadata": {k: metadata.get(k) for k in ("name", "namespace", "uid", "resourceVersion")},
+        "status": {"state": (job.get("status") or {}).get("state")},
+    }
+
+
+def _slim_lease(lease: JsonDict) -> JsonDict:
+    metadata = lease["metadata"]
+    spec = lease.get("spec") or {}
+    return {
+        "metadata": {k: metadata.get(k) for k in ("name", "namespace", "uid", "resourceVersion")},
+        "spec": {"renewTime": spec.get("renewTime"), "holderIdentity": spec.get("holderIdentity")},
+    }
+
+
+class Tracker:
+    """When each pod was first seen, bound and Running, and each job Running, from the bench's own
+    watches (list + watch, so the bench adds no polling load to the API server)."""
+
+    def __init__(self, client: KubeClient, lease_name: str) -> None:
+        self._lock = threading.Lock()
+        self.pod_created: dict[str, float] = {}
+        self.pod_bound: dict[str, float] = {}
+        self.pod_running: dict[str, float] = {}
+        self.job_running: dict[str, float] = {}
+        self.lease_renewals = 0
+        self._lease_name = lease_name
+        self._stop = threading.Event()
+        clock = RealClock()
+        self.informers = [
+            Informer(client, PODS, Store(), namespace=NAMESPACE, clock=clock, transform=_slim_pod),
+            Informer(client, TRAININGJOBS, Store(), namespace=NAMESPACE, clock=clock, transform=_slim_job),
+            Informer(client, LEASES, Store(), namespace=LEASE_NAMESPACE, clock=clock, transform=_slim_lease),
+        ]
+        pods, jobs, leases = self.informers
+        pods.add_handler(on_add=self._pod, on_update=lambda _old, new: self._pod(new))
+        jobs.add_handler(on_add=self._job, on_update=lambda _old, new: self._job(new))
+        leases.add_handler(on_update=self._lease)
+        self._threads = [
+            threading.Thread(target=inf.run, args=(self._stop,), name=f"bench-{inf.name}", daemon=True)
+            for inf in self.informers
+        ]
+
+    def start(self, timeout: float = 60.0) -> None:
+        for thread in self._threads:
+            thread.start()
+        for informer in self.informers:
+            if not informer.wait_for_sync(timeout):
+                raise ToolError(f"the bench's watch of {informer.name} did not sync in {timeout:.0f}s")
+
+    def stop(self) -> None:
+        self._stop.set()
+        for informer in self.informers:
+            informer.stop()
+
+    def _pod(self, pod: JsonDict) -> None:
+        now = time.monotonic()
+        name = pod["metadata"]["name"]
+        with self._lock:
+            self.pod_created.setdefault(name, now)
+            if pod["spec"].get("nodeName"):
+                self.pod_bound.setdefault(name, now)
+            if pod["status"].get("phase") == "Running":
+                self.pod_running.setdefault(name, now)
+
+    def _job(self, job: JsonDict) -> None:
+        if job["status"].get("state") == "Running":
+            with self._lock:
+                self.job_running.setdefault(job["metadata"]["name"], time.monotonic())
+
+    def _lease(self, old: JsonDict, new: JsonDict) -> None:
+        if new["metadata"]["name"] == self._lease_name and old["spec"] != new["spec"]:
+            with self._lock:
+                self.lease_renewals += 1
+
+    def counts(self) -> tuple[int, int, int, int]:
+        with self._lock:
+            return len(self.pod_created), len(self.pod_bound), len(self.pod_running), len(self.job_running)
+
+    def renewals(self) -> int:
+        with self._lock:
+            return self.lease_renewals
+
+    def reached(self, times: dict[str, float], count: int) -> float | None:
+        """When the `count`-th item arrived, or None if fewer did."""
+        with self._lock:
+            values = sorted(times.values())
+        return values[count - 1] if len(values) >= count else None

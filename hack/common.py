@@ -1,0 +1,180 @@
+"""What every program in hack/ needs: the repository's paths, progress lines, ports, processes, waiting.
+
+Why one module: the dev cluster, the local kubelet, the demo and the bench each need a free port on
+127.0.0.1, the kernel's start time of a process (a pid alone may be reused), a wait with a deadline, a
+progress line with the elapsed time and a process started with its output in a log. Each used to carry
+its own copy of these; one copy is what they share now.
+
+Standard library only: hack/devcluster runs with the system's python3 before any project dependency
+is installed. The programs run as modules from the repository (`python -m hack.<program>`), so
+`hack.*` imports need no path set-up.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+JsonDict = dict[str, Any]
+
+REPO: Final = Path(__file__).resolve().parent.parent
+# The local cluster's state (kubeconfig, logs, run directory); TJ_DEV_DIR moves it (tests, the bench).
+DEV: Final = Path(os.environ.get("TJ_DEV_DIR", REPO / ".dev"))
+
+
+class ToolError(Exception):
+    """A failure with a message meant for the person at the terminal: printed as one line, no traceback."""
+
+
+class Say:
+    """Prints progress lines `[<program> <m>m<ss>s] message`, timed from when it was made."""
+
+    def __init__(self, program: str, *, stdout: bool = False) -> None:
+        self.program = program
+        self.stdout = stdout
+        self.started = time.monotonic()
+
+    def __call__(self, message: str) -> None:
+        elapsed = int(time.monotonic() - self.started)
+        stream = sys.stdout if self.stdout else sys.stderr
+        print(f"[{self.program} {elapsed // 60:2d}m{elapsed % 60:02d}s] {message}", file=stream, flush=True)
+
+
+# ------------------------------------------------------------------------------------------- ports
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports the kernel just handed out on 127.0.0.1; held open together so they are distinct."""
+    sockets: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind(("127.0.0.1", 0))
+            sockets.append(sock)
+        return [int(sock.getsockname()[1]) for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def free_port() -> int:
+    (port,) = free_ports(1)
+    return port
+
+
+# --------------------------------------------------------------------------------------- processes
+
+
+def process_start_time(pid: int) -> str | None:
+    """The kernel's start time of `pid` (field 22 of /proc/<pid>/stat); None if it is gone or a zombie.
+
+    Together with the pid it identifies the process we started even if the pid is later reused.
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[-1].split()
+    return None if fields[0] == "Z" else fields[19]
+
+
+def still_running(record: Mapping[str, Any]) -> bool:
+    """A recorded process (`pid`, and `start_time` when known) is still the one that was started."""
+    started = process_start_time(int(record["pid"]))
+    return started is not None and started == record.get("start_time", started)
+
+
+def start_logged(
+    command: Sequence[str],
+    log_path: Path,
+    *,
+    header: str,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+) -> subprocess.Popen[bytes]:
+    """Starts `command` in a session of its own (a signal to its group reaches its children), stdin
+    closed, its output appended to `log_path` after a line `===== <local time> <header>`."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("ab") as log:
+        log.write(f"\n===== {time.strftime('%Y-%m-%dT%H:%M:%S')} {header}\n".encode())
+        log.flush()
+        return subprocess.Popen(
+            list(command),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=cwd,
+            env=None if env is None else dict(env),
+        )
+
+
+def tail(path: Path, lines: int = 15) -> str:
+    """The last `lines` lines of a log, for an error message."""
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+# ------------------------------------------------------------------------------------------ waiting
+
+
+def http_get(url: str, *, context: Any = None, timeout: float = 2.0) -> tuple[int, str]:
+    """(status, body) of a GET; status 0 with the error as body when nothing answered."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout, context=context) as response:  # noqa: S310
+            return int(response.status), response.read().decode(errors="replace")
+    except urllib.error.HTTPError as error:
+        return int(error.code), error.read().decode(errors="replace")
+    except (urllib.error.URLError, OSError, ValueError) as error:
+        return 0, str(error)
+
+
+def http_ok(url: str, context: Any = None, expect: str = "ok") -> bool:
+    """`url` answers 2xx with `expect` in its body (a health or readiness endpoint)."""
+    status, body = http_get(url, context=context)
+    return 200 <= status < 300 and expect in body
+
+
+def wait_until(
+    what: str,
+    check: Callable[[], bool],
+    *,
+    timeout: float,
+    interval: float = 0.2,
+    guard: Callable[[], None] | None = None,
+    progress: Callable[[], str] | None = None,
+    say: Callable[[str], None] | None = None,
+    every: float = 5.0,
+    hint: str = "",
+) -> None:
+    """Polls `check` until it holds; ToolError after `timeout` seconds.
+
+    `guard` runs before every poll and raises when waiting is pointless (a process it watches died).
+    With `progress` and `say`, a progress line every `every` seconds; the timeout's message ends with
+    the last progress line, then `hint`.
+    """
+    deadline = time.monotonic() + timeout
+    next_report = time.monotonic() + every
+    while True:
+        if guard is not None:
+            guard()
+        if check():
+            return
+        now = time.monotonic()
+        if now > deadline:
+            last = f": {progress()}" if progress is not None else ""
+            raise ToolError(f"timed out after {timeout:.0f}s waiting for {what}{last}{hint}")
+        if progress is not None and say is not None and now >= next_report:
+            say(progress())
+            next_report = now + every
+        time.sleep(interval)

@@ -1,0 +1,151 @@
+"""`hack/dev-cluster.sh`: the command line of the dev cluster (see the package's docstring).
+
+python3 -m hack.devcluster up|down|status|env      (normally through hack/dev-cluster.sh)
+python3 -m hack.devcluster restart|stop|start <component>
+python3 -m hack.devcluster run <name> [--wait-http URL] -- <command...>
+python3 -m hack.devcluster stop <name>
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from hack.common import ToolError, still_running
+from hack.devcluster import __doc__ as package_doc
+from hack.devcluster.extras import run_extra, stop_extra
+from hack.devcluster.lifecycle import down, restart, start_one, stop_one, up
+from hack.devcluster.nodes import NodeShape
+from hack.devcluster.processes import START_TIMEOUT
+from hack.devcluster.state import (
+    COMPONENTS,
+    KUBECONFIG,
+    KUBECTL_LINK,
+    LOGS,
+    dead_components,
+    read_state,
+    say,
+    stopped_components,
+)
+
+
+def status() -> int:
+    state = read_state()
+    if state is None:
+        print("dev cluster: not running")
+        return 1
+    dead = dead_components(state)
+    stopped = stopped_components(state)
+    health = "DEGRADED" if dead else "running"
+    if stopped and not dead:
+        health += f" (stopped on purpose: {', '.join(stopped)}; `hack/dev-cluster.sh start <component>`)"
+    print(f"dev cluster: {health}  API server {state['server']}")
+    print(f"kubeconfig:  {KUBECONFIG}")
+    versions = state.get("versions", {})
+    print(
+        "versions:    "
+        + ", ".join(
+            f"{k.removesuffix('_VERSION').lower()} {v}" for k, v in versions.items() if k.endswith("_VERSION")
+        )
+    )
+    print(f"binaries:    {state['bin_dir']}")
+    print(f"logs:        {LOGS}/<component>.log")
+    for name, proc in state.get("processes", {}).items():
+        alive = still_running(proc)
+        port = state.get("ports", {}).get(name, "")
+        condition = "running" if alive else "stopped" if proc.get("stopped") else "NOT RUNNING"
+        print(f"  {name:<24} pid {proc['pid']:<8} {condition:<12} 127.0.0.1:{port}  {proc['log']}")
+    extras = state.get("extras", {})
+    if extras:
+        print("dev processes (`hack/dev-cluster.sh stop <name>`; `down` stops them first):")
+    for name, proc in extras.items():
+        condition = "running" if still_running(proc) else "EXITED"
+        print(f"  {name:<24} pid {proc['pid']:<8} {condition:<12} {proc['log']}")
+    return 0 if not dead else 1
+
+
+def env() -> None:
+    print(f"export KUBECONFIG={KUBECONFIG}")
+    print(f'export PATH={KUBECTL_LINK.parent}:"$PATH"')
+
+
+def build_parser() -> argparse.ArgumentParser:
+    description = (package_doc or "").splitlines()[0]
+    parser = argparse.ArgumentParser(prog="hack/dev-cluster.sh", description=description)
+    sub = parser.add_subparsers(dest="command", required=True)
+    up_parser = sub.add_parser("up", help="build (first time) and start the cluster; no-op when running")
+    up_parser.add_argument("--nodes", type=int, default=int(os.environ.get("TJ_DEV_NODES", "4")))
+    up_parser.add_argument("--gpus-per-node", type=int, default=int(os.environ.get("TJ_DEV_GPUS", "8")))
+    up_parser.add_argument("--cpu-per-node", default=os.environ.get("TJ_DEV_CPU", "64"))
+    up_parser.add_argument("--memory-per-node", default=os.environ.get("TJ_DEV_MEMORY", "512Gi"))
+    up_parser.add_argument("--gpu-product", default=os.environ.get("TJ_DEV_GPU_PRODUCT", "A100-SXM4-80GB"))
+    sub.add_parser("down", help="stop every process the cluster started and remove its run directory")
+    sub.add_parser("status", help="what runs, versions, ports and logs")
+    sub.add_parser("env", help="print export lines for eval")
+    restart_parser = sub.add_parser("restart", help="restart one component with the same flags and port")
+    restart_parser.add_argument("component", choices=COMPONENTS)
+    stop_parser = sub.add_parser(
+        "stop",
+        help="stop one component on purpose until `start`, or a dev process started by `run`",
+    )
+    stop_parser.add_argument("component", metavar="component|name")
+    start_parser = sub.add_parser("start", help="start a component stopped with `stop`, same flags and port")
+    start_parser.add_argument("component", choices=COMPONENTS)
+    run_parser = sub.add_parser(
+        "run",
+        help="start a dev process stopped with the cluster: run <name> [--wait-http URL] -- <command...>",
+    )
+    run_parser.add_argument("name")
+    run_parser.add_argument("--wait-http", metavar="URL", help="wait until this URL answers 200")
+    run_parser.add_argument("--timeout", type=float, default=START_TIMEOUT, help="seconds --wait-http waits")
+    run_parser.add_argument("--replace", action="store_true", help="restart it if it already runs")
+    return parser
+
+
+def dispatch(args: argparse.Namespace, command: list[str]) -> int:
+    if args.command == "up":
+        up(
+            NodeShape(
+                args.nodes, args.gpus_per_node, args.cpu_per_node, args.memory_per_node, args.gpu_product
+            )
+        )
+    elif args.command == "down":
+        down()
+    elif args.command == "restart":
+        restart(args.component)
+    elif args.command == "stop" and args.component in COMPONENTS:
+        stop_one(args.component)
+    elif args.command == "stop":
+        stop_extra(args.component)
+    elif args.command == "start":
+        start_one(args.component)
+    elif args.command == "run":
+        run_extra(args.name, command, args.wait_http, args.timeout, args.replace)
+    elif args.command == "status":
+        return status()
+    else:
+        env()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    # Everything after `--` is the command of `run`, its own options included.
+    command: list[str] = []
+    if "--" in arguments:
+        split = arguments.index("--")
+        arguments, command = arguments[:split], arguments[split + 1 :]
+    args = build_parser().parse_args(arguments)
+    try:
+        return dispatch(args, command)
+    except ToolError as error:
+        say(f"error: {error}")
+        return 1
+    except KeyboardInterrupt:
+        say("interrupted")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,262 @@
+"""Bringing the dev cluster up and down, and one component at a time (restart, stop, start).
+
+Why: `up` must cope with whatever an earlier session left (a healthy cluster, a crashed component, a
+run directory without state, a component stopped on purpose by a test) and, when it starts anew, do
+it in the order the components need: etcd, the API server, the project's CRDs (before the garbage
+collector starts, so it knows them from the beginning), the controller manager and scheduler, kwok,
+then the nodes. A component stopped on purpose is not a crash: `up` leaves it stopped unless the
+stop is older than STOP_EXPIRY (whoever stopped it is gone).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Final
+
+from hack import kube_bins
+from hack.common import REPO, ToolError, free_ports, http_ok, still_running
+from hack.devcluster import components
+from hack.devcluster.components import Ports
+from hack.devcluster.nodes import NodeShape, create_nodes, ready_nodes
+from hack.devcluster.pki import admin_ssl_context, kubeconfig_text, make_pki, self_signed_context
+from hack.devcluster.processes import kubectl, spawn, stop_processes, wait_for
+from hack.devcluster.state import (
+    KUBECONFIG,
+    KUBECTL_LINK,
+    RUN,
+    STATE,
+    STOP_EXPIRY,
+    abandoned_components,
+    cluster_lock,
+    dead_components,
+    read_state,
+    read_versions,
+    say,
+    stopped_components,
+    write_state,
+)
+
+# etcd keeps its data on tmpfs (in a fresh private directory) for speed; the cluster is disposable.
+SHM: Final = Path("/dev/shm")  # noqa: S108
+CRD_DIR: Final = REPO / "crd"
+# Extra processes get longer: the local kubelet stops its trainers and reports their pods first.
+EXTRA_STOP_TIMEOUT: Final = 30.0
+
+
+def up(shape: NodeShape) -> None:
+    with cluster_lock():
+        state = read_state()
+        if state:
+            dead = dead_components(state)
+            if not dead:
+                for component in abandoned_components(state):
+                    say(f"{component} was stopped on purpose over {STOP_EXPIRY:.0f}s ago; starting it again")
+                    start_component_locked(state, component)
+                for component in stopped_components(state):
+                    say(f"{component} is stopped on purpose; `hack/dev-cluster.sh start {component}`")
+                say(
+                    f"already running (API server {state['server']}); `hack/dev-cluster.sh status` tells more"
+                )
+                return
+            running = sorted(set(state.get("processes", {})) - set(dead))
+            say(
+                f"found a stale cluster: {', '.join(dead)} not running"
+                + (f" ({', '.join(running)} still up)" if running else "")
+                + "; restarting it cleanly"
+            )
+            teardown(state)
+        elif RUN.exists():
+            say(f"removing a run directory without state ({RUN})")
+            teardown({})
+        start(kube_bins.ensure(), shape)
+
+
+def start(bin_dir: Path, shape: NodeShape) -> None:
+    say(f"starting the control plane from {bin_dir}")
+    RUN.mkdir(parents=True)
+    etcd_data = Path(tempfile.mkdtemp(prefix="trainingjob-etcd-", dir=SHM if SHM.is_dir() else None))
+    ports = Ports(*free_ports(6))
+    server = f"https://127.0.0.1:{ports.apiserver}"
+    state = {
+        "server": server,
+        "bin_dir": str(bin_dir),
+        "etcd_data": str(etcd_data),
+        "run_dir": str(RUN),
+        "versions": read_versions(bin_dir),
+        "nodes": shape.count,
+        "started": time.time(),
+        "processes": {},
+        "ports": ports.by_component(),
+    }
+    STATE.write_text(json.dumps(state, indent=2))
+    processes: dict[str, Any] = {}
+    try:
+        pki = RUN / "pki"
+        make_pki(pki)
+        KUBECONFIG.write_text(kubeconfig_text(server, pki))
+        KUBECONFIG.chmod(0o600)
+        KUBECTL_LINK.parent.mkdir(parents=True, exist_ok=True)
+        KUBECTL_LINK.unlink(missing_ok=True)
+        KUBECTL_LINK.symlink_to(bin_dir / "kubectl")
+
+        spawn("etcd", bin_dir / "etcd", components.etcd_args(ports, etcd_data), processes)
+        etcd_health = f"{components.etcd_url(ports)}/health"
+        wait_for("etcd /health", lambda: http_ok(etcd_health, expect='"health":"true"'), processes)
+        say("etcd is healthy")
+
+        spawn("kube-apiserver", bin_dir / "kube-apiserver", components.apiserver_args(ports, pki), processes)
+        context = admin_ssl_context(pki)
+        wait_for("kube-apiserver /readyz", lambda: http_ok(f"{server}/readyz", context), processes)
+        say("kube-apiserver is ready")
+
+        install_crds(bin_dir)
+        spawn(
+            "kube-controller-manager",
+            bin_dir / "kube-controller-manager",
+            components.controller_manager_args(ports, pki),
+            processes,
+        )
+        spawn("kube-scheduler", bin_dir / "kube-scheduler", components.scheduler_args(ports), processes)
+        spawn("kwok", bin_dir / "kwok", components.kwok_args(ports), processes)
+
+        create_nodes(bin_dir, shape)
+        wait_for(f"{shape.count} Ready nodes", lambda: ready_nodes(bin_dir) >= shape.count, processes)
+        wait_for(
+            "the default ServiceAccount",
+            lambda: bool(
+                kubectl(
+                    bin_dir, "get", "serviceaccount", "default", "-n", "default", "-o", "name", check=False
+                )
+            ),
+            processes,
+        )
+        say(f'ready: {shape.count} nodes x {shape.gpus} nvidia.com/gpu; `eval "$(hack/dev-cluster.sh env)"`')
+    except BaseException:
+        say("start failed; stopping what was started")
+        teardown(read_state() or {"processes": processes, "etcd_data": str(etcd_data)})
+        raise
+
+
+def install_crds(bin_dir: Path) -> None:
+    """The project's CRDs from crd/, before the controller manager's garbage collector starts."""
+    crds = sorted(CRD_DIR.glob("*.yaml")) if CRD_DIR.is_dir() else []
+    crds = [path for path in crds if path.name != "kustomization.yaml"]
+    for path in crds:
+        kubectl(bin_dir, "apply", "--server-side", "--force-conflicts", "-f", str(path))
+    if crds:
+        say(f"installed {len(crds)} CRD file(s) from crd/ before the garbage collector starts")
+
+
+def teardown(state: dict[str, Any]) -> None:
+    extras = state.get("extras", {})
+    if extras:
+        # Before the API server goes: they may still talk to it on their way out.
+        say(f"stopping {', '.join(extras)}")
+        stop_processes(extras, timeout=EXTRA_STOP_TIMEOUT)
+    stop_processes(state.get("processes", {}))
+    etcd_data = state.get("etcd_data")
+    if etcd_data:
+        shutil.rmtree(etcd_data, ignore_errors=True)
+    shutil.rmtree(RUN, ignore_errors=True)
+
+
+def down() -> None:
+    with cluster_lock():
+        state = read_state()
+        if state is None and not RUN.exists():
+            say("nothing running")
+            return
+        teardown(state or {})
+        say("stopped; every process this cluster started has exited")
+
+
+# ------------------------------------------------------------------------------- one component
+
+
+def restart(component: str) -> None:
+    """Stops one component and starts it again with the same command line (and so the same port),
+    then waits until it serves again: how tests exercise an API server restart."""
+    with cluster_lock():
+        state = running_state(component)
+        stop_component_locked(state, component)
+        start_component_locked(state, component)
+        say(f"restarted {component} (pid {state['processes'][component]['pid']})")
+        after_api_server_start(state, component)
+
+
+def after_api_server_start(state: dict[str, Any], component: str) -> None:
+    """Restarts the controller manager and the scheduler once a (re)started API server serves. Their
+    informers, cut off by the outage, otherwise sit out client-go's relist backoff, which grows with
+    every restart less than two minutes after the last: measured up to a minute and a half in which no
+    new pod got a node and no new namespace its default ServiceAccount, so one test of an API server
+    outage stalled the tests after it. kwok needs no restart: it picks pods up at once."""
+    if component != "kube-apiserver":
+        return
+    for dependent in ("kube-controller-manager", "kube-scheduler"):
+        process = state["processes"].get(dependent)
+        if not process or process.get("stopped"):
+            continue
+        stop_component_locked(state, dependent)
+        start_component_locked(state, dependent)
+        say(f"restarted {dependent} after the API server (pid {state['processes'][dependent]['pid']})")
+
+
+def stop_one(component: str) -> None:
+    """Takes one component down on purpose until `start`: an outage as long as a test needs."""
+    with cluster_lock():
+        state = running_state(component)
+        stop_component_locked(state, component)
+        processes: dict[str, Any] = state["processes"]
+        processes[component]["stopped"] = True
+        processes[component]["stopped_at"] = time.time()
+        write_state("processes", processes)
+        say(f"stopped {component}; `hack/dev-cluster.sh start {component}` brings it back")
+
+
+def start_one(component: str) -> None:
+    """Starts a component taken down by `stop` (or found dead) with its old command line and port."""
+    with cluster_lock():
+        state = running_state(component)
+        process = state["processes"][component]
+        if still_running(process) and not process.get("stopped"):
+            say(f"{component} is already running (pid {process['pid']})")
+            return
+        start_component_locked(state, component)
+        say(f"started {component} (pid {state['processes'][component]['pid']})")
+        after_api_server_start(state, component)
+
+
+def running_state(component: str) -> dict[str, Any]:
+    state = read_state()
+    if state is None:
+        raise ToolError("the dev cluster is not running")
+    if component not in state["processes"]:
+        raise ToolError(f"unknown component {component}; one of {', '.join(state['processes'])}")
+    return state
+
+
+def stop_component_locked(state: dict[str, Any], component: str) -> None:
+    # kube-apiserver stops listening at once but may linger on open watch connections.
+    stop_processes({component: state["processes"][component]}, timeout=5.0)
+
+
+def start_component_locked(state: dict[str, Any], component: str) -> None:
+    """Spawns `component` with its recorded command line (clearing `stopped`) and waits until it serves."""
+    processes: dict[str, Any] = state["processes"]
+    process = processes[component]
+    spawn(component, Path(process["binary"]), list(process["args"]), processes)
+    if component == "kube-apiserver":
+        context = admin_ssl_context(RUN / "pki")
+        wait_for("kube-apiserver /readyz", lambda: http_ok(f"{state['server']}/readyz", context), processes)
+    elif component == "etcd":
+        url = f"http://127.0.0.1:{state['ports']['etcd']}/health"
+        wait_for("etcd /health", lambda: http_ok(url, expect='"health":"true"'), processes)
+    elif component in ("kube-controller-manager", "kube-scheduler"):
+        # Serving means it got past reading its authentication settings from the API server, which it
+        # does once at start (and exits if that fails): an outage right after a restart must not kill it.
+        url = f"https://127.0.0.1:{state['ports'][component]}/healthz"
+        wait_for(f"{component} /healthz", lambda: http_ok(url, self_signed_context()), processes)

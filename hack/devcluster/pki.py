@@ -1,0 +1,98 @@
+"""A fresh PKI and admin kubeconfig per dev cluster, made with openssl.
+
+Why: the API server serves TLS and authenticates clients by certificate, like any real cluster, so
+the operator's client, kubectl and the components talk to it the way they would in production. The
+CA is new for every cluster; nothing outlives `down`.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import ssl
+import subprocess
+from pathlib import Path
+
+from hack.common import ToolError
+
+APISERVER_SANS = (
+    "subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,"
+    "DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+)
+
+
+def openssl(*args: str, cwd: Path) -> None:
+    result = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise ToolError(f"openssl {args[0]} failed: {result.stderr.strip()}")
+
+
+def make_pki(pki: Path) -> None:
+    """A CA per cluster, a serving certificate for 127.0.0.1, an admin client certificate and the
+    service-account token signing key pair."""
+    pki.mkdir(parents=True)
+    openssl(
+        *("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt"),
+        *("-days", "3650", "-subj", "/CN=trainingjob-dev-ca"),
+        cwd=pki,
+    )
+    issue(pki, "apiserver", "/CN=kube-apiserver", f"{APISERVER_SANS}\nextendedKeyUsage=serverAuth,clientAuth")
+    issue(pki, "admin", "/O=system:masters/CN=dev-admin", "extendedKeyUsage=clientAuth")
+    openssl("genrsa", "-out", "sa.key", "2048", cwd=pki)
+    openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=pki)
+
+
+def issue(pki: Path, name: str, subject: str, extensions: str) -> None:
+    """A key and a certificate signed by the cluster's CA, with `extensions` (an openssl extfile)."""
+    (pki / f"{name}.ext").write_text(extensions + "\n")
+    openssl(
+        *("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr"),
+        *("-subj", subject),
+        cwd=pki,
+    )
+    openssl(
+        *("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial"),
+        *("-out", f"{name}.crt", "-days", "365", "-extfile", f"{name}.ext"),
+        cwd=pki,
+    )
+
+
+def kubeconfig_text(server: str, pki: Path) -> str:
+    def b64(name: str) -> str:
+        return base64.b64encode((pki / name).read_bytes()).decode()
+
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "trainingjob-dev",
+                "cluster": {"server": server, "certificate-authority-data": b64("ca.crt")},
+            }
+        ],
+        "users": [
+            {
+                "name": "dev-admin",
+                "user": {"client-certificate-data": b64("admin.crt"), "client-key-data": b64("admin.key")},
+            }
+        ],
+        "contexts": [
+            {"name": "trainingjob-dev", "context": {"cluster": "trainingjob-dev", "user": "dev-admin"}}
+        ],
+        "current-context": "trainingjob-dev",
+    }
+    return json.dumps(config, indent=2)
+
+
+def admin_ssl_context(pki: Path) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+    context.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+    return context
+
+
+def self_signed_context() -> ssl.SSLContext:
+    """For the health checks of components that serve a certificate they generated in memory."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context

@@ -1,0 +1,96 @@
+"""Where a dev cluster keeps its state, and what that state says about its processes.
+
+Why: every command (`up`, `down`, `status`, `restart`, `run`, ...) is a separate process, so the
+truth about a cluster is `.dev/run/state.json`: the API server's address, the ports, the binaries,
+and each process by pid and kernel start time (a pid alone may be reused). Commands that change it
+hold `.dev/cluster.lock`, so a second `up` waits for the first and then finds the cluster running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Final
+
+from hack.common import DEV, Say, still_running
+
+RUN: Final = DEV / "run"
+LOGS: Final = DEV / "logs"
+STATE: Final = RUN / "state.json"
+KUBECONFIG: Final = DEV / "kubeconfig"
+KUBECTL_LINK: Final = DEV / "bin" / "kubectl"
+LOCK: Final = DEV / "cluster.lock"
+
+COMPONENTS: Final = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+# A component stopped on purpose longer ago than this was forgotten (its test was killed): `up` starts it.
+STOP_EXPIRY: Final = 300.0
+# Names of dev processes (`run <name>`): lower-case letters, digits and dashes.
+EXTRA_NAME: Final = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
+
+say: Final = Say("dev-cluster")
+
+
+def read_state() -> dict[str, Any] | None:
+    try:
+        data = json.loads(STATE.read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def write_state(key: str, value: Any) -> None:
+    """Replaces one top-level entry of state.json (`processes`, `extras`), keeping the rest."""
+    state = read_state() or {}
+    state[key] = value
+    STATE.write_text(json.dumps(state, indent=2))
+
+
+def dead_components(state: dict[str, Any]) -> list[str]:
+    """Components that should run but do not (crashed or killed); those stopped on purpose are not dead."""
+    return [
+        name
+        for name, proc in state.get("processes", {}).items()
+        if not proc.get("stopped") and not still_running(proc)
+    ]
+
+
+def stopped_components(state: dict[str, Any]) -> list[str]:
+    """Components taken down with `stop`, waiting for `start`."""
+    return [name for name, proc in state.get("processes", {}).items() if proc.get("stopped")]
+
+
+def abandoned_components(state: dict[str, Any]) -> list[str]:
+    """Components stopped on purpose more than STOP_EXPIRY seconds ago."""
+    now = time.time()
+    return [
+        name
+        for name, proc in state.get("processes", {}).items()
+        if proc.get("stopped") and now - float(proc.get("stopped_at", 0.0)) > STOP_EXPIRY
+    ]
+
+
+@contextlib.contextmanager
+def cluster_lock() -> Iterator[None]:
+    """Serialises `up` and `down`: a second `up` waits for the first, then finds the cluster running."""
+    DEV.mkdir(parents=True, exist_ok=True)
+    with LOCK.open("w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say("another dev-cluster command is running; waiting for it to finish")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+def read_versions(bin_dir: Path) -> dict[str, str]:
+    """The VERSIONS file hack/kube-bins.sh writes next to the binaries it built."""
+    versions: dict[str, str] = {}
+    for line in (bin_dir / "VERSIONS").read_text().splitlines():
+        key, _, value = line.partition("=")
+        versions[key] = value
+    return versions
