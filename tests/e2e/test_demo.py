@@ -3,7 +3,7 @@
 Why: every other end-to-end test ends pods by hand (kwok runs nothing), so none of them shows that a
 TrainingJob actually trains to Completed, that the trainer's reports reach the status through the
 API server with the per-job ServiceAccount's own token, or that a gang restart resumes from the
-checkpoint the trainer reported. Here the local kubelet (hack/local_kubelet.py) runs each pod's
+checkpoint the trainer reported. Here the local kubelet (hack/local_kubelet) runs each pod's
 reference trainer as a local process against the session's cluster, in the test's namespace, with
 the real operator; and `make demo` itself runs end to end on a throwaway cluster.
 
@@ -30,14 +30,14 @@ from typing import Any
 import pytest
 
 from crd import contract
+from hack.common import free_port
 from tests.cluster import DEV, REPO, Kubectl, wait_for
 from tests.e2e.conftest import StartOperator
 from tests.e2e.jobs import job_manifest, pods_of, status_of, wait, wait_for_state
-from tests.e2e.operator import OperatorProcess, free_port
+from tests.e2e.operator import OperatorProcess
 from tests.e2e.test_dev_cluster import listening_addresses
 
 JsonDict = dict[str, Any]
-KUBELET = REPO / "hack" / "local_kubelet.py"
 STOP_TIMEOUT = 40.0
 FAST_EPOCHS = {"TRAIN_STEPS_PER_EPOCH": "5", "TRAIN_STEP_SECONDS": "0.2", "TRAIN_PROGRESS_INTERVAL": "0"}
 
@@ -58,7 +58,8 @@ class LocalKubelet:
     def start(self) -> LocalKubelet:
         command = [
             sys.executable,
-            str(KUBELET),
+            "-m",
+            "hack.local_kubelet",
             f"--namespace={self.namespace}",
             f"--kubeconfig={DEV / 'kubeconfig'}",
             f"--state-dir={self.state_dir}",

@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 
+from hack.common import free_port
 from tests.cluster import Kubectl, wait_for
-from tests.e2e.operator import OperatorProcess, free_port
+from tests.e2e.operator import OperatorProcess
 
 PROMETHEUS = shutil.which("prometheus")
 pytestmark = pytest.mark.skipif(PROMETHEUS is None, reason="Debian's prometheus package is not installed")

@@ -1,4 +1,4 @@
-"""The local kubelet's decisions about a pod (hack/local_kubelet.py), without a cluster.
+"""The local kubelet's decisions about a pod (hack/local_kubelet), without a cluster.
 
 What a kubelet computes from a Pod is what makes a locally run trainer behave like one in a cluster:
 the environment ($(VAR) expansion, the downward API, Secret and ConfigMap references), the mount paths
@@ -18,18 +18,10 @@ from builders.pods import build_pod
 from controller.kube import KubeClient
 from crd import contract
 from crd.defaults import with_defaults
-from hack.local_kubelet import (
-    Kubelet,
-    Mount,
-    PodEvent,
-    expand,
-    field_value,
-    gang_size,
-    is_running,
-    reference_trainer_args,
-    remap,
-    resolve_env,
-)
+from hack.local_kubelet.env import expand, resolve_env
+from hack.local_kubelet.kubelet import Kubelet, PodEvent
+from hack.local_kubelet.pods import field_value, gang_size, is_running, reference_trainer_args
+from hack.local_kubelet.volumes import Mount, remap
 from hack.podstatus import exit_code_of, log_tail_message, terminated_status_patch
 from tests.unit import fakeapi
 from tests.unit.crd_cases import job

@@ -1,0 +1,144 @@
+"""What the local kubelet reads from a Pod: is it Running, which job and attempt, is its gang ready,
+how long its grace period, whether its command is the reference trainer, the downward API's values.
+
+Why apart: these are pure decisions over the Pod JSON, tested without a cluster
+(tests/hack/test_local_kubelet.py), and every other module of the local kubelet relies on them. A Pod
+missing a field it reads is never an error here: each answer has a safe default.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
+from typing import Final
+
+from crd import contract
+from hack.common import JsonDict
+
+DEFAULT_GRACE_SECONDS: Final = 30
+PYTHON_NAME: Final = re.compile(r"^python(\d+(\.\d+)?)?$")
+PYTHON_FLAG: Final = re.compile(r"^-[uBOsSEIq]+$")
+_SUBSCRIPT: Final = re.compile(r"^metadata\.(labels|annotations)\['(.+)'\]$")
+
+
+class SkipPod(Exception):
+    """This pod cannot run here (the reason is the message); it is left as it is."""
+
+
+def reference_trainer_args(
+    tokens: list[str], config_mount: str = contract.CONFIG_MOUNT_PATH
+) -> tuple[list[str], list[str]] | None:
+    """For `python [-u ...] /etc/trainingjob/train.py [args...]`: the interpreter's flags and the
+    script's arguments. None for any other command."""
+    if not tokens or not PYTHON_NAME.match(os.path.basename(tokens[0])):
+        return None
+    script = f"{config_mount}/{contract.TRAINER_FILE}"
+    for index, token in enumerate(tokens[1:], start=1):
+        if token == script:
+            return tokens[1:index], tokens[index + 1 :]
+        if not PYTHON_FLAG.match(token):
+            return None
+    return None
+
+
+def is_running(pod: JsonDict) -> bool:
+    """kwok marked the pod Running (its containers too) and nobody is deleting it."""
+    metadata = pod.get("metadata") or {}
+    status = pod.get("status") or {}
+    if metadata.get("deletionTimestamp") or status.get("phase") != "Running":
+        return False
+    statuses = status.get("containerStatuses")
+    return (
+        isinstance(statuses, list)
+        and bool(statuses)
+        and all(isinstance(s, dict) and "running" in (s.get("state") or {}) for s in statuses)
+    )
+
+
+def well_formed(pod: JsonDict) -> bool:
+    """The fields every decision here reads: metadata with uid, name and namespace, and a spec."""
+    metadata = pod.get("metadata")
+    if not isinstance(metadata, dict) or not isinstance(pod.get("spec"), dict):
+        return False
+    return all(isinstance(metadata.get(key), str) and metadata[key] for key in ("uid", "name", "namespace"))
+
+
+def job_of(pod: JsonDict) -> str | None:
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    value = labels.get(contract.JOB_NAME_LABEL)
+    return str(value) if value else None
+
+
+def attempt_of(pod: JsonDict) -> str:
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    return str(labels.get(contract.ATTEMPT_LABEL, "0"))
+
+
+def gang_size(pod: JsonDict) -> int:
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    try:
+        return max(1, int(annotations.get(contract.NUM_WORKERS_ANNOTATION, "1")))
+    except ValueError:
+        return 1
+
+
+def gang_ready(
+    pod: JsonDict,
+    pods: Mapping[str, JsonDict],
+    started: AbstractSet[str],
+    running_attempts: Iterable[tuple[str, str, str]],
+) -> bool:
+    """Every pod of `pod`'s attempt is Running (or already started: `started` holds their uids) and no
+    process of another attempt of its job still runs (`running_attempts`: namespace, job, attempt)."""
+    namespace, job, attempt = str(pod["metadata"]["namespace"]), job_of(pod), attempt_of(pod)
+    if any(ns == namespace and j == job and a != attempt for ns, j, a in running_attempts):
+        return False
+    members = [
+        (uid, p)
+        for uid, p in pods.items()
+        if p["metadata"].get("namespace") == namespace and job_of(p) == job and attempt_of(p) == attempt
+    ]
+    ready = sum(1 for uid, p in members if is_running(p) or uid in started)
+    return ready >= gang_size(pod)
+
+
+def grace_seconds(pod: JsonDict) -> float:
+    metadata = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    for value in (metadata.get("deletionGracePeriodSeconds"), spec.get("terminationGracePeriodSeconds")):
+        if isinstance(value, int) and value >= 0:
+            return float(value)
+    return float(DEFAULT_GRACE_SECONDS)
+
+
+def pod_label(pod: JsonDict) -> str:
+    metadata = pod.get("metadata") or {}
+    return f"{metadata.get('namespace')}/{metadata.get('name')}"
+
+
+def field_value(pod: JsonDict, path: str) -> str | None:
+    """The downward API's value of `path` (fieldRef.fieldPath), or None when unsupported or absent."""
+    metadata = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    simple = {
+        "metadata.name": metadata.get("name"),
+        "metadata.namespace": metadata.get("namespace"),
+        "metadata.uid": metadata.get("uid"),
+        "spec.nodeName": spec.get("nodeName"),
+        "spec.serviceAccountName": spec.get("serviceAccountName"),
+        "status.podIP": status.get("podIP"),
+        "status.hostIP": status.get("hostIP"),
+        "status.podIPs": ",".join(ip.get("ip", "") for ip in status.get("podIPs") or []) or None,
+        "status.hostIPs": ",".join(ip.get("ip", "") for ip in status.get("hostIPs") or []) or None,
+    }
+    if path in simple:
+        value = simple[path]
+        return None if value is None else str(value)
+    match = _SUBSCRIPT.match(path)
+    if match:
+        found = (metadata.get(match.group(1)) or {}).get(match.group(2))
+        return None if found is None else str(found)
+    return None
