@@ -30,12 +30,12 @@ from typing import Any
 import pytest
 
 from crd import contract
-from hack.common import free_port
+from hack.common import free_port, process_start_time
 from tests.cluster import DEV, REPO, Kubectl, wait_for
 from tests.e2e.conftest import StartOperator
 from tests.e2e.jobs import job_manifest, pods_of, status_of, wait, wait_for_state
 from tests.e2e.operator import OperatorProcess
-from tests.e2e.test_dev_cluster import listening_addresses
+from tests.hack.test_dev_cluster import listening_addresses
 
 JsonDict = dict[str, Any]
 STOP_TIMEOUT = 40.0
@@ -140,11 +140,7 @@ def trainers(namespace: str) -> dict[str, Trainer]:
 
 
 def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+    return process_start_time(pid) is not None  # neither gone nor a zombie
 
 
 def jwt_claims(token: str) -> JsonDict:
@@ -418,52 +414,6 @@ def test_a_restarted_kubelet_cleans_up_after_a_crash(
     assert not status["restarts"].get("failure")
     assert status["currentEpoch"] == 6
     assert "resuming from epoch" in second.pod_log(f"{name}-worker-0")
-
-
-# ---------------------------------------------------------------------------------------------------
-# Dev processes registered with the cluster
-
-
-def dev_cluster(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(REPO / "hack" / "dev-cluster.sh"), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-
-def extras() -> JsonDict:
-    found = json.loads((DEV / "run" / "state.json").read_text()).get("extras", {})
-    assert isinstance(found, dict)
-    return found
-
-
-def test_run_registers_a_dev_process_and_stop_ends_it(cluster: Kubectl) -> None:
-    name = f"t-sleeper-{uuid.uuid4().hex[:6]}"
-    started = dev_cluster("run", name, "--", "sleep", "600")
-    try:
-        assert started.returncode == 0, started.stderr
-        process = extras()[name]
-        assert process["command"] == ["sleep", "600"]
-        assert alive(process["pid"])
-        assert Path(process["log"]) == DEV / "logs" / f"{name}.log"
-        assert f"{name}" in dev_cluster("status").stdout
-        again = dev_cluster("run", name, "--", "sleep", "600")  # the same command: reused
-        assert again.returncode == 0
-        assert "already running" in again.stderr
-        assert extras()[name]["pid"] == process["pid"]
-        other = dev_cluster("run", name, "--", "sleep", "700")  # another one: refused
-        assert other.returncode == 1
-        assert f"hack/dev-cluster.sh stop {name}" in other.stderr
-    finally:
-        stopped = dev_cluster("stop", name)
-    assert stopped.returncode == 0, stopped.stderr
-    assert not alive(process["pid"])
-    assert name not in extras()
-    assert "is not running" in dev_cluster("stop", name).stderr
-    (DEV / "logs" / f"{name}.log").unlink(missing_ok=True)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 Fake GPU nodes are Ready, pods requesting GPUs run, owned objects are garbage-collected, the kubelet
 stand-in helpers end pods and lose nodes, everything listens on 127.0.0.1 only, and hack/dev-cluster.sh
-copes with a second `up`, a dead component, a stale run directory, racing starts and a failing build.
+copes with a second `up`, a dead component, a stale run directory, racing starts and a failing build;
+dev processes registered with `run` are reused, refused or stopped as documented.
 The fault tests run a second, throwaway cluster in a temporary directory so the session's cluster is
 left alone.
 """
@@ -14,13 +15,16 @@ import os
 import socket
 import subprocess
 import threading
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from hack.common import process_start_time
 from tests.cluster import (
+    DEV,
     REPO,
     Kubectl,
     add_disruption_condition,
@@ -82,11 +86,7 @@ def listening_addresses(pid: int) -> set[tuple[str, int]]:
 
 
 def pid_running(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+    return process_start_time(pid) is not None  # neither gone nor a zombie
 
 
 def listening_ports() -> set[int]:
@@ -295,6 +295,41 @@ def test_env_prints_exports(cluster: Kubectl) -> None:
         timeout=60,
     ).stdout
     assert out.count("node/") >= 4
+
+
+# ------------------------------------------------------------------ dev processes registered with it
+
+
+def extras() -> dict[str, Any]:
+    found = json.loads((DEV / "run" / "state.json").read_text()).get("extras", {})
+    assert isinstance(found, dict)
+    return found
+
+
+def test_run_registers_a_dev_process_and_stop_ends_it(cluster: Kubectl) -> None:
+    name = f"t-sleeper-{uuid.uuid4().hex[:6]}"
+    started = dev_cluster("run", name, "--", "sleep", "600", check=False)
+    try:
+        assert started.returncode == 0, started.stderr
+        process = extras()[name]
+        assert process["command"] == ["sleep", "600"]
+        assert pid_running(process["pid"])
+        assert Path(process["log"]) == DEV / "logs" / f"{name}.log"
+        assert f"{name}" in dev_cluster("status", check=False).stdout
+        again = dev_cluster("run", name, "--", "sleep", "600", check=False)  # the same command: reused
+        assert again.returncode == 0
+        assert "already running" in again.stderr
+        assert extras()[name]["pid"] == process["pid"]
+        other = dev_cluster("run", name, "--", "sleep", "700", check=False)  # another one: refused
+        assert other.returncode == 1
+        assert f"hack/dev-cluster.sh stop {name}" in other.stderr
+    finally:
+        stopped = dev_cluster("stop", name, check=False)
+    assert stopped.returncode == 0, stopped.stderr
+    assert not pid_running(process["pid"])
+    assert name not in extras()
+    assert "is not running" in dev_cluster("stop", name, check=False).stderr
+    (DEV / "logs" / f"{name}.log").unlink(missing_ok=True)
 
 
 # ------------------------------------------------------------------------- a throwaway second cluster
