@@ -13,6 +13,8 @@ COPY controller ./controller
 COPY builders ./builders
 COPY crd ./crd
 COPY trainingjob_client ./trainingjob_client
+# The reference trainer: not the operator's code, but shipped in every job's ConfigMap.
+COPY trainer ./trainer
 RUN python -m venv /opt/venv \
     && /opt/venv/bin/pip install --no-cache-dir .
 

@@ -7,17 +7,19 @@ unchanged job never produces a different ConfigMap and the controller can skip t
 
 The default command runs /etc/trainingjob/train.py, which imports trainingjob_progress.py from its own
 directory; both travel in the ConfigMap so any image with a Python interpreter can run a job, and
-custom training code can import the helper from the same place. Their single source is the package
-data under builders/reference-trainer/ (installed with the operator, so `pip install .` carries them),
-read once at import: a missing file stops the operator at start-up instead of failing every job. The
-directory's name is deliberately not a Python identifier: the files are payload for the pods, not a
-subpackage, and they import each other as top-level modules, as they do from the mount.
+custom training code can import the helper from the same place. Their single source is the
+repository's top-level trainer/ folder (a workload, not part of the operator's code). `pip install .`
+installs it next to builders/ (setup.cfg), where it also sits in the repository, and it is read from
+there once at import: a missing file stops the operator at start-up instead of failing every job. The
+folder has no __init__.py: the files are payload for the pods, and they import each other as
+top-level modules, as they do from the mount. (importlib.resources cannot serve it: an editable
+install adds a path entry to a namespace package that importlib.resources refuses.)
 """
 
 from __future__ import annotations
 
 import json
-from importlib import resources
+from pathlib import Path
 from typing import Any, Final
 
 from builders.meta import object_meta
@@ -25,14 +27,14 @@ from builders.names import config_map_name, job_name
 from crd import contract
 
 PROGRESS_HELPER_FILE: Final = "trainingjob_progress.py"
+TRAINER_DIR: Final = Path(__file__).resolve().parent.parent / "trainer"
 TRAINER_FILES: Final = (contract.TRAINER_FILE, PROGRESS_HELPER_FILE)
 # The API server refuses ConfigMaps over 1 MiB; the trainer files take a few dozen KiB of it.
 MAX_CONFIG_MAP_BYTES: Final = 1024 * 1024
 
 
 def _read_trainer_files() -> dict[str, str]:
-    trainer = resources.files("builders").joinpath("reference-trainer")
-    return {name: trainer.joinpath(name).read_text(encoding="utf-8") for name in TRAINER_FILES}
+    return {name: (TRAINER_DIR / name).read_text(encoding="utf-8") for name in TRAINER_FILES}
 
 
 TRAINER_SOURCES: Final = _read_trainer_files()

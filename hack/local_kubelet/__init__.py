@@ -26,7 +26,7 @@ operator manages in the namespaces it is given:
   other commands are logged and their pods left Running. The trainer runs its pure-Python simulation
   (TRAIN_SIMULATE=1): ranks exchange nothing, so nothing listens on any port, it needs no torch (the
   demo's virtualenv has none) and an epoch takes as long as TRAIN_STEP_SECONDS says. Real
-  torch.distributed with the operator's environment is covered by tests/e2e/test_real_training.py.
+  torch.distributed with the operator's environment is covered by tests/trainer/test_real_training.py.
   MASTER_ADDR is 127.0.0.1 and MASTER_PORT one free port per job attempt, the same for every rank;
 - the gang starts together, as a rendezvous would hold it: a pod's process starts once every pod of
   its attempt is Running and no process of an older attempt of the job is still stopping;

@@ -8,13 +8,11 @@ import copy
 import json
 import re
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
 import pytest
 
-import builders
 from builders import names
 from builders.configmap import MAX_CONFIG_MAP_BYTES, PROGRESS_HELPER_FILE, build_config_map
 from builders.podgroup import build_pod_group, pod_decoration
@@ -24,6 +22,7 @@ from builders.rbac import build_rbac, build_role
 from builders.services import build_headless_service, build_master_service
 from crd import contract
 from crd.defaults import with_defaults
+from tests.cluster import REPO
 from tests.unit import crd_cases
 from tests.unit.crd_cases import job
 
@@ -426,7 +425,7 @@ def test_config_map_carries_the_reference_trainer_and_the_progress_helper() -> N
     tj = materialize(EXAMPLES["trainingjob-advanced.yaml"])
     cm = build_config_map(tj)
     assert set(cm["data"]) == {contract.CONFIG_FILE, contract.TRAINER_FILE, PROGRESS_HELPER_FILE}
-    packaged = Path(builders.__file__).parent / "reference-trainer"
+    packaged = REPO / "trainer"
     for name in (contract.TRAINER_FILE, PROGRESS_HELPER_FILE):
         assert cm["data"][name] == (packaged / name).read_text(encoding="utf-8")
         compile(cm["data"][name], name, "exec")
