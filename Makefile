@@ -74,8 +74,8 @@ test: $(STAMP) promtool ## run the whole test suite (starts and stops the local 
 	$(VENV_PY) -m pytest $(PYTEST_ARGS)
 
 .PHONY: unit
-unit: $(STAMP) promtool ## run the tests that need no cluster
-	$(VENV_PY) -m pytest -m 'not cluster' $(PYTEST_ARGS)
+unit: $(STAMP) promtool ## run the tests that need no cluster and no optional component
+	$(VENV_PY) -m pytest -m 'not cluster and not components' $(PYTEST_ARGS)
 
 .PHONY: lint
 lint: $(STAMP) ## ruff and mypy

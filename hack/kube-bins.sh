@@ -1,54 +1,106 @@
 #!/usr/bin/env bash
-# Builds and caches the local control plane's binaries from Go modules.
+# Builds and caches the local control plane's binaries, and optional components, from Go modules.
 #
 # Why: these machines have no container engine and cannot download release binaries, but they reach
 # the Go module proxy. etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and kwok
-# are compiled once per (versions, Go version, recipe revision) and cached under the home directory;
-# a cached start never runs `go` against the network.
+# are compiled once per (versions, Go version, recipe revision) and cached under the home directory.
+# Optional components (Helm, ...) are built the same way, each under a key of its own, and only when
+# asked for by name. A cached use never runs `go` (the Go version comes from the toolchain's VERSION
+# file) and so never touches the network.
 #
-#   hack/kube-bins.sh dir     print the cache directory for the pinned versions (built or not)
-#   hack/kube-bins.sh ensure  build into the cache unless it is already there; print the directory
+#   hack/kube-bins.sh dir [COMPONENT]     print the cache directory (built or not)
+#   hack/kube-bins.sh ensure [COMPONENT]  build into the cache unless it is already there; print it
+#   hack/kube-bins.sh components          list the optional components and their pinned versions
 #
+# Without COMPONENT: the control plane. With one: that optional component, whose directory holds its
+# binary under the component's name (e.g. `$(hack/kube-bins.sh ensure helm)/helm`).
 # Without Go on PATH, a cached build of the pinned versions (whatever Go built it) is used as is.
 set -euo pipefail
 
 HACK_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=versions.env
 source "$HACK_DIR/versions.env"
-CACHE_ROOT=${TJ_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/trainingjob-operator}/kube-bins
-BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok)
+CACHE_BASE=${TJ_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/trainingjob-operator}
+CACHE_ROOT=$CACHE_BASE/kube-bins
 export GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0
 
-go_version() { (cd / && go env GOVERSION); }
+# ------------------------------------------------------------------------------ optional components
+# One function per component, `component_<name>` (dashes as underscores), setting:
+#   MODULE        the Go module, VERSION its pinned version (from versions.env)
+#   PACKAGE       the main package, relative to the module
+#   HOW           install:   `go install MODULE/PACKAGE@VERSION` (for a module without replace lines)
+#                 in-module: `go build ./PACKAGE` inside a copy of the module's source, so that its
+#                            own go.mod, replace lines included, applies
+#   VERSION_ARGS  arguments that make the binary print its version; the output must contain VERSION
+#   RECIPE        the entry's revision: raise it when the entry's recipe changes (a new cache key)
+# and optionally a function `ldflags_<name> GOMOD` printing the -X flags that stamp the version (GOMOD
+# is the module's go.mod, for versions the stamps derive from its requirements).
 
-cache_key() {
-  printf 'kube=%s etcd=%s kwok=%s go=%s recipe=%s' \
-    "$KUBE_VERSION" "$ETCD_VERSION" "$KWOK_VERSION" "$(go_version)" "$RECIPE_REVISION" |
-    sha256sum | cut -c1-16
+component_helm() {
+  MODULE=helm.sh/helm/v3 VERSION=$HELM_VERSION PACKAGE=cmd/helm HOW=install RECIPE=1
+  VERSION_ARGS=(version --short)
 }
 
-# A cached build of the pinned versions made by any Go version (for machines without Go).
+# What helm's own Makefile stamps: its version, and the Kubernetes version its client libraries
+# implement (the default of .Capabilities.KubeVersion in `helm template` and `helm lint`).
+ldflags_helm() {
+  local client_go minor flags="" pkg
+  client_go=$(required_version "$1" k8s.io/client-go)
+  minor=$(echo "$client_go" | cut -d. -f2)
+  flags+=" -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+  flags+=" -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+  for pkg in helm.sh/helm/v3/pkg/chartutil helm.sh/helm/v3/pkg/lint/rules; do
+    flags+=" -X $pkg.k8sVersionMajor=1 -X $pkg.k8sVersionMinor=$minor"
+  done
+  echo "$flags"
+}
+
+components() { declare -F | sed -n 's/^declare -f component_//p' | tr _ -; }
+
+describe_component() {
+  local name=$1
+  if ! declare -F "component_${name//-/_}" >/dev/null; then
+    echo "kube-bins: unknown component '$name'; one of: $(components | tr '\n' ' ')" >&2
+    exit 2
+  fi
+  "component_${name//-/_}"
+}
+
+# ------------------------------------------------------------------------------------------ helpers
+
+# The Go toolchain's version, read from its VERSION file so that a cached use runs no `go` command.
+go_version() {
+  local go root version
+  go=$(command -v go)
+  go=$(readlink -f "$go" 2>/dev/null || echo "$go")
+  root=$(dirname "$(dirname "$go")")
+  if [[ -z "${GOROOT:-}" && -f "$root/VERSION" ]] && read -r version <"$root/VERSION" && [[ $version == go* ]]; then
+    echo "$version"
+  else
+    (cd / && go env GOVERSION)
+  fi
+}
+
+# hash_key WORDS...: the cache key of a build described by WORDS and made with this Go.
+hash_key() { printf '%s go=%s' "$*" "$(go_version)" | sha256sum | cut -c1-16; }
+
+# cached_by_any_go ROOT LINE...: a build under ROOT whose VERSIONS file holds every LINE, whatever Go
+# version made it (for machines without Go).
 cached_by_any_go() {
-  local versions
-  for versions in "$CACHE_ROOT"/*/VERSIONS; do
+  local root=$1 versions line
+  shift
+  for versions in "$root"/*/VERSIONS; do
     [[ -f "$versions" ]] || continue
-    if grep -qx "KUBE_VERSION=$KUBE_VERSION" "$versions" && grep -qx "ETCD_VERSION=$ETCD_VERSION" "$versions" &&
-      grep -qx "KWOK_VERSION=$KWOK_VERSION" "$versions" && grep -qx "RECIPE_REVISION=$RECIPE_REVISION" "$versions"; then
-      dirname "$versions"
-      return 0
-    fi
+    for line in "$@"; do grep -qxF "$line" "$versions" || continue 2; done
+    dirname "$versions"
+    return 0
   done
   return 1
 }
 
-cache_dir() {
-  if command -v go >/dev/null 2>&1; then
-    echo "$CACHE_ROOT/$(cache_key)"
-  elif ! cached_by_any_go; then
-    echo "kube-bins: go not found and no cached build of Kubernetes $KUBE_VERSION in $CACHE_ROOT:" \
-      "install Go 1.24+ (https://go.dev/dl/) to build it once" >&2
-    return 1
-  fi
+# required_version GOMOD MODULE: the version a go.mod requires of MODULE.
+required_version() {
+  awk -v module="$2" '$1 == module && $2 ~ /^v/ { print $2; exit } $1 == "require" && $2 == module { print $3; exit }' "$1"
 }
 
 START=$SECONDS
@@ -74,6 +126,46 @@ run_step() {
     say "FAILED building $component (exit $rc); last lines of $log:"
     tail -n 25 "$log" >&2
     exit 1
+  fi
+}
+
+# cached_build DEST ROOT WHAT BUILD...: prints DEST once it holds a finished build. When DEST/VERSIONS
+# is missing, it takes ROOT/.lock (waiting for another build of the same thing), runs `BUILD... TMP`
+# to fill a temporary directory under ROOT (BUILD writes TMP/VERSIONS last) and renames it to DEST,
+# so nothing half-built is ever in the cache.
+cached_build() {
+  local dest=$1 root=$2 what=$3 tmp
+  shift 3
+  if [[ -f "$dest/VERSIONS" ]]; then echo "$dest"; return; fi
+  mkdir -p "$root"
+  exec 9>"$root/.lock"
+  if ! flock -n 9; then
+    say "another build holds $root/.lock; waiting for it"
+    flock 9
+  fi
+  if [[ -f "$dest/VERSIONS" ]]; then echo "$dest"; return; fi
+  tmp=$(mktemp -d "$root/.build-XXXXXX")
+  # shellcheck disable=SC2064 # expand now: $tmp is local to this function
+  trap "rm -rf '$tmp'" EXIT
+  say "cold build of $what with $(go_version) into $dest"
+  "$@" "$tmp"
+  mv "$tmp/bin" "$dest"
+  say "built and cached in $dest"
+  echo "$dest"
+}
+
+# ---------------------------------------------------------------------------------- control plane
+
+cache_dir() {
+  if command -v go >/dev/null 2>&1; then
+    # (The words' order predates hash_key; kept so existing caches stay valid.)
+    echo "$CACHE_ROOT/$(printf 'kube=%s etcd=%s kwok=%s go=%s recipe=%s' "$KUBE_VERSION" "$ETCD_VERSION" \
+      "$KWOK_VERSION" "$(go_version)" "$RECIPE_REVISION" | sha256sum | cut -c1-16)"
+  elif ! cached_by_any_go "$CACHE_ROOT" "KUBE_VERSION=$KUBE_VERSION" "ETCD_VERSION=$ETCD_VERSION" \
+    "KWOK_VERSION=$KWOK_VERSION" "RECIPE_REVISION=$RECIPE_REVISION"; then
+    echo "kube-bins: go not found and no cached build of Kubernetes $KUBE_VERSION in $CACHE_ROOT:" \
+      "install Go 1.24+ (https://go.dev/dl/) to build it once" >&2
+    return 1
   fi
 }
 
@@ -147,28 +239,9 @@ check_versions() {
   grep -q "Kubernetes $KUBE_VERSION" "$log" || { say "kube-apiserver does not report $KUBE_VERSION (see $log)"; exit 1; }
 }
 
-ensure() {
-  local dest
-  dest=$(cache_dir)
-  if ! command -v go >/dev/null 2>&1; then
-    echo "$dest"
-    return
-  fi
-  if [[ -f "$dest/VERSIONS" ]]; then echo "$dest"; return; fi
-  mkdir -p "$CACHE_ROOT"
-  exec 9>"$CACHE_ROOT/.lock"
-  if ! flock -n 9; then
-    say "another build holds $CACHE_ROOT/.lock; waiting for it"
-    flock 9
-  fi
-  if [[ -f "$dest/VERSIONS" ]]; then echo "$dest"; return; fi
-  local tmp logs
-  tmp=$(mktemp -d "$CACHE_ROOT/.build-XXXXXX")
-  logs="$CACHE_ROOT/logs"
+build_control_plane() {
+  local tmp=$1 logs=$CACHE_ROOT/logs
   mkdir -p "$tmp/bin" "$logs"
-  # shellcheck disable=SC2064 # expand now: $tmp is local to this function
-  trap "rm -rf '$tmp'" EXIT
-  say "cold build of $KUBE_VERSION / etcd $ETCD_VERSION / kwok $KWOK_VERSION with $(go_version) into $dest"
   say "logs: $logs/<component>.log"
   : >"$logs/etcd.log"; : >"$logs/kubernetes.log"; : >"$logs/kwok.log"; : >"$logs/versions.log"
   build_etcd "$tmp/bin" "$tmp/work" "$logs/etcd.log"
@@ -183,13 +256,87 @@ ensure() {
     echo "RECIPE_REVISION=$RECIPE_REVISION"
     echo "BUILD_SECONDS=$((SECONDS - START))"
   } >"$tmp/bin/VERSIONS"
-  mv "$tmp/bin" "$dest"
-  say "built and cached in $dest"
-  echo "$dest"
+}
+
+# ---------------------------------------------------------------------------- optional components
+
+optional_dir() {
+  local name=$1 root=$CACHE_BASE/components/$1
+  describe_component "$name"
+  if command -v go >/dev/null 2>&1; then
+    echo "$root/$(hash_key "component=$name module=$MODULE version=$VERSION recipe=$RECIPE.$COMPONENT_RECIPE_REVISION")"
+  elif ! cached_by_any_go "$root" "VERSION=$VERSION" "RECIPE=$RECIPE.$COMPONENT_RECIPE_REVISION"; then
+    echo "kube-bins: go not found and no cached build of $name $VERSION in $root:" \
+      "install Go 1.24+ (https://go.dev/dl/) to build it once" >&2
+    return 1
+  fi
+}
+
+# download_module MODULE@VERSION JSON: the module's source into Go's module cache; its paths as JSON.
+download_module() { go mod download -json "$1" >"$2"; }
+
+build_component() {
+  local name=$1 tmp=$2 work=$2/work log=$CACHE_BASE/components/$1/build.log ldflags=""
+  describe_component "$name"
+  mkdir -p "$tmp/bin" "$work"
+  : >"$log"
+  say "$name: log $log"
+  cd "$work"
+  run_step "$name" "$log" download_module "$MODULE@$VERSION" "$work/module.json"
+  local source gomod
+  source=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["Dir"])' "$work/module.json")
+  gomod=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["GoMod"])' "$work/module.json")
+  if declare -F "ldflags_${name//-/_}" >/dev/null; then ldflags=$("ldflags_${name//-/_}" "$gomod"); fi
+  case "$HOW" in
+    install)
+      run_step "$name" "$log" env GOBIN="$work/gobin" GOFLAGS= go install -trimpath -ldflags "-s -w$ldflags" \
+        "$MODULE/$PACKAGE@$VERSION"
+      mv "$work/gobin/$(basename "$PACKAGE")" "$tmp/bin/$name"
+      ;;
+    in-module)
+      cp -r "$source" "$work/src"
+      chmod -R u+w "$work/src"
+      cd "$work/src"
+      run_step "$name" "$log" go build -trimpath -ldflags "-s -w$ldflags" -o "$tmp/bin/$name" "./$PACKAGE"
+      ;;
+    *) say "component $name: unknown HOW=$HOW"; exit 1 ;;
+  esac
+  run_step "$name" "$log" "$tmp/bin/$name" "${VERSION_ARGS[@]}"
+  if ! "$tmp/bin/$name" "${VERSION_ARGS[@]}" 2>&1 | grep -qF -- "$VERSION"; then
+    say "FAILED building $name: \`$name ${VERSION_ARGS[*]}\` does not report $VERSION (log: $log)"
+    exit 1
+  fi
+  {
+    echo "NAME=$name"
+    echo "MODULE=$MODULE"
+    echo "VERSION=$VERSION"
+    echo "GO_VERSION=$(go_version)"
+    echo "RECIPE=$RECIPE.$COMPONENT_RECIPE_REVISION"
+    echo "BUILD_SECONDS=$((SECONDS - START))"
+  } >"$tmp/bin/VERSIONS"
+}
+
+# ------------------------------------------------------------------------------------------ main
+
+ensure() {
+  local dest
+  if (($# == 0)); then
+    dest=$(cache_dir)
+    command -v go >/dev/null 2>&1 || { echo "$dest"; return; }
+    cached_build "$dest" "$CACHE_ROOT" "$KUBE_VERSION / etcd $ETCD_VERSION / kwok $KWOK_VERSION" build_control_plane
+  else
+    dest=$(optional_dir "$1")
+    command -v go >/dev/null 2>&1 || { echo "$dest"; return; }
+    describe_component "$1"
+    cached_build "$dest" "$CACHE_BASE/components/$1" "$1 $VERSION" build_component "$1"
+  fi
 }
 
 case "${1:-}" in
-  dir) cache_dir ;;
-  ensure) ensure ;;
-  *) echo "usage: $0 dir|ensure" >&2; exit 2 ;;
+  dir) if (($# > 1)); then optional_dir "$2"; else cache_dir; fi ;;
+  ensure) shift; ensure "$@" ;;
+  components)
+    for name in $(components); do describe_component "$name"; echo "$name $MODULE $VERSION"; done
+    ;;
+  *) echo "usage: $0 dir|ensure [COMPONENT] | components" >&2; exit 2 ;;
 esac

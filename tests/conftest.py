@@ -3,7 +3,8 @@
 Tests marked `cluster` get the control plane from hack/dev-cluster.sh: a running one is reused (and
 left running); otherwise the session starts it and stops it at the end (unless TJ_KEEP_CLUSTER=1),
 so a test run leaves no process behind. The project's CRDs are applied from crd/ and awaited until
-Established.
+Established. Tests marked `components` get optional components (helm) built from Go modules by
+hack/kube-bins.sh: minutes the first time on a machine, then taken from the cache.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from hack.kube_bins import component_binary
 from tests.cluster import DEV, REPO, Kubectl, wait_for
 
 CRD_DIR = REPO / "crd"
@@ -80,11 +82,23 @@ def kubectl(cluster: Kubectl) -> Kubectl:
     return cluster
 
 
+@pytest.fixture(scope="session")
+def helm() -> Path:
+    """The helm binary built from Go modules (hack/kube-bins.sh ensure helm), built on first use."""
+    return component_binary("helm")
+
+
+# Fixtures that need something built or started, and the marker their tests get.
+FIXTURE_MARKERS = {"cluster": pytest.mark.cluster, "helm": pytest.mark.components}
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests using the cluster fixture are marked `cluster`: `-m "not cluster"` runs the unit tests alone."""
+    """Tests using the cluster fixture are marked `cluster`, those using a built component (helm)
+    `components`: `-m "not cluster and not components"` runs the unit tests alone (`make unit`)."""
     for item in items:
-        if "cluster" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.cluster)
+        for fixture, marker in FIXTURE_MARKERS.items():
+            if fixture in getattr(item, "fixturenames", ()):
+                item.add_marker(marker)
 
 
-__all__ = ["DEV", "cluster", "install_crds", "kubectl", "namespace"]
+__all__ = ["DEV", "cluster", "helm", "install_crds", "kubectl", "namespace"]

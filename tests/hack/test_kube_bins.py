@@ -1,0 +1,142 @@
+"""hack/kube-bins.sh: binaries built from Go modules once, then used from the cache without Go.
+
+The promises: a cached binary is used without running any `go` command (so without the network); an
+optional component is built only when asked for by name and reports its pinned version; a failed
+build names the component and its log and leaves nothing in the cache. A recording `go` (a toolchain
+whose bin/go logs each call, then runs the real one) shows whether Go ran at all.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.cluster import REPO, Kubectl
+
+SCRIPT = REPO / "hack" / "kube-bins.sh"
+
+
+def pinned(name: str) -> str:
+    """A version pinned in hack/versions.env (its default)."""
+    for line in (REPO / "hack" / "versions.env").read_text().splitlines():
+        if line.startswith(f"{name}="):
+            return line.split(":-", 1)[1].rstrip("}")
+    raise AssertionError(f"{name} is not pinned in hack/versions.env")
+
+
+def kube_bins(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(SCRIPT), *args],
+        capture_output=True,
+        text=True,
+        env=env if env is not None else dict(os.environ),
+        timeout=900,
+        check=False,
+    )
+
+
+@pytest.fixture
+def recording_go(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """An environment whose `go` records its arguments in the returned file, then runs the real go.
+
+    It stands in a toolchain directory with the real one's VERSION file, as an installed Go does."""
+    real = shutil.which("go")
+    if real is None:
+        pytest.skip("needs Go on PATH")
+    real_go = Path(real).resolve()
+    root = tmp_path / "go"
+    (root / "bin").mkdir(parents=True)
+    shutil.copy(real_go.parent.parent / "VERSION", root / "VERSION")
+    calls = tmp_path / "go-calls"
+    go = root / "bin" / "go"
+    go.write_text(f'#!/bin/sh\necho "$*" >>"{calls}"\nexec "{real_go}" "$@"\n')
+    go.chmod(0o755)
+    env = dict(os.environ, PATH=f"{root / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    env.pop("GOROOT", None)
+    return env, calls
+
+
+def test_a_cached_component_is_used_without_running_go(
+    helm: Path, recording_go: tuple[dict[str, str], Path]
+) -> None:
+    env, calls = recording_go
+    result = kube_bins("ensure", "helm", env=env)
+    assert result.returncode == 0, result.stderr
+    assert Path(result.stdout.strip()) / "helm" == helm
+    assert not calls.exists(), f"a cached ensure ran go: {calls.read_text()}"
+    assert "cold build" not in result.stderr
+
+
+def test_helm_reports_its_pinned_version(helm: Path, tmp_path: Path) -> None:
+    version = pinned("HELM_VERSION")
+    short = subprocess.run([str(helm), "version", "--short"], capture_output=True, text=True, check=True)
+    assert short.stdout.strip() == version
+    # Stamped like helm's own release builds: the Kubernetes version its libraries implement is what
+    # `helm template` assumes without a cluster.
+    chart = tmp_path / "chart"
+    (chart / "templates").mkdir(parents=True)
+    (chart / "Chart.yaml").write_text("apiVersion: v2\nname: probe\nversion: 0.1.0\n")
+    (chart / "templates" / "kube.yaml").write_text("# kube {{ .Capabilities.KubeVersion.Version }}\n")
+    rendered = subprocess.run(
+        [str(helm), "template", "probe", str(chart)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=dict(os.environ, HELM_CACHE_HOME=str(tmp_path), HELM_CONFIG_HOME=str(tmp_path)),
+    )
+    assert "# kube v1.34.0" in rendered.stdout
+
+
+def test_the_cached_control_plane_is_used_without_running_go(
+    cluster: Kubectl, recording_go: tuple[dict[str, str], Path]
+) -> None:
+    env, calls = recording_go
+    result = kube_bins("ensure", env=env)
+    assert result.returncode == 0, result.stderr
+    assert Path(result.stdout.strip()) == cluster.binary.resolve().parent
+    assert not calls.exists(), f"a cached ensure ran go: {calls.read_text()}"
+
+
+def test_a_failed_component_build_names_it_and_its_log_and_caches_nothing(
+    tmp_path: Path, recording_go: tuple[dict[str, str], Path]
+) -> None:
+    env, calls = recording_go
+    env.update(TJ_CACHE_DIR=str(tmp_path / "cache"), HELM_VERSION="v3.19.999999")
+    result = kube_bins("ensure", "helm", env=env)
+    assert result.returncode != 0
+    assert "FAILED building helm" in result.stderr
+    log = tmp_path / "cache" / "components" / "helm" / "build.log"
+    assert str(log) in result.stderr
+    assert log.exists()
+    assert calls.exists()  # not cached: it asked Go (the recording works)
+    root = tmp_path / "cache" / "components" / "helm"
+    leftovers = [path.name for path in root.iterdir() if path.name not in ("build.log", ".lock")]
+    assert leftovers == [], f"half-built cache entries left: {leftovers}"
+
+
+def test_components_are_asked_for_by_name(tmp_path: Path) -> None:
+    listed = kube_bins("components")
+    assert listed.returncode == 0, listed.stderr
+    assert f"helm helm.sh/helm/v3 {pinned('HELM_VERSION')}" in listed.stdout.splitlines()
+    unknown = kube_bins("ensure", "no-such-component", env=dict(os.environ, TJ_CACHE_DIR=str(tmp_path)))
+    assert unknown.returncode == 2
+    assert "unknown component 'no-such-component'; one of: helm" in unknown.stderr
+    assert not (tmp_path / "components").exists()
+
+
+def test_without_go_an_uncached_component_says_how_to_get_it(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("bash", "dirname", "cut", "sha256sum"):
+        real = shutil.which(tool)
+        assert real is not None
+        (bin_dir / tool).symlink_to(real)
+    env = {"PATH": str(bin_dir), "HOME": str(tmp_path), "TJ_CACHE_DIR": str(tmp_path / "cache")}
+    result = kube_bins("ensure", "helm", env=env)
+    assert result.returncode == 1
+    assert f"go not found and no cached build of helm {pinned('HELM_VERSION')}" in result.stderr
+    assert "install Go" in result.stderr
