@@ -1,5 +1,7 @@
-"""Development tooling: the local control plane, the local kubelet, the demo and the benchmark.
+"""Development tooling: the local control plane, the Go-built binaries, the local kubelet, the demo and
+the benchmark (see hack/README.md).
 
-A package only so tests can import the pieces they share with these scripts (hack.podstatus); every
-module here is also run directly as a script (`python3 hack/<name>.py`).
+A package so its programs share hack/common.py and tests import the pieces they check. The programs
+run as modules from the repository: `python -m hack.devcluster` (through hack/dev-cluster.sh),
+`python -m hack.local_kubelet`, `python -m hack.demo`, `python -m hack.bench`.
 """

@@ -32,7 +32,10 @@ export GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0
 #                 in-module: `go build ./PACKAGE` inside a copy of the module's source, so that its
 #                            own go.mod, replace lines included, applies
 #   VERSION_ARGS  arguments that make the binary print its version; the output must contain VERSION
+#                 (the exit status does not count: it runs with an empty environment, so a program
+#                 without a version flag may print its version as it starts and then exit)
 #   RECIPE        the entry's revision: raise it when the entry's recipe changes (a new cache key)
+#   ASSETS        optional: paths in the module (CRDs, configuration) copied next to the binary
 # and optionally a function `ldflags_<name> GOMOD` printing the -X flags that stamp the version (GOMOD
 # is the module's go.mod, for versions the stamps derive from its requirements).
 
@@ -55,14 +58,36 @@ ldflags_helm() {
   echo "$flags"
 }
 
+# Kueue's controller manager, with its CRDs. It has no version flag: it logs its version as it starts,
+# then exits for the kubeconfig that is not there.
+component_kueue() {
+  MODULE=sigs.k8s.io/kueue VERSION=$KUEUE_VERSION PACKAGE=cmd/kueue HOW=install RECIPE=1
+  VERSION_ARGS=(--kubeconfig=/nonexistent/kubeconfig)
+  ASSETS=(config/components/crd/bases)
+}
+
+ldflags_kueue() { echo " -X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION -X sigs.k8s.io/kueue/pkg/version.GitCommit="; }
+
+# The kube-scheduler with the scheduler-plugins (coscheduling among them), with the PodGroup CRD and
+# the coscheduling configuration. Its go.mod replaces the Kubernetes staging modules, so it is built
+# inside a copy of the module.
+component_scheduler_plugins() {
+  MODULE=sigs.k8s.io/scheduler-plugins VERSION=$SCHEDULER_PLUGINS_VERSION PACKAGE=cmd/scheduler HOW=in-module
+  RECIPE=1 VERSION_ARGS=(--version)
+  ASSETS=(manifests/coscheduling)
+}
+
+ldflags_scheduler_plugins() { echo " -X k8s.io/component-base/version.gitVersion=$SCHEDULER_PLUGINS_VERSION"; }
+
 components() { declare -F | sed -n 's/^declare -f component_//p' | tr _ -; }
 
 describe_component() {
   local name=$1
   if ! declare -F "component_${name//-/_}" >/dev/null; then
-    echo "kube-bins: unknown component '$name'; one of: $(components | tr '\n' ' ')" >&2
+    echo "kube-bins: unknown component '$name'; one of: $(echo $(components))" >&2
     exit 2
   fi
+  ASSETS=()
   "component_${name//-/_}"
 }
 
@@ -301,9 +326,19 @@ build_component() {
       ;;
     *) say "component $name: unknown HOW=$HOW"; exit 1 ;;
   esac
-  run_step "$name" "$log" "$tmp/bin/$name" "${VERSION_ARGS[@]}"
-  if ! "$tmp/bin/$name" "${VERSION_ARGS[@]}" 2>&1 | grep -qF -- "$VERSION"; then
-    say "FAILED building $name: \`$name ${VERSION_ARGS[*]}\` does not report $VERSION (log: $log)"
+  local asset
+  for asset in "${ASSETS[@]}"; do
+    mkdir -p "$(dirname "$tmp/bin/$asset")"
+    cp -r "$source/$asset" "$tmp/bin/$asset"
+    chmod -R u+w "$tmp/bin/$asset"
+  done
+  say "$name: $name ${VERSION_ARGS[*]}"
+  local reported
+  reported=$(cd "$work" && env -i PATH=/usr/bin:/bin HOME="$work" timeout 60 "$tmp/bin/$name" "${VERSION_ARGS[@]}" 2>&1 || true)
+  echo "$reported" >>"$log"
+  if ! grep -qF -- "$VERSION" <<<"$reported"; then
+    say "FAILED building $name: \`$name ${VERSION_ARGS[*]}\` does not report $VERSION; last lines of $log:"
+    tail -n 25 "$log" >&2
     exit 1
   fi
   {

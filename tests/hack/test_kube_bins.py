@@ -11,10 +11,12 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from hack.kube_bins import component_binary
 from tests.cluster import REPO, Kubectl
 
 SCRIPT = REPO / "hack" / "kube-bins.sh"
@@ -91,6 +93,56 @@ def test_helm_reports_its_pinned_version(helm: Path, tmp_path: Path) -> None:
     assert "# kube v1.34.0" in rendered.stdout
 
 
+@dataclass(frozen=True)
+class Component:
+    """An optional component, how it shows its version, and a manifest its cache directory carries."""
+
+    name: str
+    pinned_as: str
+    arguments: tuple[str, ...]
+    reported: str
+    manifest: str
+
+
+BUILT_COMPONENTS = [
+    # No version flag: Kueue logs its version as it starts, then exits without a kubeconfig.
+    Component(
+        "kueue",
+        "KUEUE_VERSION",
+        ("--kubeconfig=/nonexistent/kubeconfig",),
+        '"gitVersion":"{version}"',
+        "config/components/crd/bases/kueue.x-k8s.io_workloads.yaml",
+    ),
+    Component(
+        "scheduler-plugins",
+        "SCHEDULER_PLUGINS_VERSION",
+        ("--version",),
+        "Kubernetes {version}",
+        "manifests/coscheduling/crd.yaml",
+    ),
+]
+
+
+@pytest.mark.components
+@pytest.mark.parametrize("component", BUILT_COMPONENTS, ids=lambda component: component.name)
+def test_a_component_reports_its_pinned_version_and_carries_its_manifests(
+    component: Component, tmp_path: Path
+) -> None:
+    binary = component_binary(component.name)
+    result = subprocess.run(
+        [str(binary), *component.arguments],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+    )
+    expected = component.reported.format(version=pinned(component.pinned_as))
+    assert expected in result.stdout + result.stderr
+    assert "kind: CustomResourceDefinition" in (binary.parent / component.manifest).read_text()
+
+
 def test_the_cached_control_plane_is_used_without_running_go(
     cluster: Kubectl, recording_go: tuple[dict[str, str], Path]
 ) -> None:
@@ -121,10 +173,14 @@ def test_a_failed_component_build_names_it_and_its_log_and_caches_nothing(
 def test_components_are_asked_for_by_name(tmp_path: Path) -> None:
     listed = kube_bins("components")
     assert listed.returncode == 0, listed.stderr
-    assert f"helm helm.sh/helm/v3 {pinned('HELM_VERSION')}" in listed.stdout.splitlines()
+    assert listed.stdout.splitlines() == [
+        f"helm helm.sh/helm/v3 {pinned('HELM_VERSION')}",
+        f"kueue sigs.k8s.io/kueue {pinned('KUEUE_VERSION')}",
+        f"scheduler-plugins sigs.k8s.io/scheduler-plugins {pinned('SCHEDULER_PLUGINS_VERSION')}",
+    ]
     unknown = kube_bins("ensure", "no-such-component", env=dict(os.environ, TJ_CACHE_DIR=str(tmp_path)))
     assert unknown.returncode == 2
-    assert "unknown component 'no-such-component'; one of: helm" in unknown.stderr
+    assert "unknown component 'no-such-component'; one of: helm kueue scheduler-plugins" in unknown.stderr
     assert not (tmp_path / "components").exists()
 
 
