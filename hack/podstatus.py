@@ -1,5 +1,5 @@
 """What a kubelet writes into a Pod's status when its containers end: shared by the local kubelet
-(hack/local_kubelet.py), which reports real process exits, and the tests (tests/cluster.py `end_pod`),
+(hack/local_kubelet), which reports real process exits, and the tests (tests/cluster.py `end_pod`),
 which end pods on kwok nodes by hand.
 
 Why one module: the operator classifies a worker's end from exactly these fields (phase, each

@@ -140,7 +140,7 @@ def end_pod(
     condition with that reason (PreemptionByScheduler, EvictionByEvictionAPI, DeletionByTaintManager,
     TerminationByKubelet). `container` ends only that container's state (the others keep theirs); by
     default every container ends with the same code. The patch is hack/podstatus.py's, which the
-    local kubelet (hack/local_kubelet.py) sends too when a real process exits.
+    local kubelet (hack/local_kubelet) sends too when a real process exits.
     """
     pod = kubectl.get_json("pod", name, "-n", namespace)
     patch = terminated_status_patch(

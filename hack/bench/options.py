@@ -53,7 +53,7 @@ class Options:
 
 def parse_options(argv: list[str] | None) -> Options:
     parser = argparse.ArgumentParser(
-        prog="hack/bench.py",
+        prog="python -m hack.bench",
         description="Benchmark the operator on a throwaway local cluster; prints one JSON object.",
         epilog="Arguments after `--` (and $BENCH_OPERATOR_ARGS) are passed to the operator.",
     )

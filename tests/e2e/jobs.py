@@ -24,6 +24,7 @@ import yaml
 
 from crd import contract
 from hack.devcluster import nodes
+from hack.devcluster.state import KUBECONFIG
 from tests.cluster import Kubectl, KubectlError, wait_for
 from tests.e2e.operator import OperatorProcess
 
@@ -94,7 +95,7 @@ class PatientKubectl(Kubectl):
 def kubeconfig_to_nowhere(path: Path) -> int:
     """Writes the dev cluster's admin kubeconfig with its server moved to a closed port on 127.0.0.1
     (a cluster that is down, without stopping the shared one); returns the port."""
-    config = yaml.safe_load(devcluster.KUBECONFIG.read_text())
+    config = yaml.safe_load(KUBECONFIG.read_text())
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = int(sock.getsockname()[1])

@@ -351,7 +351,7 @@ def test_from_env_with_a_local_api_url_reports_there(api: FakeApi, tmp_path: Pat
     assert request.headers["Authorization"] == "Bearer local"
 
 
-# Local runs (hack/local_kubelet.py): a real https API with a token file and a CA given by path
+# Local runs (hack/local_kubelet): a real https API with a token file and a CA given by path
 
 
 @dataclass
