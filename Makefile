@@ -90,7 +90,7 @@ RUN_ARGS ?=
 # crd/kube_schemas.json (the core/v1 schemas the spec embeds) comes from the API server's OpenAPI, so it is
 # regenerated only when the local cluster runs (docs/schema.md).
 .PHONY: generate
-generate: $(STAMP) generate-monitoring ## regenerate the CRD YAML and docs/api.md from crd/ (and crd/kube_schemas.json from the local cluster), and the PrometheusRule
+generate: $(STAMP) generate-monitoring ## regenerate the CRD YAML (and the Helm chart's copy) and docs/api.md from crd/ (and crd/kube_schemas.json from the local cluster), and the PrometheusRule
 	@if hack/dev-cluster.sh status >/dev/null 2>&1; then \
 		$(VENV_PY) -m crd kube-schemas --kubectl $(DEV_DIR)/bin/kubectl --kubeconfig $(DEV_DIR)/kubeconfig; \
 	else \
@@ -130,7 +130,7 @@ promtool: ## install promtool (Debian package prometheus) when it is missing
 	@promtool --version 2>&1 | head -n 1
 
 .PHONY: generate-monitoring
-generate-monitoring: $(STAMP) ## regenerate deploy/components/monitoring/prometheusrule.yaml from monitoring/alerts.yaml
+generate-monitoring: $(STAMP) ## regenerate the PrometheusRule (kustomize) and the Helm chart's copy of the rules from monitoring/alerts.yaml
 	$(VENV_PY) -m monitoring.generate
 
 OVERLAY ?=

@@ -1,13 +1,15 @@
-"""Writes the monitoring component's PrometheusRule from monitoring/alerts.yaml.
+"""Writes the monitoring component's PrometheusRule, and the Helm chart's copy of the rules, from
+monitoring/alerts.yaml.
 
-Why: the alerting rules must exist twice, as a plain Prometheus rules file (for `promtool`, and for
-Prometheus servers that are not run by the Prometheus Operator) and as a PrometheusRule object in
-deploy/. Kustomize cannot read files outside its directory, so instead of copying the rules by hand
-this module renders the object from the rules file; `make generate-monitoring` runs it and a test
-fails when the committed object differs from what it renders.
+Why: the alerting rules must exist as a plain Prometheus rules file (for `promtool`, and for Prometheus
+servers that are not run by the Prometheus Operator) and as a PrometheusRule object in deploy/, for
+kustomize and for the Helm chart. Neither kustomize nor Helm reads files outside its directory, so
+instead of copying the rules by hand this module renders the kustomize object from the rules file and
+copies the file into the chart (whose template builds the object); `make generate-monitoring` runs it
+and a test fails when a committed output differs from what it renders.
 
-    python -m monitoring.generate           # rewrite the PrometheusRule
-    python -m monitoring.generate --check   # exit 1 when it is out of date
+    python -m monitoring.generate           # rewrite the outputs
+    python -m monitoring.generate --check   # exit 1 when one is out of date
 """
 
 from __future__ import annotations
@@ -22,8 +24,13 @@ import yaml
 REPO: Final = Path(__file__).resolve().parent.parent
 ALERTS: Final = REPO / "monitoring" / "alerts.yaml"
 PROMETHEUS_RULE: Final = REPO / "deploy" / "components" / "monitoring" / "prometheusrule.yaml"
+CHART_ALERTS: Final = REPO / "deploy" / "helm" / "trainingjob-operator" / "files" / "alerts.yaml"
 HEADER: Final = (
     "# Generated from monitoring/alerts.yaml by `make generate-monitoring`; do not edit by hand.\n"
+)
+CHART_HEADER: Final = (
+    "# Copied from monitoring/alerts.yaml by `make generate-monitoring` for the Helm chart's\n"
+    "# PrometheusRule (templates/prometheusrule.yaml); do not edit by hand.\n"
 )
 
 
@@ -55,7 +62,10 @@ def prometheus_rule(rules: dict[str, Any]) -> dict[str, Any]:
         "metadata": {
             "name": "trainingjob-operator",
             "namespace": "trainingjob-system",
-            "labels": {"app.kubernetes.io/name": "trainingjob-operator"},
+            "labels": {
+                "app.kubernetes.io/name": "trainingjob-operator",
+                "app.kubernetes.io/part-of": "trainingjob-operator",
+            },
         },
         "spec": {"groups": rules["groups"]},
     }
@@ -74,21 +84,33 @@ def render(path: Path = ALERTS) -> str:
     return HEADER + body
 
 
+def chart_copy(path: Path = ALERTS) -> str:
+    """The text of the Helm chart's files/alerts.yaml: the rules file as it is, under a header."""
+    load_rules(path)
+    return CHART_HEADER + path.read_text(encoding="utf-8")
+
+
+def outputs() -> dict[Path, str]:
+    """Every generated file and the text it must hold."""
+    return {PROMETHEUS_RULE: render(), CHART_ALERTS: chart_copy()}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    parser.add_argument("--check", action="store_true", help="exit 1 when the PrometheusRule is out of date")
+    parser.add_argument("--check", action="store_true", help="exit 1 when an output is out of date")
     args = parser.parse_args(argv)
-    text = render()
-    current = PROMETHEUS_RULE.read_text(encoding="utf-8") if PROMETHEUS_RULE.exists() else ""
-    if args.check:
-        if current != text:
-            print(f"{PROMETHEUS_RULE.relative_to(REPO)} is out of date: run `make generate-monitoring`")
-            return 1
-        return 0
-    if current != text:
-        PROMETHEUS_RULE.write_text(text, encoding="utf-8")
-        print(f"wrote {PROMETHEUS_RULE.relative_to(REPO)}")
-    return 0
+    stale = [
+        (path, text)
+        for path, text in outputs().items()
+        if not path.exists() or path.read_text(encoding="utf-8") != text
+    ]
+    for path, text in stale:
+        if args.check:
+            print(f"{path.relative_to(REPO)} is out of date: run `make generate-monitoring`")
+        else:
+            path.write_text(text, encoding="utf-8")
+            print(f"wrote {path.relative_to(REPO)}")
+    return 1 if args.check and stale else 0
 
 
 if __name__ == "__main__":

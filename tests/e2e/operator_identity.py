@@ -81,7 +81,9 @@ def render(target: Path) -> list[Manifest]:
     )
     if result.returncode != 0:
         raise AssertionError(f"kubectl kustomize {target} failed: {result.stderr.strip()}")
-    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+    # libyaml's loader when PyYAML has it: five times faster on the CRD's 0.5 MB.
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return [doc for doc in yaml.load_all(result.stdout, Loader=loader) if doc]
 
 
 def identity_objects(objects: Iterable[Manifest]) -> list[Manifest]:
@@ -120,7 +122,15 @@ def operator_kubeconfig(cluster: Kubectl, tmp_path: Path, *, duration: str = "2h
     and CA as `cluster`.
     """
     apply_identity(cluster)
-    token = cluster.run("create", "token", SERVICE_ACCOUNT, "-n", NAMESPACE, f"--duration={duration}").strip()
+    return token_kubeconfig(cluster, SERVICE_ACCOUNT, NAMESPACE, tmp_path / "operator.kubeconfig", duration)
+
+
+def token_kubeconfig(
+    cluster: Kubectl, service_account: str, namespace: str, path: Path, duration: str = "2h"
+) -> Path:
+    """Writes `path` (mode 0600): a kubeconfig for `cluster`'s API server that authenticates with a
+    token of the ServiceAccount `namespace/service_account` (TokenRequest API, valid for `duration`)."""
+    token = cluster.run("create", "token", service_account, "-n", namespace, f"--duration={duration}").strip()
     if not token:
         raise AssertionError("kubectl create token printed no token")
     entry = _cluster_entry(cluster.kubeconfig)
@@ -133,16 +143,15 @@ def operator_kubeconfig(cluster: Kubectl, tmp_path: Path, *, duration: str = "2h
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": "trainingjob-dev", "cluster": cluster_fields}],
-        "users": [{"name": SERVICE_ACCOUNT, "user": {"token": token}}],
+        "users": [{"name": service_account, "user": {"token": token}}],
         "contexts": [
             {
-                "name": SERVICE_ACCOUNT,
-                "context": {"cluster": "trainingjob-dev", "user": SERVICE_ACCOUNT, "namespace": NAMESPACE},
+                "name": service_account,
+                "context": {"cluster": "trainingjob-dev", "user": service_account, "namespace": namespace},
             }
         ],
-        "current-context": SERVICE_ACCOUNT,
+        "current-context": service_account,
     }
-    path = tmp_path / "operator.kubeconfig"
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
         json.dump(config, handle, indent=2)
@@ -166,4 +175,5 @@ __all__ = [
     "operator_kubectl",
     "project_kubectl",
     "render",
+    "token_kubeconfig",
 ]

@@ -348,7 +348,9 @@ def test_check_command_fails_on_stale_files_and_write_fixes_them(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     crd_file, docs_file = tmp_path / CRD_FILE_NAME, tmp_path / "docs" / "api.md"
+    chart_file = tmp_path / "chart" / CRD_FILE_NAME
     monkeypatch.setattr("crd.__main__.CRD_FILE", crd_file)
+    monkeypatch.setattr("crd.__main__.CHART_CRD_FILE", chart_file)
     monkeypatch.setattr("crd.__main__.DOCS_FILE", docs_file)
     monkeypatch.setattr("crd.__main__.PACKAGE_DIR", tmp_path / "crd")
     assert crd_main(["check"]) == 1
@@ -359,6 +361,11 @@ def test_check_command_fails_on_stale_files_and_write_fixes_them(
     assert crd_main(["write"]) == 0
     docs_file.write_text(api_docs() + "edited\n", encoding="utf-8")
     assert crd_main(["check"]) == 1
+    assert crd_main(["write"]) == 0
+    chart_file.write_text(crd_yaml().replace("TrainingJob", "TrainingJobs", 1), encoding="utf-8")
+    assert crd_main(["check"]) == 1
+    assert crd_main(["write"]) == 0
+    assert chart_file.read_text(encoding="utf-8") == crd_file.read_text(encoding="utf-8")
 
 
 def test_yaml_command_prints_the_crd() -> None:
