@@ -22,7 +22,8 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -120,6 +121,24 @@ class Kubectl:
         items = self.get_json(*args).get("items", [])
         assert isinstance(items, list)
         return items
+
+
+@contextmanager
+def throwaway_cluster(dev_dir: Path, *, nodes: int = 1) -> Iterator[Kubectl]:
+    """A control plane of its own, in `dev_dir` (TJ_DEV_DIR), stopped when the block ends.
+
+    For tests that install and remove cluster-wide objects (the operator's ClusterRole, the CRD) which
+    the other tests of the session share on the session's cluster.
+    """
+    env = dict(os.environ, TJ_DEV_DIR=str(dev_dir))
+    script = REPO / "hack" / "dev-cluster.sh"
+    subprocess.run(
+        [str(script), "up", "--nodes", str(nodes)], env=env, check=True, capture_output=True, timeout=600
+    )
+    try:
+        yield Kubectl(dev_dir / "bin" / "kubectl", dev_dir / "kubeconfig")
+    finally:
+        subprocess.run([str(script), "down"], env=env, check=False, capture_output=True, timeout=120)
 
 
 def end_pod(

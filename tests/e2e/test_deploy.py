@@ -2,9 +2,11 @@
 
 Why: schema validation (tests/unit/test_manifests.py) cannot see admission: Pod Security, CEL rules of
 the CRD, RBAC escalation prevention, field validation of the server's own version. Here every
-kustomize target is applied with a server-side dry run, the operator's pod template is admitted (dry
-run) into the restricted namespace, and the operator's ServiceAccount, authenticated with a real
-token (tests/e2e/operator_identity.py), is asked what it may do and made to do what the operator does.
+kustomize target and every option of the Helm chart (rendered by `helm template`) is applied with a
+server-side dry run, the operator's pod template is admitted (dry run) into the restricted namespace,
+and the operator's ServiceAccount, authenticated with a real token (tests/e2e/operator_identity.py),
+is asked what it may do and made to do what the operator does. The chart's real install, upgrade and
+uninstall are tests/e2e/test_helm_release.py.
 
 The Prometheus Operator is not installed on the local cluster; the ServiceMonitor and PrometheusRule
 of the monitoring overlay are dry-run against minimal stand-in CRDs that this module installs (and
@@ -15,9 +17,12 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
+import tempfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final
 
 import pytest
@@ -34,12 +39,39 @@ from tests.e2e.operator_identity import (
     operator_kubeconfig,
     render,
 )
+from tests.e2e.test_docs_yaml import yaml_blocks
+from tests.helmchart import OPTIONS, Helm, merged
 
 Manifest = dict[str, Any]
 
 OVERLAYS: Final = sorted(path.name for path in (REPO / "deploy" / "overlays").iterdir() if path.is_dir())
 TARGETS: Final = ("deploy", "deploy/base", *(f"deploy/overlays/{name}" for name in OVERLAYS))
 FIXTURE_LABEL: Final = "test.trainingjob-operator.dev/fixture"
+# Values beyond the options: placement, image, pod settings (the API server judges what the schema
+# lets through, e.g. the toleration and affinity fields).
+CHART_POD_VALUES: Final = {
+    "image": {"repository": "registry.example:5000/ml/trainingjob-operator", "tag": "1.2.3"},
+    "imagePullSecrets": [{"name": "regcred"}],
+    "replicas": 3,
+    "resources": {"requests": {"cpu": "200m", "memory": "300Mi"}, "limits": {"cpu": None, "memory": "1Gi"}},
+    "nodeSelector": {"pool": "system"},
+    "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "system", "effect": "NoSchedule"}],
+    "affinity": {
+        "podAntiAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 100,
+                    "podAffinityTerm": {
+                        "topologyKey": "kubernetes.io/hostname",
+                        "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "trainingjob-operator"}},
+                    },
+                }
+            ]
+        }
+    },
+    "podAnnotations": {"example.com/team": "ml-platform"},
+    "monitoring": {"enabled": True, "labels": {"release": "prometheus"}},
+}
 
 
 def as_list(objects: list[Manifest]) -> str:
@@ -169,6 +201,64 @@ def test_target_passes_server_side_dry_run(
     assert not warnings(result.stderr), result.stderr
     for obj in objects:
         assert f"{obj['kind'].lower()}" in result.stdout.lower()
+
+
+@pytest.fixture(scope="module")
+def chart(helm: Path, tmp_path_factory: pytest.TempPathFactory) -> Helm:
+    return Helm(helm, tmp_path_factory.mktemp("helm"))
+
+
+@pytest.mark.usefixtures("identity", "monitoring_crds")
+@pytest.mark.parametrize("option", ["default", *OPTIONS, "every", "pod-values"])
+def test_chart_passes_server_side_dry_run(cluster: Kubectl, namespace: str, chart: Helm, option: str) -> None:
+    """`helm template` of each option (and of the pod's values) applied with a server-side dry run into
+    the install's namespace, which enforces the restricted Pod Security Standard. In single-namespace
+    mode the test's namespace is the watched one."""
+    watched = {"watchNamespace": namespace}
+    values = {
+        "default": {},
+        **OPTIONS,
+        "single-namespace": watched,
+        "every": merged(*OPTIONS.values(), watched),
+        "pod-values": CHART_POD_VALUES,
+    }[option]
+    objects = chart.template(values)
+    result = cluster.attempt("apply", "--dry-run=server", "-f", "-", stdin=as_list(objects))
+    assert result.returncode == 0, result.stderr
+    assert not warnings(result.stderr), result.stderr
+    assert len(result.stdout.strip().splitlines()) == len(objects), result.stdout
+
+
+DEPLOY_README_BLOCKS: Final = yaml_blocks((REPO / "deploy" / "README.md").read_text(encoding="utf-8"))
+
+
+def test_deploy_readme_has_a_kustomization_and_a_values_file() -> None:
+    kinds = [yaml.safe_load(text).get("kind") for text in DEPLOY_README_BLOCKS]
+    assert kinds.count("Kustomization") == 1
+    assert kinds.count(None) == 1, "one block of Helm values"
+
+
+@pytest.mark.usefixtures("identity", "monitoring_crds")
+@pytest.mark.parametrize("text", DEPLOY_README_BLOCKS)
+def test_deploy_readme_blocks_pass_server_side_dry_run(
+    cluster: Kubectl, namespace: str, chart: Helm, text: str
+) -> None:
+    """deploy/README.md's YAML, used as it says: the kustomization in a directory next to deploy/, the
+    values file with `helm template`; the result dry-run (the watched namespace is the test's)."""
+    document = yaml.safe_load(text)
+    if document.get("kind") == "Kustomization":
+        directory = Path(tempfile.mkdtemp(prefix=".docs-kustomization.", dir=REPO))
+        try:
+            (directory / "kustomization.yaml").write_text(text, encoding="utf-8")
+            objects = render(directory)
+        finally:
+            shutil.rmtree(directory)
+    else:
+        objects = chart.template(document)
+    objects = retarget(objects, namespace)
+    result = cluster.attempt("apply", "--dry-run=server", "-f", "-", stdin=as_list(objects))
+    assert result.returncode == 0, result.stderr
+    assert not warnings(result.stderr), result.stderr
 
 
 def test_examples_pass_server_side_dry_run(cluster: Kubectl, namespace: str) -> None:

@@ -13,21 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster import REPO, Kubectl, wait_for
+from tests.cluster import REPO, Kubectl, throwaway_cluster, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
 
 @pytest.fixture(scope="module")
 def own_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kubectl]:
-    dev_dir = tmp_path_factory.mktemp("deploy-cluster")
-    env = dict(os.environ, TJ_DEV_DIR=str(dev_dir))
-    script = REPO / "hack" / "dev-cluster.sh"
-    subprocess.run([str(script), "up", "--nodes", "1"], env=env, check=True, capture_output=True, timeout=600)
-    try:
-        yield Kubectl(REPO / ".dev" / "bin" / "kubectl", dev_dir / "kubeconfig")
-    finally:
-        subprocess.run([str(script), "down"], env=env, check=False, capture_output=True, timeout=120)
+    with throwaway_cluster(tmp_path_factory.mktemp("deploy-cluster")) as kubectl:
+        yield kubectl
 
 
 def make(target: str, kubeconfig: Path, **variables: str) -> subprocess.CompletedProcess[str]:
