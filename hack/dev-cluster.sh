@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Local Kubernetes control plane for development, tests and the demo (see hack/README.md).
 #   hack/dev-cluster.sh up [--nodes N --gpus-per-node G --cpu-per-node C --memory-per-node M]
+#                          [--with kueue,coscheduling]   (optional components; also on a running cluster)
 #   hack/dev-cluster.sh down | status | env
 #   hack/dev-cluster.sh restart | stop | start <component>
 #   hack/dev-cluster.sh run <name> [--wait-http URL] -- <command...>    (a dev process; `stop <name>`)

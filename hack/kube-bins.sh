@@ -58,12 +58,13 @@ ldflags_helm() {
   echo "$flags"
 }
 
-# Kueue's controller manager, with its CRDs. It has no version flag: it logs its version as it starts,
-# then exits for the kubeconfig that is not there.
+# Kueue's controller manager, with its CRDs and its webhook configurations (hack/devcluster/kueue.py
+# points them at the local manager). It has no version flag: it logs its version as it starts, then
+# exits for the kubeconfig that is not there.
 component_kueue() {
-  MODULE=sigs.k8s.io/kueue VERSION=$KUEUE_VERSION PACKAGE=cmd/kueue HOW=install RECIPE=1
+  MODULE=sigs.k8s.io/kueue VERSION=$KUEUE_VERSION PACKAGE=cmd/kueue HOW=install RECIPE=2
   VERSION_ARGS=(--kubeconfig=/nonexistent/kubeconfig)
-  ASSETS=(config/components/crd/bases)
+  ASSETS=(config/components/crd/bases config/components/webhook)
 }
 
 ldflags_kueue() { echo " -X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION -X sigs.k8s.io/kueue/pkg/version.GitCommit="; }

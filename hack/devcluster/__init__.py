@@ -13,6 +13,9 @@ Standard library only: it runs before any project dependency is installed. Its m
 - components: each component's command line; nodes: the fake GPU nodes;
 - lifecycle: up, down, restart, and stopping or starting one component on purpose;
 - extras: dev processes registered with the cluster (`run`, `stop <name>`);
+- optional: components added on request (`up --with kueue,coscheduling`, also to a running cluster):
+  kueue (Kueue's controller manager, its Configuration and webhooks) and coscheduling (the
+  scheduler-plugins scheduler as a second scheduler);
 - __main__: the command line (hack/dev-cluster.sh).
 
 `stop <component>` takes one component down on purpose (an API server outage for as long as a test

@@ -1,6 +1,6 @@
 """`hack/dev-cluster.sh`: the command line of the dev cluster (see the package's docstring).
 
-python3 -m hack.devcluster up|down|status|env      (normally through hack/dev-cluster.sh)
+python3 -m hack.devcluster up [--with kueue,coscheduling]|down|status|env   (through hack/dev-cluster.sh)
 python3 -m hack.devcluster restart|stop|start <component>
 python3 -m hack.devcluster run <name> [--wait-http URL] -- <command...>
 python3 -m hack.devcluster stop <name>
@@ -17,17 +17,21 @@ from hack.devcluster import __doc__ as package_doc
 from hack.devcluster.extras import run_extra, stop_extra
 from hack.devcluster.lifecycle import down, restart, start_one, stop_one, up
 from hack.devcluster.nodes import NodeShape
+from hack.devcluster.optional import parse_with
 from hack.devcluster.processes import START_TIMEOUT
 from hack.devcluster.state import (
     COMPONENTS,
     KUBECONFIG,
     KUBECTL_LINK,
     LOGS,
+    OPTIONAL_COMPONENTS,
     dead_components,
     read_state,
     say,
     stopped_components,
 )
+
+ALL_COMPONENTS = (*COMPONENTS, *OPTIONAL_COMPONENTS)
 
 
 def status() -> int:
@@ -46,10 +50,16 @@ def status() -> int:
     print(
         "versions:    "
         + ", ".join(
-            f"{k.removesuffix('_VERSION').lower()} {v}" for k, v in versions.items() if k.endswith("_VERSION")
+            f"{k.removesuffix('_VERSION').lower().replace('_', '-')} {v}"
+            for k, v in versions.items()
+            if k.endswith("_VERSION")
         )
     )
     print(f"binaries:    {state['bin_dir']}")
+    added = state.get("optional", [])
+    print(
+        f"optional:    {', '.join(added) if added else 'none'} (`up --with {','.join(OPTIONAL_COMPONENTS)}`)"
+    )
     print(f"logs:        {LOGS}/<component>.log")
     for name, proc in state.get("processes", {}).items():
         alive = still_running(proc)
@@ -80,18 +90,25 @@ def build_parser() -> argparse.ArgumentParser:
     up_parser.add_argument("--cpu-per-node", default=os.environ.get("TJ_DEV_CPU", "64"))
     up_parser.add_argument("--memory-per-node", default=os.environ.get("TJ_DEV_MEMORY", "512Gi"))
     up_parser.add_argument("--gpu-product", default=os.environ.get("TJ_DEV_GPU_PRODUCT", "A100-SXM4-80GB"))
+    up_parser.add_argument(
+        "--with",
+        dest="with_optional",
+        metavar=",".join(OPTIONAL_COMPONENTS),
+        default="",
+        help="optional components to run too (built the first time); also adds them to a running cluster",
+    )
     sub.add_parser("down", help="stop every process the cluster started and remove its run directory")
     sub.add_parser("status", help="what runs, versions, ports and logs")
     sub.add_parser("env", help="print export lines for eval")
     restart_parser = sub.add_parser("restart", help="restart one component with the same flags and port")
-    restart_parser.add_argument("component", choices=COMPONENTS)
+    restart_parser.add_argument("component", choices=ALL_COMPONENTS)
     stop_parser = sub.add_parser(
         "stop",
         help="stop one component on purpose until `start`, or a dev process started by `run`",
     )
     stop_parser.add_argument("component", metavar="component|name")
     start_parser = sub.add_parser("start", help="start a component stopped with `stop`, same flags and port")
-    start_parser.add_argument("component", choices=COMPONENTS)
+    start_parser.add_argument("component", choices=ALL_COMPONENTS)
     run_parser = sub.add_parser(
         "run",
         help="start a dev process stopped with the cluster: run <name> [--wait-http URL] -- <command...>",
@@ -108,13 +125,14 @@ def dispatch(args: argparse.Namespace, command: list[str]) -> int:
         up(
             NodeShape(
                 args.nodes, args.gpus_per_node, args.cpu_per_node, args.memory_per_node, args.gpu_product
-            )
+            ),
+            tuple(parse_with(args.with_optional)),
         )
     elif args.command == "down":
         down()
     elif args.command == "restart":
         restart(args.component)
-    elif args.command == "stop" and args.component in COMPONENTS:
+    elif args.command == "stop" and args.component in ALL_COMPONENTS:
         stop_one(args.component)
     elif args.command == "stop":
         stop_extra(args.component)

@@ -19,7 +19,7 @@ from typing import Any, Final
 
 from hack import kube_bins
 from hack.common import REPO, ToolError, free_ports, http_ok, still_running
-from hack.devcluster import components
+from hack.devcluster import components, optional
 from hack.devcluster.components import Ports
 from hack.devcluster.nodes import NodeShape, create_nodes, ready_nodes
 from hack.devcluster.pki import admin_ssl_context, kubeconfig_text, make_pki, self_signed_context
@@ -27,6 +27,7 @@ from hack.devcluster.processes import kubectl, spawn, stop_processes, wait_for
 from hack.devcluster.state import (
     KUBECONFIG,
     KUBECTL_LINK,
+    OPTIONAL_COMPONENTS,
     RUN,
     STATE,
     STOP_EXPIRY,
@@ -47,7 +48,12 @@ CRD_DIR: Final = REPO / "crd"
 EXTRA_STOP_TIMEOUT: Final = 30.0
 
 
-def up(shape: NodeShape) -> None:
+def up(shape: NodeShape, with_optional: tuple[str, ...] = ()) -> None:
+    """Starts the cluster unless it runs, then makes the optional components in `with_optional` run on
+    it (hack/devcluster/optional.py); a cluster rebuilt after a crash gets back the ones it had."""
+    # A cold build takes minutes: done before the lock, so that other commands are not held up.
+    requested = optional.build(list(with_optional))
+    recorded: list[str] = []
     with cluster_lock():
         state = read_state()
         if state:
@@ -56,12 +62,19 @@ def up(shape: NodeShape) -> None:
                 for component in abandoned_components(state):
                     say(f"{component} was stopped on purpose over {STOP_EXPIRY:.0f}s ago; starting it again")
                     start_component_locked(state, component)
-                for component in stopped_components(state):
+                stopped = stopped_components(state)
+                for component in stopped:
                     say(f"{component} is stopped on purpose; `hack/dev-cluster.sh start {component}`")
                 say(
                     f"already running (API server {state['server']}); `hack/dev-cluster.sh status` tells more"
                 )
+                if requested and stopped:
+                    raise ToolError(
+                        f"cannot add {', '.join(requested)} while {', '.join(stopped)} is stopped"
+                    )
+                optional.add(state, requested)
                 return
+            recorded = list(state.get("optional", []))
             running = sorted(set(state.get("processes", {})) - set(dead))
             say(
                 f"found a stale cluster: {', '.join(dead)} not running"
@@ -72,10 +85,11 @@ def up(shape: NodeShape) -> None:
         elif RUN.exists():
             say(f"removing a run directory without state ({RUN})")
             teardown({})
-        start(kube_bins.ensure(), shape)
+        wanted = optional.build(recorded + [name for name in with_optional if name not in recorded])
+        start(kube_bins.ensure(), shape, wanted)
 
 
-def start(bin_dir: Path, shape: NodeShape) -> None:
+def start(bin_dir: Path, shape: NodeShape, optional_builds: dict[str, Path] | None = None) -> None:
     say(f"starting the control plane from {bin_dir}")
     RUN.mkdir(parents=True)
     etcd_data = Path(tempfile.mkdtemp(prefix="trainingjob-etcd-", dir=SHM if SHM.is_dir() else None))
@@ -114,6 +128,8 @@ def start(bin_dir: Path, shape: NodeShape) -> None:
         say("kube-apiserver is ready")
 
         install_crds(bin_dir)
+        for name, build_dir in (optional_builds or {}).items():
+            optional.install_crds(bin_dir, name, build_dir)
         spawn(
             "kube-controller-manager",
             bin_dir / "kube-controller-manager",
@@ -134,6 +150,8 @@ def start(bin_dir: Path, shape: NodeShape) -> None:
             ),
             processes,
         )
+        if optional_builds:
+            optional.add(read_state() or {}, optional_builds, crds_installed=True)
         say(f'ready: {shape.count} nodes x {shape.gpus} nvidia.com/gpu; `eval "$(hack/dev-cluster.sh env)"`')
     except BaseException:
         say("start failed; stopping what was started")
@@ -189,14 +207,15 @@ def restart(component: str) -> None:
 
 
 def after_api_server_start(state: dict[str, Any], component: str) -> None:
-    """Restarts the controller manager and the scheduler once a (re)started API server serves. Their
+    """Restarts the controller manager, the scheduler and the optional components (Kueue, the second
+    scheduler) once a (re)started API server serves. Their
     informers, cut off by the outage, otherwise sit out client-go's relist backoff, which grows with
     every restart less than two minutes after the last: measured up to a minute and a half in which no
     new pod got a node and no new namespace its default ServiceAccount, so one test of an API server
     outage stalled the tests after it. kwok needs no restart: it picks pods up at once."""
     if component != "kube-apiserver":
         return
-    for dependent in ("kube-controller-manager", "kube-scheduler"):
+    for dependent in ("kube-controller-manager", "kube-scheduler", *OPTIONAL_COMPONENTS):
         process = state["processes"].get(dependent)
         if not process or process.get("stopped"):
             continue
@@ -260,3 +279,5 @@ def start_component_locked(state: dict[str, Any], component: str) -> None:
         # does once at start (and exits if that fails): an outage right after a restart must not kill it.
         url = f"https://127.0.0.1:{state['ports'][component]}/healthz"
         wait_for(f"{component} /healthz", lambda: http_ok(url, self_signed_context()), processes)
+    elif component in OPTIONAL_COMPONENTS:
+        optional.wait_ready(state, component)

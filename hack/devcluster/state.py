@@ -27,6 +27,8 @@ KUBECTL_LINK: Final = DEV / "bin" / "kubectl"
 LOCK: Final = DEV / "cluster.lock"
 
 COMPONENTS: Final = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+# Components added on request (`up --with`, hack/devcluster/optional.py); processes like the others.
+OPTIONAL_COMPONENTS: Final = ("coscheduling", "kueue")
 # A component stopped on purpose longer ago than this was forgotten (its test was killed): `up` starts it.
 STOP_EXPIRY: Final = 300.0
 # Names of dev processes (`run <name>`): lower-case letters, digits and dashes.

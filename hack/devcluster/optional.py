@@ -1,0 +1,203 @@
+"""Optional components on the dev cluster, added only when asked for: `up --with kueue,coscheduling`.
+
+Why: only some tests and demos need Kueue (hack/devcluster/kueue.py) or the coscheduling scheduler
+(hack/devcluster/coscheduling.py); building them costs minutes the first time and running them costs
+memory, so a cluster has them only when someone asks, on `up` or later on a running cluster (the
+test session asks for what its tests need). Each is built (or taken from the cache) by hack/kube-bins.sh
+before the cluster lock is taken, its CRDs come from the same module, and its process is one more
+component in state.json: `status` lists it, `restart|stop|start <name>` work on it, `down` stops it,
+and a restarted API server restarts it too (lifecycle.after_api_server_start). `state.json`'s
+`optional` remembers what was added, so a cluster rebuilt after a crash gets it back.
+
+On a fresh `up`, their CRDs are installed with the project's, before the garbage collector starts.
+Added to a running cluster, the garbage collector picks the new kinds up at its next discovery
+refresh (within 30 s); until then, deleting an owner does not cascade to those kinds.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Final
+
+from hack import kube_bins
+from hack.common import ToolError, free_ports, http_ok, wait_until
+from hack.devcluster import coscheduling, kueue
+from hack.devcluster.pki import issue, self_signed_context
+from hack.devcluster.processes import kubectl, spawn, stop_processes, wait_for
+from hack.devcluster.state import LOGS, OPTIONAL_COMPONENTS, RUN, read_versions, say, write_state
+
+OPTIONAL: Final = OPTIONAL_COMPONENTS
+BUILDS: Final = {coscheduling.NAME: coscheduling.BUILD, kueue.NAME: kueue.BUILD}
+
+
+def parse_with(text: str) -> list[str]:
+    """`--with a,b`: known names, in the order given, without repeats."""
+    names: list[str] = []
+    for name in (part.strip() for part in text.split(",")):
+        if not name or name in names:
+            continue
+        if name not in OPTIONAL:
+            raise ToolError(f"unknown optional component {name!r}; one of: {', '.join(OPTIONAL)}")
+        names.append(name)
+    return names
+
+
+def build(names: list[str]) -> dict[str, Path]:
+    """Each component's cache directory (hack/kube-bins.sh ensure): built the first time, then cached."""
+    return {name: kube_bins.ensure(BUILDS[name]) for name in names}
+
+
+def crd_files(name: str, build_dir: Path) -> list[Path]:
+    if name == kueue.NAME:
+        return sorted((build_dir / kueue.CRD_DIR).glob("*.yaml"))
+    return [build_dir / path for path in coscheduling.CRD_FILES]
+
+
+def install_crds(bin_dir: Path, name: str, build_dir: Path) -> None:
+    """Applies the component's CRDs (server-side: Kueue's Workload CRD is larger than a client-side
+    apply's annotation may be; unchanged ones are left as they are) and waits until they are Established."""
+    files = [argument for path in crd_files(name, build_dir) for argument in ("-f", str(path))]
+    crds = kubectl(bin_dir, "apply", "--server-side", "--force-conflicts", *files, "-o", "name").split()
+    wait_until(f"{name}'s CRDs Established", lambda: established(bin_dir, crds), timeout=60)
+    say(f"{name}: {len(crds)} CRD(s) applied and Established")
+
+
+def established(bin_dir: Path, crds: list[str]) -> bool:
+    """`kubectl wait --for=condition=Established` fails instead of waiting while a new CRD has no
+    conditions yet, so this polls."""
+    found = json.loads(kubectl(bin_dir, "get", *crds, "-o", "json", check=False) or "{}")
+    items = found.get("items", []) if found.get("kind") == "List" else [found]  # one name: the object
+    return len(items) == len(crds) and all(
+        any(
+            c.get("type") == "Established" and c.get("status") == "True"
+            for c in (item.get("status") or {}).get("conditions") or []
+        )
+        for item in items
+    )
+
+
+def add(state: dict[str, Any], build_dirs: dict[str, Path], *, crds_installed: bool = False) -> None:
+    """Makes every component in `build_dirs` run on the cluster of `state`: its CRDs applied (unless
+    `crds_installed`), its process started and serving. One that already runs is left alone, but its
+    CRDs are applied again (a test may have taken one away)."""
+    bin_dir = Path(state["bin_dir"])
+    processes: dict[str, Any] = state["processes"]
+    for name, build_dir in build_dirs.items():
+        if not crds_installed:
+            install_crds(bin_dir, name, build_dir)
+        if name in processes:
+            say(f"{name} is already running (pid {processes[name]['pid']})")
+            continue
+        try:
+            if name == kueue.NAME:
+                start_kueue(state, build_dir)
+            else:
+                start_coscheduling(state, build_dir)
+        except BaseException:
+            # Not left behind as a dead component, which would make the next `up` rebuild the cluster.
+            say(f"{name} did not start; stopping it (log {LOGS / name}.log)")
+            stop_processes({name: processes.pop(name)} if name in processes else {})
+            write_state("processes", processes)
+            raise
+        added = state.setdefault("optional", [])
+        added.append(name)
+        write_state("optional", added)
+        state.setdefault("versions", {})[version_key(name)] = read_versions(build_dir)["VERSION"]
+        write_state("versions", state["versions"])
+
+
+def version_key(name: str) -> str:
+    return f"{BUILDS[name].upper().replace('-', '_')}_VERSION"
+
+
+def record_ports(state: dict[str, Any], ports: dict[str, int]) -> None:
+    state["ports"].update(ports)
+    write_state("ports", state["ports"])
+
+
+def start_coscheduling(state: dict[str, Any], build_dir: Path) -> None:
+    (port,) = free_ports(1)
+    record_ports(state, {coscheduling.NAME: port})
+    directory = RUN / coscheduling.NAME
+    directory.mkdir(parents=True, exist_ok=True)
+    config = directory / "scheduler-config.json"
+    config.write_text(json.dumps(coscheduling.scheduler_configuration(), indent=2))
+    args = coscheduling.scheduler_args(port, config)
+    spawn(coscheduling.NAME, build_dir / coscheduling.BUILD, args, state["processes"])
+    wait_ready(state, coscheduling.NAME)
+    say(f"coscheduling: scheduler-plugins runs as scheduler {coscheduling.SCHEDULER_NAME!r}")
+
+
+def start_kueue(state: dict[str, Any], build_dir: Path) -> None:
+    bin_dir = Path(state["bin_dir"])
+    webhook_port, health_port, metrics_port = free_ports(3)
+    record_ports(
+        state, {kueue.NAME: webhook_port, "kueue-health": health_port, "kueue-metrics": metrics_port}
+    )
+    pki = RUN / "pki"
+    issue(
+        pki,
+        "kueue",
+        "/CN=kueue-webhook",
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth",
+    )
+    directory = RUN / kueue.NAME
+    layer = directory / "etc"  # shown over /etc to the manager: its metrics certificate's fixed path
+    certs = layer / kueue.METRICS_CERT_DIR
+    certs.mkdir(parents=True, exist_ok=True)
+    (certs / "tls.crt").write_bytes((pki / "kueue.crt").read_bytes())
+    (certs / "tls.key").write_bytes((pki / "kueue.key").read_bytes())
+    config = directory / "configuration.json"
+    settings = kueue.configuration(
+        webhook_port=webhook_port, health_port=health_port, metrics_port=metrics_port, cert_dir=certs
+    )
+    config.write_text(json.dumps(settings, indent=2))
+    kubectl(bin_dir, "create", "namespace", kueue.NAMESPACE, check=False)
+    binary, args = kueue.private_etc_command(layer, build_dir / kueue.BUILD, kueue.manager_args(config))
+    spawn(kueue.NAME, binary, args, state["processes"])
+    wait_ready(state, kueue.NAME)
+    install_webhooks(bin_dir, build_dir, webhook_port, (pki / "ca.crt").read_bytes())
+
+
+def install_webhooks(bin_dir: Path, build_dir: Path, webhook_port: int, ca_bundle: bytes) -> None:
+    """Kueue's webhook configurations, generated from the module's manifests (kubectl reads the YAML)."""
+    manifests = kubectl(
+        bin_dir, "create", "--dry-run=client", "-o", "json", "-f", str(build_dir / kueue.WEBHOOK_MANIFESTS)
+    )
+    configurations, skipped = kueue.webhook_configurations(
+        json_documents(manifests), webhook_port=webhook_port, ca_bundle=ca_bundle
+    )
+    listing = {"apiVersion": "v1", "kind": "List", "items": configurations}
+    kubectl(bin_dir, "apply", "--server-side", "--force-conflicts", "-f", "-", stdin=json.dumps(listing))
+    count = sum(len(configuration["webhooks"]) for configuration in configurations)
+    say(
+        f"kueue: {count} webhooks at https://127.0.0.1:{webhook_port}; "
+        f"left out (integrations off): {len(skipped)}"
+    )
+
+
+def json_documents(text: str) -> list[dict[str, Any]]:
+    """The objects of kubectl's `-o json` output for several inputs: JSON documents one after another."""
+    decoder = json.JSONDecoder()
+    documents: list[dict[str, Any]] = []
+    position = 0
+    while position < len(text):
+        if text[position].isspace():
+            position += 1
+            continue
+        document, position = decoder.raw_decode(text, position)
+        documents.append(document)
+    return documents
+
+
+def wait_ready(state: dict[str, Any], name: str) -> None:
+    """Waits until the component serves: the scheduler's /healthz, Kueue's /readyz (which waits for
+    its webhook server)."""
+    processes: dict[str, Any] = state["processes"]
+    if name == kueue.NAME:
+        url = f"http://127.0.0.1:{state['ports']['kueue-health']}/readyz"
+        wait_for(f"{name} {url}", lambda: http_ok(url), processes)
+    else:
+        url = f"https://127.0.0.1:{state['ports'][name]}/healthz"
+        wait_for(f"{name} /healthz", lambda: http_ok(url, self_signed_context()), processes)
