@@ -5,6 +5,11 @@ left running); otherwise the session starts it and stops it at the end (unless T
 so a test run leaves no process behind. The project's CRDs are applied from crd/ and awaited until
 Established. Tests marked `components` get optional components (helm) built from Go modules by
 hack/kube-bins.sh: minutes the first time on a machine, then taken from the cache.
+
+Tests that need Kueue or the coscheduling scheduler on the cluster ask for the `kueue` or
+`coscheduling` fixture: the first such test of a session adds it to the session's cluster
+(`hack/dev-cluster.sh up --with <name>`, a no-op when it runs already; built the first time), and
+it stays for the rest of the session. Those tests are marked `components` too.
 """
 
 from __future__ import annotations
@@ -82,6 +87,26 @@ def kubectl(cluster: Kubectl) -> Kubectl:
     return cluster
 
 
+def require_optional(name: str) -> None:
+    """Makes an optional component run on the session's cluster (hack/devcluster/optional.py)."""
+    subprocess.run([str(REPO / "hack" / "dev-cluster.sh"), "up", "--with", name], check=True)
+
+
+@pytest.fixture(scope="session")
+def kueue(cluster: Kubectl) -> Kubectl:
+    """The session's cluster with Kueue running: its CRDs, its controller manager, its webhooks."""
+    require_optional("kueue")
+    return cluster
+
+
+@pytest.fixture(scope="session")
+def coscheduling(cluster: Kubectl) -> Kubectl:
+    """The session's cluster with the PodGroup CRD and the scheduler-plugins scheduler running as
+    `scheduler-plugins-scheduler` (the coscheduling plugin)."""
+    require_optional("coscheduling")
+    return cluster
+
+
 @pytest.fixture(scope="session")
 def helm() -> Path:
     """The helm binary built from Go modules (hack/kube-bins.sh ensure helm), built on first use."""
@@ -89,16 +114,31 @@ def helm() -> Path:
 
 
 # Fixtures that need something built or started, and the marker their tests get.
-FIXTURE_MARKERS = {"cluster": pytest.mark.cluster, "helm": pytest.mark.components}
+FIXTURE_MARKERS = {
+    "cluster": pytest.mark.cluster,
+    "helm": pytest.mark.components,
+    "kueue": pytest.mark.components,
+    "coscheduling": pytest.mark.components,
+}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests using the cluster fixture are marked `cluster`, those using a built component (helm)
-    `components`: `-m "not cluster and not components"` runs the unit tests alone (`make unit`)."""
+    """Tests using the cluster fixture are marked `cluster`, those using a built component (helm,
+    kueue, coscheduling) `components`: `-m "not cluster and not components"` runs the unit tests alone (`make unit`)."""
     for item in items:
         for fixture, marker in FIXTURE_MARKERS.items():
             if fixture in getattr(item, "fixturenames", ()):
                 item.add_marker(marker)
 
 
-__all__ = ["DEV", "cluster", "helm", "install_crds", "kubectl", "namespace"]
+__all__ = [
+    "DEV",
+    "cluster",
+    "coscheduling",
+    "helm",
+    "install_crds",
+    "kubectl",
+    "kueue",
+    "namespace",
+    "require_optional",
+]

@@ -318,13 +318,15 @@ def priority_class(kubectl: Kubectl, name: str, value: int = 1000) -> Iterator[N
 
 
 class PodWatch:
-    """`kubectl get pods --watch` for one job's pods, recording every watch event (type, pod) in order.
+    """`kubectl get pods --watch` for one job's pods (or, without `job`, every pod of the namespace),
+    recording every watch event (type, pod) in order.
 
     kubectl prints one JSON object per line; a reader thread collects them. The watch lists the
     existing pods first (as ADDED events), so `started()` tells when it is in place.
     """
 
-    def __init__(self, kubectl: Kubectl, namespace: str, job: str) -> None:
+    def __init__(self, kubectl: Kubectl, namespace: str, job: str | None = None) -> None:
+        selector = ["-l", f"{contract.JOB_NAME_LABEL}={job}"] if job is not None else []
         command = [
             str(kubectl.binary),
             f"--kubeconfig={kubectl.kubeconfig}",
@@ -333,8 +335,7 @@ class PodWatch:
             "pods",
             "-n",
             namespace,
-            "-l",
-            f"{contract.JOB_NAME_LABEL}={job}",
+            *selector,
             "--watch",
             "--output-watch-events",
             "-o",

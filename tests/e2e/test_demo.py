@@ -35,7 +35,7 @@ from tests.cluster import DEV, REPO, Kubectl, wait_for
 from tests.e2e.conftest import StartOperator
 from tests.e2e.jobs import job_manifest, pods_of, status_of, wait, wait_for_state
 from tests.e2e.operator import OperatorProcess
-from tests.hack.test_dev_cluster import listening_addresses
+from tests.hack.clusters import listening_addresses
 
 JsonDict = dict[str, Any]
 STOP_TIMEOUT = 40.0

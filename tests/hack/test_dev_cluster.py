@@ -12,17 +12,12 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import threading
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from hack.common import process_start_time
 from tests.cluster import (
     DEV,
     REPO,
@@ -33,72 +28,14 @@ from tests.cluster import (
     restore_node,
     wait_for,
 )
-
-SCRIPT = REPO / "hack" / "dev-cluster.sh"
-
-
-def dev_cluster(
-    *args: str, dev_dir: Path | None = None, check: bool = True
-) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    if dev_dir is not None:
-        env["TJ_DEV_DIR"] = str(dev_dir)
-    result = subprocess.run(
-        [str(SCRIPT), *args], capture_output=True, text=True, env=env, timeout=600, check=False
-    )
-    if check and result.returncode != 0:
-        raise AssertionError(f"dev-cluster.sh {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
-    return result
-
-
-def read_state(dev_dir: Path) -> dict[str, Any]:
-    state = json.loads((dev_dir / "run" / "state.json").read_text())
-    assert isinstance(state, dict)
-    return state
-
-
-def listening_addresses(pid: int) -> set[tuple[str, int]]:
-    """(address, port) of every TCP socket `pid` listens on, read from /proc (no external tools)."""
-    inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            target = os.readlink(fd)
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    found = set()
-    for table, width in (("/proc/net/tcp", 8), ("/proc/net/tcp6", 32)):
-        for line in Path(table).read_text().splitlines()[1:]:
-            fields = line.split()
-            local, state, inode = fields[1], fields[3], fields[9]
-            if state != "0A" or inode not in inodes:
-                continue
-            address_hex, port_hex = local.split(":")
-            raw = bytes.fromhex(address_hex)
-            if width == 8:
-                address = socket.inet_ntop(socket.AF_INET, raw[::-1])
-            else:
-                words = b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4))
-                address = socket.inet_ntop(socket.AF_INET6, words)
-            found.add((address, int(port_hex, 16)))
-    return found
-
-
-def pid_running(pid: int) -> bool:
-    return process_start_time(pid) is not None  # neither gone nor a zombie
-
-
-def listening_ports() -> set[int]:
-    """Every TCP port something on this machine listens on."""
-    ports = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in Path(table).read_text().splitlines()[1:]:
-            fields = line.split()
-            if fields[3] == "0A":
-                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-    return ports
-
+from tests.hack.clusters import (
+    SCRIPT,
+    dev_cluster,
+    listening_addresses,
+    listening_ports,
+    pid_running,
+    read_state,
+)
 
 # ------------------------------------------------------------------------------ the session cluster
 
@@ -333,16 +270,6 @@ def test_run_registers_a_dev_process_and_stop_ends_it(cluster: Kubectl) -> None:
 
 
 # ------------------------------------------------------------------------- a throwaway second cluster
-
-
-@pytest.fixture
-def scratch_dir(tmp_path: Path, cluster: Kubectl) -> Iterator[Path]:
-    """A second dev directory; whatever a test starts there is stopped afterwards."""
-    dev_dir = tmp_path / "dev"
-    try:
-        yield dev_dir
-    finally:
-        dev_cluster("down", dev_dir=dev_dir, check=False)
 
 
 def test_fault_handling_on_a_second_cluster(scratch_dir: Path) -> None:
