@@ -141,6 +141,17 @@ def throwaway_cluster(dev_dir: Path, *, nodes: int = 1) -> Iterator[Kubectl]:
         subprocess.run([str(script), "down"], env=env, check=False, capture_output=True, timeout=120)
 
 
+def dev_cluster(*args: str) -> None:
+    """hack/dev-cluster.sh with these arguments (its progress lines go to the test's output)."""
+    subprocess.run([str(REPO / "hack" / "dev-cluster.sh"), *args], check=True, timeout=1800)
+
+
+def require_optional(name: str) -> None:
+    """Makes an optional component (kueue, coscheduling) run on the dev cluster: `up --with <name>`
+    adds it (built the first time) or, when it runs, puts back any of its CRDs a test took away."""
+    dev_cluster("up", "--with", name)
+
+
 def end_pod(
     kubectl: Kubectl,
     namespace: str,

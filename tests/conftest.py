@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from hack.kube_bins import component_binary
-from tests.cluster import DEV, REPO, Kubectl, wait_for
+from tests.cluster import DEV, REPO, Kubectl, require_optional, wait_for
 
 CRD_DIR = REPO / "crd"
 
@@ -87,11 +87,6 @@ def kubectl(cluster: Kubectl) -> Kubectl:
     return cluster
 
 
-def require_optional(name: str) -> None:
-    """Makes an optional component run on the session's cluster (hack/devcluster/optional.py)."""
-    subprocess.run([str(REPO / "hack" / "dev-cluster.sh"), "up", "--with", name], check=True)
-
-
 @pytest.fixture(scope="session")
 def kueue(cluster: Kubectl) -> Kubectl:
     """The session's cluster with Kueue running: its CRDs, its controller manager, its webhooks."""
@@ -124,7 +119,8 @@ FIXTURE_MARKERS = {
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests using the cluster fixture are marked `cluster`, those using a built component (helm,
-    kueue, coscheduling) `components`: `-m "not cluster and not components"` runs the unit tests alone (`make unit`)."""
+    kueue, coscheduling) `components`: `-m "not cluster and not components"` runs the unit tests
+    alone (`make unit`)."""
     for item in items:
         for fixture, marker in FIXTURE_MARKERS.items():
             if fixture in getattr(item, "fixturenames", ()):
@@ -140,5 +136,4 @@ __all__ = [
     "kubectl",
     "kueue",
     "namespace",
-    "require_optional",
 ]

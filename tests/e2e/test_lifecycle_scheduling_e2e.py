@@ -3,8 +3,10 @@
 These tests touch capacity and nodes, which the dev cluster shares with every other test running at
 the same time, so they bring their own: `node_pool` adds tainted kwok nodes that only the test's jobs
 tolerate (and removes them afterwards), so filling their GPUs or losing one of them disturbs nobody.
-The gang-scheduling test installs a minimal stand-in for scheduler-plugins' PodGroup CRD (a labelled
-test fixture, removed afterwards) before starting the operator, which looks for it at start-up.
+The gang-scheduling tests run on the real scheduler-plugins scheduler with its coscheduling plugin
+and its PodGroup CRD (the `coscheduling` fixture adds them to the session's cluster); the operator
+looks for the PodGroup API at start-up. The test of a cluster without a gang scheduler takes that
+CRD away for its duration.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 import pytest
 
 from crd import contract
-from tests.cluster import Kubectl, wait_for
+from tests.cluster import Kubectl, dev_cluster, end_pod, require_optional, wait_for
 from tests.e2e.conftest import StartOperator
 from tests.e2e.jobs import (
     PodWatch,
@@ -31,7 +33,10 @@ from tests.e2e.jobs import (
     wait_for_events,
 )
 from tests.e2e.lifecycle_support import (
+    TIMEOUT,
+    WatchEvents,
     assert_replaced_as_a_gang,
+    attempt_of,
     lost_node,
     node_pool,
     pool_scheduling,
@@ -328,48 +333,10 @@ def test_preemption_by_the_scheduler_restarts_the_gang_as_a_disruption(
 
 # --------------------------------------------------------------------------------- gang scheduling
 
-POD_GROUP_CRD_NAME = "podgroups.scheduling.x-k8s.io"
-POD_GROUP_CRD: JsonDict = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {
-        "name": POD_GROUP_CRD_NAME,
-        "labels": {"app.kubernetes.io/created-by": "trainingjob-e2e"},
-        "annotations": {
-            "trainingjob-e2e/purpose": "test fixture: a minimal stand-in for scheduler-plugins' PodGroup CRD"
-        },
-    },
-    "spec": {
-        "group": "scheduling.x-k8s.io",
-        "scope": "Namespaced",
-        "names": {
-            "plural": "podgroups",
-            "singular": "podgroup",
-            "kind": "PodGroup",
-            "listKind": "PodGroupList",
-        },
-        "versions": [
-            {
-                "name": "v1alpha1",
-                "served": True,
-                "storage": True,
-                "subresources": {"status": {}},
-                "schema": {
-                    "openAPIV3Schema": {
-                        "type": "object",
-                        "properties": {
-                            "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
-                            "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
-                        },
-                    }
-                },
-            }
-        ],
-    },
-}
+POD_GROUP_CRD = "podgroups.scheduling.x-k8s.io"
 
 
-def _served(kubectl: Kubectl) -> bool:
+def pod_group_api_served(kubectl: Kubectl) -> bool:
     result = kubectl.attempt("get", "--raw", f"/apis/{contract.COSCHEDULING_GROUP_VERSION}")
     if result.returncode != 0:
         return False
@@ -378,49 +345,54 @@ def _served(kubectl: Kubectl) -> bool:
 
 
 @contextlib.contextmanager
-def pod_group_crd(kubectl: Kubectl) -> Iterator[None]:
-    """The PodGroup API served (discovery included); the CRD is removed afterwards if created here."""
-    created = kubectl.get_or_none("crd", POD_GROUP_CRD_NAME) is None
-    if created:
-        kubectl.run("create", "-f", "-", stdin=json.dumps(POD_GROUP_CRD))
+def pod_group_api_withdrawn(kubectl: Kubectl) -> Iterator[None]:
+    """No PodGroup API served for the block, as on a cluster without a gang scheduler.
+
+    When the session's cluster runs the coscheduling component (an earlier test asked for it), its
+    PodGroup CRD is deleted for the block (with every PodGroup in the cluster: tests run one at a
+    time) and put back afterwards, and the second scheduler restarted so that its PodGroup informer
+    starts afresh instead of sitting out its relist backoff."""
+    present = kubectl.get_or_none("crd", POD_GROUP_CRD) is not None
+    if present:
+        kubectl.run("delete", "crd", POD_GROUP_CRD, "--wait=true", "--timeout=60s")
     try:
-        kubectl.run("wait", "--for=condition=Established", "--timeout=60s", f"crd/{POD_GROUP_CRD_NAME}")
-        wait_for("the PodGroup API in discovery", lambda: _served(kubectl))
+        wait_for("no PodGroup API in discovery", lambda: not pod_group_api_served(kubectl))
         yield
     finally:
-        if created:
-            retried(
-                f"CRD {POD_GROUP_CRD_NAME} deleted",
-                functools.partial(
-                    kubectl.run, "delete", "crd", POD_GROUP_CRD_NAME, "--ignore-not-found", "--wait=false"
-                ),
-            )
+        if present:
+            require_optional("coscheduling")
+            dev_cluster("restart", "coscheduling")
 
 
-def test_gang_scheduling_creates_a_pod_group_and_hands_the_pods_to_the_gang_scheduler(
-    kubectl: Kubectl, namespace: str, start_operator: StartOperator
+def scheduled_by(kubectl: Kubectl, namespace: str, count: int) -> dict[str, str] | None:
+    """Once `count` pods were bound: pod name -> the scheduler that reported binding it (the Scheduled
+    events' reporting component)."""
+    found = {
+        event["involvedObject"]["name"]: event.get("reportingComponent", "")
+        for event in kubectl.items("events", "-n", namespace)
+        if event["reason"] == "Scheduled"
+    }
+    return found if len(found) == count else None
+
+
+def test_gang_scheduling_creates_a_pod_group_that_the_coscheduling_scheduler_binds(
+    coscheduling: Kubectl, namespace: str, start_operator: StartOperator
 ) -> None:
-    with pod_group_crd(kubectl):
+    """The operator sees the real PodGroup CRD at start, creates a PodGroup the CRD's schema accepts,
+    and hands the pods to the second scheduler, which binds the whole gang."""
+    kubectl = coscheduling
+    with node_pool(kubectl, namespace, 2):
         start_operator()
+        scheduling = pool_scheduling(namespace, gangScheduling=True)
         kubectl.apply(
-            job_manifest("gang", numWorkers=3, scheduling={"gangScheduling": True}), "-n", namespace
+            job_manifest("gang", numWorkers=3, gpusPerWorker=4, scheduling=scheduling), "-n", namespace
         )
-        group = wait_for(
-            "PodGroup gang",
-            lambda: kubectl.get_or_none("podgroups.scheduling.x-k8s.io", "gang", "-n", namespace),
-        )
+        group = wait_for("PodGroup gang", lambda: kubectl.get_or_none(POD_GROUP_CRD, "gang", "-n", namespace))
         job = kubectl.get_json("trainingjob", "gang", "-n", namespace)
-        # No scheduler-plugins scheduler runs here, so nothing binds the pods: they stay Pending.
-        status = wait_status(
-            kubectl,
-            namespace,
-            "gang",
-            "pods waiting to be scheduled",
-            lambda s: s.get("message") == "3/3 pods waiting to be scheduled",
-        )
-        pods = pods_of(kubectl, namespace, "gang")
+        status = wait_state(kubectl, namespace, "gang", "Running")["status"]
+        pods = running_pods(kubectl, namespace, "gang", 0, 3)
+        binders = wait_for("three Scheduled events", lambda: scheduled_by(kubectl, namespace, 3))
         events = events_of(kubectl, namespace, "gang")
-        kubectl.run("delete", "trainingjob", "gang", "-n", namespace, "--wait=true", "--timeout=60s")
 
     assert group["spec"]["minMember"] == 3
     owners = group["metadata"].get("ownerReferences") or []
@@ -430,32 +402,156 @@ def test_gang_scheduling_creates_a_pod_group_and_hands_the_pods_to_the_gang_sche
     for pod in pods:
         assert pod["metadata"]["labels"][contract.COSCHEDULING_POD_GROUP_LABEL] == "gang"
         assert pod["spec"]["schedulerName"] == contract.COSCHEDULING_SCHEDULER_NAME
-        assert pod["status"].get("phase") == "Pending"
-        assert not pod["spec"].get("nodeName")
-    assert status["state"] == "Pending"
-    running = condition(status, "Running")
-    assert running is not None
-    assert (running["status"], running["reason"]) == ("False", "PodsPending")
+    assert binders == {pod["metadata"]["name"]: contract.COSCHEDULING_SCHEDULER_NAME for pod in pods}
+    assert status["workers"]["active"] == 3
     assert not event_messages(events, "GangSchedulingUnavailable")
 
 
 def test_without_a_gang_scheduler_the_job_is_scheduled_normally_with_a_warning(
     kubectl: Kubectl, namespace: str, start_operator: StartOperator
 ) -> None:
-    if kubectl.get_or_none("crd", POD_GROUP_CRD_NAME) is not None:
-        pytest.skip("a PodGroup CRD is installed on the shared cluster right now")
-    start_operator()
-    kubectl.apply(job_manifest("solo", numWorkers=2, scheduling={"gangScheduling": True}), "-n", namespace)
-    wait_state(kubectl, namespace, "solo", "Running")
+    with pod_group_api_withdrawn(kubectl):
+        start_operator()
+        kubectl.apply(
+            job_manifest("solo", numWorkers=2, scheduling={"gangScheduling": True}), "-n", namespace
+        )
+        wait_state(kubectl, namespace, "solo", "Running")
+        events = wait_for_events(
+            kubectl, namespace, "solo", {"GangSchedulingUnavailable": ["scheduling pods individually"]}
+        )
+        pods = pods_of(kubectl, namespace, "solo")
+        status = status_of(kubectl, namespace, "solo")
 
-    events = wait_for_events(
-        kubectl, namespace, "solo", {"GangSchedulingUnavailable": ["scheduling pods individually"]}
-    )
     warnings = [e for e in events if e["reason"] == "GangSchedulingUnavailable"]
     assert [e["type"] for e in warnings] == ["Warning"]
     assert warnings[0].get("count", 1) == 1
-    for pod in pods_of(kubectl, namespace, "solo"):
+    for pod in pods:
         assert contract.COSCHEDULING_POD_GROUP_LABEL not in pod["metadata"]["labels"]
         assert pod["spec"]["schedulerName"] == "default-scheduler"
         assert pod["spec"]["nodeName"]
-    assert status_of(kubectl, namespace, "solo")["workers"]["active"] == 2
+    assert status["workers"]["active"] == 2
+
+
+@pytest.mark.slow
+def test_a_gang_that_cannot_fit_binds_no_pod_and_is_released_after_its_schedule_timeout(
+    coscheduling: Kubectl, namespace: str, start_operator: StartOperator
+) -> None:
+    """3 workers x 8 GPUs on 2 nodes of 8, gang-scheduled: two would fit, but the coscheduling
+    scheduler binds none. After scheduleTimeoutSeconds the operator releases the gang and tries again,
+    as without a gang scheduler (test_a_gang_that_cannot_be_scheduled_in_time_is_released_and_retried)."""
+    kubectl = coscheduling
+    timeout = 3
+    with node_pool(kubectl, namespace, 2):
+        start_operator()
+        scheduling = pool_scheduling(namespace, gangScheduling=True, scheduleTimeoutSeconds=timeout)
+        manifest = job_manifest(
+            "toobig",
+            numWorkers=3,
+            gpusPerWorker=8,
+            scheduling=scheduling,
+            failurePolicy={"backoffLimit": 0, "restartBackoff": BACKOFF},
+        )
+        watch = PodWatch(kubectl, namespace, "toobig")
+        try:
+            kubectl.apply(manifest, "-n", namespace)
+            pending = wait_status(
+                kubectl,
+                namespace,
+                "toobig",
+                "3/3 pods unschedulable",
+                lambda s: str(s.get("message", "")).startswith("3/3 pods unschedulable: "),
+            )
+            again = wait_status(
+                kubectl,
+                namespace,
+                "toobig",
+                "attempt 1 unschedulable",
+                lambda s: (
+                    s.get("attempt") == 1 and str(s.get("message", "")).startswith("3/3 pods unschedulable")
+                ),
+            )
+        finally:
+            events = watch.stop()
+
+    # All three unschedulable (without a gang scheduler two are bound and one is): none was bound.
+    assert pending["state"] == "Pending"
+    assert again["restarts"] == {"scheduling": 1}
+    assert again["lastRestartReason"] == "ScheduleTimeout"
+    assert not [pod for _, pod in events if pod["spec"].get("nodeName")], "a pod of the gang was bound"
+    first = {str(pod["metadata"]["uid"]) for _, pod in events if attempt_of(pod) == "0"}
+    assert len(first) == 3
+    assert len(assert_replaced_as_a_gang(events, first)) >= 3  # a whole new gang, after the old one
+
+
+def holders_over_time(events: WatchEvents) -> list[set[str]]:
+    """Replays a pod watch: after each event, the jobs that hold a node with a pod (bound and not yet
+    Succeeded or Failed, deleted pods included until they are gone)."""
+    holding: dict[str, str] = {}  # pod uid -> job
+    samples = []
+    for kind, pod in events:
+        uid = str(pod["metadata"]["uid"])
+        ended = pod.get("status", {}).get("phase") in ("Succeeded", "Failed")
+        if kind == "DELETED" or ended or not pod["spec"].get("nodeName"):
+            holding.pop(uid, None)
+        else:
+            holding[uid] = pod["metadata"]["labels"][contract.JOB_NAME_LABEL]
+        samples.append(set(holding.values()))
+    return samples
+
+
+def running_whole(kubectl: Kubectl, namespace: str, names: tuple[str, ...]) -> str | None:
+    """The one job of `names` that is Running, if one is."""
+    running = [name for name in names if status_of(kubectl, namespace, name).get("state") == "Running"]
+    assert len(running) <= 1, f"both jobs Running at once: {running}"
+    return running[0] if running else None
+
+
+@pytest.mark.slow
+def test_two_gangs_that_cannot_both_fit_run_one_after_the_other(
+    coscheduling: Kubectl, namespace: str, start_operator: StartOperator
+) -> None:
+    """Two jobs that each need 75% of the pool's GPUs (3 workers x 8 GPUs of 4 nodes x 8). Scheduled
+    pod by pod they could each get part of the pool and wait for each other for ever. With the
+    coscheduling scheduler, at no moment a pod watch saw do both jobs hold a node: one runs whole,
+    and the other starts, whole, once the first has finished."""
+    kubectl = coscheduling
+    names = ("left", "right")
+    with node_pool(kubectl, namespace, 4):
+        start_operator()
+        watch = PodWatch(kubectl, namespace)
+        try:
+            for name in names:
+                manifest = job_manifest(
+                    name,
+                    numWorkers=3,
+                    gpusPerWorker=8,
+                    scheduling=pool_scheduling(namespace, gangScheduling=True),
+                )
+                kubectl.apply(manifest, "-n", namespace)
+            first = wait_for(
+                "one job Running", lambda: running_whole(kubectl, namespace, names), timeout=TIMEOUT
+            )
+            second = next(name for name in names if name != first)
+            waiting = wait_status(
+                kubectl,
+                namespace,
+                second,
+                "3/3 pods unschedulable",
+                lambda s: str(s.get("message", "")).startswith("3/3 pods unschedulable: "),
+            )
+            for pod in running_pods(kubectl, namespace, first, 0, 3):
+                end_pod(kubectl, namespace, pod["metadata"]["name"])
+            wait_state(kubectl, namespace, first, "Completed")
+            wait_state(kubectl, namespace, second, "Running")
+            running_pods(kubectl, namespace, second, 0, 3)
+        finally:
+            events = watch.stop()
+
+    samples = holders_over_time(events)
+    assert all(len(holders) <= 1 for holders in samples), [sorted(h) for h in samples if len(h) > 1][:3]
+    # Both held nodes, one after the other: the first, then (after it let go) the second.
+    order = [next(iter(holders)) for holders in samples if holders]
+    assert order[0] == first
+    assert order[-1] == second
+    assert order.index(second) > len(order) - 1 - order[::-1].index(first)
+    assert waiting["state"] == "Pending"
