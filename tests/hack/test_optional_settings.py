@@ -1,0 +1,153 @@
+"""The decisions behind the dev cluster's optional components, without a cluster: Kueue's Configuration
+and webhook configurations, the second scheduler's configuration, `--with` parsing, the private /etc.
+
+Their effect on the real components is tests/hack/test_optional_components.py's subject.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from crd import contract
+from hack.common import ToolError
+from hack.devcluster import coscheduling, kueue
+from hack.devcluster.optional import json_documents, parse_with
+
+JsonDict = dict[str, Any]
+
+
+def webhook(name: str, path: str, group: str, resources: list[str]) -> JsonDict:
+    return {
+        "name": name,
+        "admissionReviewVersions": ["v1"],
+        "clientConfig": {"service": {"name": "webhook-service", "namespace": "system", "path": path}},
+        "failurePolicy": "Fail",
+        "sideEffects": "None",
+        "rules": [
+            {"apiGroups": [group], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": resources}
+        ],
+    }
+
+
+MANIFESTS: list[JsonDict] = [
+    {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": "mutating-webhook-configuration"},
+        "webhooks": [
+            webhook("mjob.kb.io", "/mutate-batch-v1-job", "batch", ["jobs"]),
+            webhook("mpod.kb.io", "/mutate--v1-pod", "", ["pods"]),
+            webhook(
+                "mworkload.kb.io", "/mutate-kueue-x-k8s-io-v1beta1-workload", "kueue.x-k8s.io", ["workloads"]
+            ),
+        ],
+    },
+    {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "validating-webhook-configuration"},
+        "webhooks": [
+            webhook(
+                "vworkload.kb.io",
+                "/validate-kueue-x-k8s-io-v1beta1-workload",
+                "kueue.x-k8s.io",
+                ["workloads", "workloads/status"],
+            ),
+            webhook(
+                "vpytorchjob.kb.io", "/validate-kubeflow-org-v1-pytorchjob", "kubeflow.org", ["pytorchjobs"]
+            ),
+        ],
+    },
+]
+
+
+def test_kueue_webhooks_point_at_the_local_manager_with_the_cluster_ca() -> None:
+    configurations, skipped = kueue.webhook_configurations(MANIFESTS, webhook_port=9443, ca_bundle=b"CA PEM")
+
+    assert [c["metadata"]["name"] for c in configurations] == [
+        "kueue-mutating-webhook-configuration",
+        "kueue-validating-webhook-configuration",
+    ]
+    mutating, validating = (c["webhooks"] for c in configurations)
+    assert [w["name"] for w in mutating] == ["mjob.kb.io", "mworkload.kb.io"]
+    assert [w["name"] for w in validating] == ["vworkload.kb.io"]
+    assert skipped == ["mpod.kb.io", "vpytorchjob.kb.io"]
+    job = mutating[0]
+    assert job["clientConfig"] == {
+        "url": "https://127.0.0.1:9443/mutate-batch-v1-job",
+        "caBundle": base64.b64encode(b"CA PEM").decode(),
+    }
+    # Everything else is upstream's.
+    assert job["rules"] == MANIFESTS[0]["webhooks"][0]["rules"]
+    assert job["failurePolicy"] == "Fail"
+    # The input is left as it was.
+    assert "service" in MANIFESTS[0]["webhooks"][0]["clientConfig"]
+
+
+def test_only_kueue_and_its_enabled_frameworks_keep_their_webhooks() -> None:
+    assert kueue.kept(webhook("x", "/x", "kueue.x-k8s.io", ["clusterqueues"]))
+    assert kueue.kept(webhook("x", "/x", "batch", ["jobs"]))
+    assert not kueue.kept(webhook("x", "/x", "batch", ["cronjobs"]))
+    assert not kueue.kept(webhook("x", "/x", "apps", ["deployments"]))
+    assert not kueue.kept({"name": "x", "rules": []})
+
+
+def test_kueue_listens_on_loopback_and_manages_only_queued_batch_jobs(tmp_path: Path) -> None:
+    settings = kueue.configuration(webhook_port=1, health_port=2, metrics_port=3, cert_dir=tmp_path)
+
+    assert settings["webhook"] == {"host": "127.0.0.1", "port": 1, "certDir": str(tmp_path)}
+    assert settings["health"] == {"healthProbeBindAddress": "127.0.0.1:2"}
+    assert settings["metrics"] == {"bindAddress": "127.0.0.1:3"}
+    assert settings["internalCertManagement"] == {"enable": False}
+    assert settings["manageJobsWithoutQueueName"] is False
+    assert settings["integrations"] == {"frameworks": ["batch/job"]}
+    assert settings["featureGates"] == {"VisibilityOnDemand": False}
+    assert settings["leaderElection"] == {"leaderElect": False}
+    json.dumps(settings)  # written as JSON
+
+
+def test_the_second_scheduler_is_the_one_the_operator_names() -> None:
+    settings = coscheduling.scheduler_configuration()
+
+    (profile,) = settings["profiles"]
+    assert profile["schedulerName"] == contract.COSCHEDULING_SCHEDULER_NAME
+    assert profile["plugins"]["multiPoint"] == {
+        "enabled": [{"name": "Coscheduling"}],
+        "disabled": [{"name": "PrioritySort"}],
+    }
+    assert profile["pluginConfig"] == [{"name": "Coscheduling", "args": {"permitWaitingTimeSeconds": 10}}]
+    assert settings["leaderElection"] == {"leaderElect": False}
+    args = coscheduling.scheduler_args(1234, Path("/x/config.json"))
+    assert "--bind-address=127.0.0.1" in args
+    assert "--secure-port=1234" in args
+    assert "--config=/x/config.json" in args
+
+
+def test_with_names_known_components_once() -> None:
+    assert parse_with("") == []
+    assert parse_with("kueue, coscheduling,kueue") == ["kueue", "coscheduling"]
+    with pytest.raises(ToolError, match="unknown optional component 'volcano'; one of: coscheduling, kueue"):
+        parse_with("kueue,volcano")
+
+
+def test_kueue_runs_with_a_private_etc(monkeypatch: pytest.MonkeyPatch) -> None:
+    layer, binary = Path("/run/kueue/etc"), Path("/cache/kueue")
+    monkeypatch.setattr("os.geteuid", lambda: 0)
+    _, as_root = kueue.private_etc_command(layer, binary, ["--config=c"])
+    assert as_root[:3] == ["--mount", "--propagation", "private"]
+    assert as_root[-4:] == ["sh", str(layer), str(binary), "--config=c"]
+    assert 'lowerdir=$1:/etc" /etc' in as_root[as_root.index("-c") + 1]
+    monkeypatch.setattr("os.geteuid", lambda: 1000)
+    _, as_user = kueue.private_etc_command(layer, binary, ["--config=c"])
+    assert as_user[:2] == ["--user", "--map-root-user"]
+    assert as_user[2:] == as_root
+
+
+def test_kubectl_json_output_of_several_objects_is_split() -> None:
+    assert json_documents('{"a": 1}\n{"b": {"c": 2}}\n') == [{"a": 1}, {"b": {"c": 2}}]
+    assert json_documents("") == []
