@@ -53,6 +53,23 @@ BACKOFF = {"initialDelaySeconds": 1, "maxDelaySeconds": 2}
 GPU = contract.GPU_RESOURCE
 
 
+def wait_unschedulable(
+    kubectl: Kubectl, namespace: str, name: str, pods: str, *, attempt: int | None = None
+) -> JsonDict:
+    """Waits until the job says `<pods> pods unschedulable: <the scheduler's reason>` (pods: "1/3"),
+    in attempt `attempt` if given; returns the status."""
+    prefix = f"{pods} pods unschedulable: "
+    return wait_status(
+        kubectl,
+        namespace,
+        name,
+        prefix + (f"(attempt {attempt})" if attempt is not None else ""),
+        lambda s: (
+            str(s.get("message", "")).startswith(prefix) and (attempt is None or s.get("attempt") == attempt)
+        ),
+    )
+
+
 # ------------------------------------------------------------------------------ scheduling timeout
 
 
@@ -76,26 +93,12 @@ def test_a_gang_that_cannot_be_scheduled_in_time_is_released_and_retried(
         watch = PodWatch(kubectl, namespace, "toobig")
         try:
             kubectl.apply(manifest, "-n", namespace)
-            pending = wait_status(
-                kubectl,
-                namespace,
-                "toobig",
-                "1/3 pods unschedulable",
-                lambda s: str(s.get("message", "")).startswith("1/3 pods unschedulable: "),
-            )
+            pending = wait_unschedulable(kubectl, namespace, "toobig", "1/3")
             first = pods_of(kubectl, namespace, "toobig")
             during = wait_status(
                 kubectl, namespace, "toobig", "Restarting", lambda s: s.get("state") == "Restarting"
             )
-            again = wait_status(
-                kubectl,
-                namespace,
-                "toobig",
-                "attempt 1 unschedulable",
-                lambda s: (
-                    s.get("attempt") == 1 and str(s.get("message", "")).startswith("1/3 pods unschedulable")
-                ),
-            )
+            again = wait_unschedulable(kubectl, namespace, "toobig", "1/3", attempt=1)
         finally:
             events = watch.stop()
 
@@ -302,15 +305,7 @@ def test_preemption_by_the_scheduler_restarts_the_gang_as_a_disruption(
                 == "Running"
             ),
         )
-        waiting = wait_status(
-            kubectl,
-            namespace,
-            "victim",
-            "attempt 1 short of GPUs",
-            lambda s: (
-                s.get("attempt") == 1 and str(s.get("message", "")).startswith("1/2 pods unschedulable: ")
-            ),
-        )
+        waiting = wait_unschedulable(kubectl, namespace, "victim", "1/2", attempt=1)
         kubectl.run("delete", "pod", "preemptor", "-n", namespace, "--wait=false")
         status = wait_status(
             kubectl,
@@ -454,22 +449,8 @@ def test_a_gang_that_cannot_fit_binds_no_pod_and_is_released_after_its_schedule_
         watch = PodWatch(kubectl, namespace, "toobig")
         try:
             kubectl.apply(manifest, "-n", namespace)
-            pending = wait_status(
-                kubectl,
-                namespace,
-                "toobig",
-                "3/3 pods unschedulable",
-                lambda s: str(s.get("message", "")).startswith("3/3 pods unschedulable: "),
-            )
-            again = wait_status(
-                kubectl,
-                namespace,
-                "toobig",
-                "attempt 1 unschedulable",
-                lambda s: (
-                    s.get("attempt") == 1 and str(s.get("message", "")).startswith("3/3 pods unschedulable")
-                ),
-            )
+            pending = wait_unschedulable(kubectl, namespace, "toobig", "3/3")
+            again = wait_unschedulable(kubectl, namespace, "toobig", "3/3", attempt=1)
         finally:
             events = watch.stop()
 
@@ -532,13 +513,7 @@ def test_two_gangs_that_cannot_both_fit_run_one_after_the_other(
                 "one job Running", lambda: running_whole(kubectl, namespace, names), timeout=TIMEOUT
             )
             second = next(name for name in names if name != first)
-            waiting = wait_status(
-                kubectl,
-                namespace,
-                second,
-                "3/3 pods unschedulable",
-                lambda s: str(s.get("message", "")).startswith("3/3 pods unschedulable: "),
-            )
+            waiting = wait_unschedulable(kubectl, namespace, second, "3/3")
             for pod in running_pods(kubectl, namespace, first, 0, 3):
                 end_pod(kubectl, namespace, pod["metadata"]["name"])
             wait_state(kubectl, namespace, first, "Completed")
