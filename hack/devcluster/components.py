@@ -31,6 +31,9 @@ class Ports:
     controller_manager: int
     scheduler: int
     kwok: int
+    # The kubelet endpoint every fake node names in its status (daemonEndpoints): where the API server
+    # asks for container logs. kwok writes it; the local kubelet serves it (hack/local_kubelet).
+    kubelet: int
 
     def by_component(self) -> dict[str, int]:
         """As state.json records them."""
@@ -41,6 +44,7 @@ class Ports:
             "kube-controller-manager": self.controller_manager,
             "kube-scheduler": self.scheduler,
             "kwok": self.kwok,
+            "kubelet": self.kubelet,
         }
 
 
@@ -73,6 +77,13 @@ def apiserver_args(ports: Ports, pki: Path) -> list[str]:
         f"--tls-cert-file={pki / 'apiserver.crt'}",
         f"--tls-private-key-file={pki / 'apiserver.key'}",
         f"--client-ca-file={pki / 'ca.crt'}",
+        # The API server's client to the kubelets (`kubectl logs`): it verifies the kubelet's serving
+        # certificate with the cluster's CA, proves itself with its own client certificate, and reaches a
+        # node at its InternalIP (the nodes' Hostname addresses resolve nowhere).
+        f"--kubelet-certificate-authority={pki / 'ca.crt'}",
+        f"--kubelet-client-certificate={pki / 'apiserver-kubelet-client.crt'}",
+        f"--kubelet-client-key={pki / 'apiserver-kubelet-client.key'}",
+        "--kubelet-preferred-address-types=InternalIP",
         "--authorization-mode=Node,RBAC",
         "--service-account-issuer=https://kubernetes.default.svc",
         f"--service-account-key-file={pki / 'sa.pub'}",
@@ -140,7 +151,10 @@ def kwok_args(ports: Ports) -> list[str]:
         f"--config={STAGES}",
         f"--config={KWOK_CONFIG}",
         f"--cidr={POD_CIDR}",
-        "--node-ip=10.1.0.1",
+        # Every node's InternalIP and kubelet port in its status (the node stage writes both): the
+        # address the API server dials for `kubectl logs`, where the local kubelet listens.
+        "--node-ip=127.0.0.1",
+        f"--node-port={ports.kubelet}",
         "--node-lease-duration-seconds=40",
         f"--server-address=127.0.0.1:{ports.kwok}",
     ]

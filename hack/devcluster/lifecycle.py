@@ -22,7 +22,13 @@ from hack.common import REPO, ToolError, free_ports, http_ok, still_running
 from hack.devcluster import components, optional
 from hack.devcluster.components import Ports
 from hack.devcluster.nodes import NodeShape, create_nodes, ready_nodes
-from hack.devcluster.pki import admin_ssl_context, kubeconfig_text, make_pki, self_signed_context
+from hack.devcluster.pki import (
+    KUBELET_CLIENT_BINDING,
+    admin_ssl_context,
+    kubeconfig_text,
+    make_pki,
+    self_signed_context,
+)
 from hack.devcluster.processes import kubectl, spawn, stop_processes, wait_for
 from hack.devcluster.state import (
     KUBECONFIG,
@@ -93,7 +99,7 @@ def start(bin_dir: Path, shape: NodeShape, optional_builds: dict[str, Path] | No
     say(f"starting the control plane from {bin_dir}")
     RUN.mkdir(parents=True)
     etcd_data = Path(tempfile.mkdtemp(prefix="trainingjob-etcd-", dir=SHM if SHM.is_dir() else None))
-    ports = Ports(*free_ports(6))
+    ports = Ports(*free_ports(7))
     server = f"https://127.0.0.1:{ports.apiserver}"
     state = {
         "server": server,
@@ -130,6 +136,7 @@ def start(bin_dir: Path, shape: NodeShape, optional_builds: dict[str, Path] | No
         install_crds(bin_dir)
         for name, build_dir in (optional_builds or {}).items():
             optional.install_crds(bin_dir, name, build_dir)
+        kubectl(bin_dir, "apply", "-f", "-", stdin=json.dumps(KUBELET_CLIENT_BINDING))
         spawn(
             "kube-controller-manager",
             bin_dir / "kube-controller-manager",

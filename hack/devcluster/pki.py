@@ -2,7 +2,10 @@
 
 Why: the API server serves TLS and authenticates clients by certificate, like any real cluster, so
 the operator's client, kubectl and the components talk to it the way they would in production. The
-CA is new for every cluster; nothing outlives `down`.
+same holds between the API server and the kubelet API (`kubectl logs`): the local kubelet serves a
+certificate of the cluster's CA for 127.0.0.1, and the API server presents its own client
+certificate, which RBAC lets use the kubelet API (`KUBELET_CLIENT_BINDING`). The CA is new for every
+cluster; nothing outlives `down`.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import json
 import ssl
 import subprocess
 from pathlib import Path
+from typing import Any, Final
 
 from hack.common import ToolError
 
@@ -19,6 +23,21 @@ APISERVER_SANS = (
     "subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,"
     "DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
 )
+# Who the API server is when it calls a kubelet (--kubelet-client-certificate), as kubeadm names it.
+KUBELET_CLIENT_USER: Final = "kube-apiserver-kubelet-client"
+# That user may use the kubelet API of every node: the built-in ClusterRole for it (nodes/proxy, stats,
+# log, metrics), which a kubelet's webhook authorisation asks the API server about.
+KUBELET_CLIENT_BINDING: Final[dict[str, Any]] = {
+    "apiVersion": "rbac.authorization.k8s.io/v1",
+    "kind": "ClusterRoleBinding",
+    "metadata": {"name": KUBELET_CLIENT_USER},
+    "roleRef": {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": "system:kubelet-api-admin",
+    },
+    "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": KUBELET_CLIENT_USER}],
+}
 
 
 def openssl(*args: str, cwd: Path) -> None:
@@ -28,8 +47,9 @@ def openssl(*args: str, cwd: Path) -> None:
 
 
 def make_pki(pki: Path) -> None:
-    """A CA per cluster, a serving certificate for 127.0.0.1, an admin client certificate and the
-    service-account token signing key pair."""
+    """A CA per cluster, a serving certificate for 127.0.0.1, an admin client certificate, the
+    service-account token signing key pair, and the kubelet API's pair: the kubelet's serving
+    certificate for 127.0.0.1 and the API server's client certificate for calling it."""
     pki.mkdir(parents=True)
     openssl(
         *("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt"),
@@ -38,6 +58,13 @@ def make_pki(pki: Path) -> None:
     )
     issue(pki, "apiserver", "/CN=kube-apiserver", f"{APISERVER_SANS}\nextendedKeyUsage=serverAuth,clientAuth")
     issue(pki, "admin", "/O=system:masters/CN=dev-admin", "extendedKeyUsage=clientAuth")
+    issue(
+        pki,
+        "kubelet",
+        "/CN=local-kubelet",
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth",
+    )
+    issue(pki, "apiserver-kubelet-client", f"/CN={KUBELET_CLIENT_USER}", "extendedKeyUsage=clientAuth")
     openssl("genrsa", "-out", "sa.key", "2048", cwd=pki)
     openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=pki)
 
