@@ -231,9 +231,10 @@ The job is Completed. Look around (it stays until you delete it or stop the demo
   kubectl get events -n {ns} --sort-by=.lastTimestamp
   kubectl describe tj {name} -n {ns}
   kubectl get tj {name} -n {ns} -o jsonpath='{{.status}}' | python3 -m json.tool
+  kubectl logs -f {name}-worker-0 -n {ns}   # rank 0's trainer output, served by the local kubelet
   operator log:       {shown(logs / f"{OPERATOR}.log")}
   local kubelet log:  {shown(logs / f"{KUBELET}.log")}
-  trainer logs:       {shown(logs / "pods")}/{ns}_{name}-worker-<i>.log
+  pod journals:       {shown(logs / "pods")}/{ns}_{name}-worker-<i>.log
   operator metrics:   curl -s http://127.0.0.1:{METRICS_PORT}/metrics | grep '^trainingjob_'
 Run it again: make demo (creates the job anew; the cluster, operator and kubelet are reused).
 Stop everything: make demo-down (or make dev-cluster-down).""",

@@ -1,49 +1,48 @@
-"""A local kubelet for the dev cluster: runs TrainingJob pods' reference trainer as local processes.
+"""A local kubelet for the dev cluster: runs TrainingJob pods' containers as local processes.
 
 Why: the local control plane has no kubelet (kwok moves pods to Running and nothing ever runs), so
-without this a TrainingJob never trains there: no progress, no checkpoints, no completion. For the
-demo and for end-to-end tests of the whole loop (operator -> pods -> trainer -> progress annotation ->
-status -> restart from the reported checkpoint) this plays the part of the kubelet for the pods the
-operator manages in the namespaces it is given:
+without this a TrainingJob never trains there: no progress, no checkpoints, no completion, no logs.
+For the demo and for end-to-end tests of the whole loop (operator -> pods -> trainer -> progress
+annotation -> status -> restart from the reported checkpoint, `kubectl logs`) this plays the part of
+the kubelet for the pods the operator manages in the namespaces it is given (hack/README.md says
+exactly what it does and does not do):
 
 - it watches pods labelled app.kubernetes.io/managed-by=trainingjob-operator (the project's informer,
-  admin kubeconfig); a pod that kwok marked Running is started once as a local process;
-- the pod's volumes become local directories under <state-dir>/<ns>/<job>/: the job's ConfigMap
-  (train.py, trainingjob_progress.py, config.json) is `config/`, the checkpoint volume `checkpoints/`,
-  other configMap, secret and storage volumes `volumes/<name>/`, and the pod's own (emptyDir, the
-  projected service-account volume) `pods/<pod>/<name>/`; configMap, secret and projected contents
-  are written from the API. Every mount path is remapped in the environment (CHECKPOINT_DIR,
-  RESUME_FROM, TRAININGJOB_CONFIG, ...) and in the trainer's arguments;
-- the environment is resolved as a kubelet does (values with $(VAR) expansion, fieldRef,
-  secretKeyRef / configMapKeyRef and envFrom through the API; what cannot be resolved is skipped with a
-  log line) and handed over clean: of this process's environment only PATH and the locale, so no
-  admin credentials reach the trainer;
-- progress goes to the real API server with the pod's own ServiceAccount token: the projected token is
-  minted with a TokenRequest bound to the pod, as a kubelet does, and renewed before it expires; the
-  progress helper finds it, the projected CA and the API server's address through
-  TRAININGJOB_PROGRESS_TOKEN_FILE / _CA_FILE / _API_URL (the in-pod path cannot be remapped);
-- only the reference trainer runs (`python /etc/trainingjob/train.py`, started with this interpreter);
-  other commands are logged and their pods left Running. The trainer runs its pure-Python simulation
-  (TRAIN_SIMULATE=1): ranks exchange nothing, so nothing listens on any port, it needs no torch (the
-  demo's virtualenv has none) and an epoch takes as long as TRAIN_STEP_SECONDS says. Real
-  torch.distributed with the operator's environment is covered by tests/trainer/test_real_training.py.
-  MASTER_ADDR is 127.0.0.1 and MASTER_PORT one free port per job attempt, the same for every rank;
-- the gang starts together, as a rendezvous would hold it: a pod's process starts once every pod of
-  its attempt is Running and no process of an older attempt of the job is still stopping;
-- when a process exits, the pod's status is patched as a kubelet reports it (hack/podstatus.py: phase,
-  the container's terminated state with exit code and reason, the log's tail as message on failure);
-- a pod that is deleted (gang restart, suspend, clean-up) gets SIGTERM, then SIGKILL after its grace
-  period. When this process stops it stops its trainers and ends their pods with DisruptionTarget
-  TerminationByKubelet (a node shutdown); pods it ran before a crash are ended the same way when it
-  starts again (ContainerStatusUnknown), so the operator restarts the gang from its last checkpoint.
+  admin kubeconfig); a pod that kwok marked Running is taken over once its gang is ready: a pod's
+  process starts once every pod of its attempt is Running and no process of an older attempt of the
+  job is still stopping;
+- its containers run in the kubelet's order (init containers one by one, native sidecars kept
+  running and stopped after the regular containers, the trainer and classic sidecars together), each
+  under a shim that writes its log; a container runs if its command is `python SCRIPT` with the
+  script in one of the pod's volumes (the reference trainer, or your code from a ConfigMap or a
+  claim), else a sidecar or init container gets a stand-in and the trainer's pod is left alone;
+- the pod's volumes become local directories shared as in a cluster (a claim per claim, an emptyDir
+  per pod, hostPath under the state directory), configMap, secret and projected contents written from
+  the API, and every mount path in the environment, the command and the working directory is
+  remapped;
+- the environment is resolved as a kubelet does and handed over clean: of this process's environment
+  only PATH and the locale, so no admin credentials reach a container; the trainer's progress goes to
+  the real API server with the pod's own ServiceAccount token (minted bound to the pod, renewed);
+- the trainer runs its pure-Python simulation (TRAIN_SIMULATE=1), MASTER_ADDR 127.0.0.1 and one free
+  MASTER_PORT per job attempt;
+- the pod's status is reported as a kubelet reports it (phase, conditions, containerStatuses and
+  initContainerStatuses) whenever it changes;
+- it serves the kubelet API's container log endpoint on the port the nodes name in their status, over
+  TLS with the cluster's PKI, so `kubectl logs` and the Python client read the containers' output;
+- a pod that is deleted gets SIGTERM, then SIGKILL after its grace period. When this process stops it
+  stops its containers and ends their pods with DisruptionTarget TerminationByKubelet (a node
+  shutdown); pods it ran before a crash are ended the same way when it starts again
+  (ContainerStatusUnknown), so the operator restarts the gang from its last checkpoint.
 
-Each pod's output goes to <log-dir>/<ns>_<pod>.log (appended across attempts). This process logs plain
-lines to stderr. It never exits because of a pod: anything odd is logged and the pod skipped.
+This process logs plain lines to stderr. It never exits because of a pod: anything odd is logged and
+the pod skipped.
 
     .venv/bin/python -m hack.local_kubelet --namespace demo [--namespace other ...]
 
-Its modules, by concern: pods (what a Pod says: running, job, attempt, gang, grace period, command),
-env (the environment a kubelet computes, made local), volumes (volumes as local directories, tokens),
-launch (from a pod to the trainer's command line), processes (the trainer processes, their logs and
-records), status (a container's end reported in the Pod's status), kubelet (the loop), __main__.
+Its modules, by concern: pods (what a Pod says), env (the environment a kubelet computes, made
+local), volumes (volumes as local directories, tokens), launch (from a pod to its containers' command
+lines), containers (the kubelet's rules for a pod's containers and the status it reports), processes
+(the container processes and their records), shim (one container's process and log writer),
+logfiles (container logs on disk, read back as the kubelet API serves them), logserver (that API's
+log endpoint), status (reports to the API server), kubelet (the loop), __main__.
 """

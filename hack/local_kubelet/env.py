@@ -16,38 +16,13 @@ from pathlib import Path
 from typing import Final
 
 from hack.common import JsonDict
-from hack.local_kubelet.pods import field_value
+from hack.local_kubelet.pods import expand, field_value
 from hack.local_kubelet.volumes import SERVICE_ACCOUNT_DIR, Mount, object_value, remap
 
 Lookup = Callable[[str, str, str], JsonDict | None]  # (kind, namespace, name) -> object or None
 
 # Environment variables passed on from this process: only what finding programs needs.
 PASSED_ENV: Final = ("PATH", "LANG", "LC_ALL", "TZ")
-
-
-def expand(value: str, defined: Mapping[str, str]) -> str:
-    """Kubernetes' $(VAR) expansion: $(NAME) becomes a defined variable's value (else stays as is), $$
-    becomes $, anything else is kept."""
-    out: list[str] = []
-    index = 0
-    while index < len(value):
-        char = value[index]
-        if char == "$" and index + 1 < len(value):
-            following = value[index + 1]
-            if following == "$":
-                out.append("$")
-                index += 2
-                continue
-            if following == "(":
-                close = value.find(")", index + 2)
-                if close != -1:
-                    name = value[index + 2 : close]
-                    out.append(defined[name] if name in defined else value[index : close + 1])
-                    index = close + 1
-                    continue
-        out.append(char)
-        index += 1
-    return "".join(out)
 
 
 def _env_from(namespace: str, container: JsonDict, lookup: Lookup, notes: list[str]) -> dict[str, str]:
@@ -118,13 +93,17 @@ def local_env(
     api_url: str,
     ca_file: Path | None,
     notes: list[str],
+    trainer: bool = True,
 ) -> dict[str, str]:
-    """What the trainer process gets: of this process's environment only PATH and the locale (no
-    KUBECONFIG, no admin credentials), then the container's own with mount paths made local, the
-    rendezvous on 127.0.0.1:`port`, and the progress helper's API address, token and CA."""
+    """What a container's process gets: of this process's environment only PATH and the locale (no
+    KUBECONFIG, no admin credentials), then the container's own with mount paths made local. The
+    trainer also gets the rendezvous on 127.0.0.1:`port`, the simulation, and the progress helper's API
+    address, token and CA."""
     env = {key: os.environ[key] for key in PASSED_ENV if key in os.environ}
     env["HOME"] = str(home)
     env.update({key: remap(value, mounts) for key, value in resolved.items()})
+    if not trainer:
+        return env
     env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), TRAIN_SIMULATE="1")
     for key, value in (("PET_MASTER_ADDR", "127.0.0.1"), ("PET_MASTER_PORT", str(port))):
         if key in env:

@@ -1,8 +1,11 @@
-"""The local kubelet's loop: watch the operator's pods, start gangs, stop deleted pods, report ends.
+"""The local kubelet's loop: watch the operator's pods, start gangs, run their containers, report.
 
 Why: one thread owns every decision, fed by a queue (pod events from the informers, process exits
-from the waiter threads) and a tick every TICK_SECONDS (retries, gang starts, grace periods, token
-renewals), so nothing here needs a lock. Nothing a pod does can stop the loop: an odd pod is logged
+from the waiter threads) and a tick every TICK_SECONDS (retries, gang starts, sidecar restarts, grace
+periods, token renewals), so nothing here needs a lock. What happens to a pod's containers is decided
+by hack/local_kubelet/containers.py (init containers in order, native sidecars kept running and
+stopped last, the pod's phase); this loop starts and stops processes as it says and reports the
+status it computes whenever that changes. Nothing a pod does can stop the loop: an odd pod is logged
 and skipped, an API error retried with backoff.
 """
 
@@ -24,7 +27,9 @@ from controller.kube import PODS, KubeClient
 from controller.store import Store
 from crd import contract
 from hack.common import JsonDict
-from hack.local_kubelet.launch import AttemptKey, prepare
+from hack.local_kubelet.containers import ContainerRun, PodRun, pod_status
+from hack.local_kubelet.launch import AttemptKey, LocalSettings, PodLaunch, prepare
+from hack.local_kubelet.logfiles import PodLogs
 from hack.local_kubelet.pods import (
     DEFAULT_GRACE_SECONDS,
     SkipPod,
@@ -36,13 +41,14 @@ from hack.local_kubelet.pods import (
     pod_label,
     well_formed,
 )
-from hack.local_kubelet.processes import Exited, Running, Supervisor
-from hack.local_kubelet.status import StatusReporter, exit_patch, lost_container_patch
+from hack.local_kubelet.processes import Exited, Supervisor
+from hack.local_kubelet.status import StatusReporter, lost_container_patch
 from hack.local_kubelet.volumes import LocalVolumes, write_private
+from hack.podstatus import now_rfc3339
 
 TOKEN_REFRESH_FRACTION: Final = 0.8
 TOKEN_REFRESH_SECONDS: Final = 30.0  # retry a failed renewal this much later
-# A stop takes at most SHUTDOWN_SECONDS, below `hack/dev-cluster.sh stop`'s 30 s wait, so trainers are
+# A stop takes at most SHUTDOWN_SECONDS, below `hack/dev-cluster.sh stop`'s 30 s wait, so containers are
 # never left behind: SIGTERM, SIGKILL after SHUTDOWN_GRACE_SECONDS, then reports retried until the end.
 SHUTDOWN_GRACE_SECONDS: Final = 10.0
 SHUTDOWN_SECONDS: Final = 25.0
@@ -58,6 +64,19 @@ class PodEvent:
 
 
 @dataclass
+class Started:
+    """A pod whose containers this kubelet runs: what it launched, their states, its tokens' age."""
+
+    launch: PodLaunch
+    run: PodRun
+    token_minted: float
+
+    @property
+    def attempt(self) -> AttemptKey:
+        return (self.launch.namespace, self.launch.job, self.launch.attempt)
+
+
+@dataclass
 class Kubelet:
     client: KubeClient
     namespaces: list[str]
@@ -66,6 +85,7 @@ class Kubelet:
     python: str = sys.executable
     events: queue.Queue[PodEvent | Exited | None] = field(default_factory=queue.Queue)
     pods: dict[str, JsonDict] = field(default_factory=dict)
+    started: dict[str, Started] = field(default_factory=dict)  # by pod uid, until its end is reported
     done: set[str] = field(default_factory=set)  # uids started and ended, or skipped
     retry_at: dict[str, tuple[int, float]] = field(default_factory=dict)
     ports: dict[AttemptKey, int] = field(default_factory=dict)
@@ -73,18 +93,20 @@ class Kubelet:
 
     def __post_init__(self) -> None:
         configuration = self.client.api_client.configuration
-        self.api_url = str(configuration.host).rstrip("/")
-        self.ca_file: Path | None = None
+        ca_file: Path | None = None
         if configuration.ssl_ca_cert:
-            self.ca_file = self.state_dir / "ca.crt"
-            write_private(self.ca_file, Path(configuration.ssl_ca_cert).read_bytes(), 0o644)
+            ca_file = self.state_dir / "ca.crt"
+            write_private(ca_file, Path(configuration.ssl_ca_cert).read_bytes(), 0o644)
+        self.settings = LocalSettings(self.python, str(configuration.host).rstrip("/"), ca_file)
         self.volumes = LocalVolumes(self.client, self.state_dir)
-        self.supervisor = Supervisor(self.log_dir, self.state_dir / "processes", self.events)
+        self.logs = PodLogs(self.log_dir)
+        self.supervisor = Supervisor(self.logs, self.state_dir / "processes", self.events)
         self.reporter = StatusReporter(self.client)
 
     @property
-    def running(self) -> dict[str, Running]:
-        return self.supervisor.running
+    def running(self) -> set[str]:
+        """The uids of pods with a container running."""
+        return self.supervisor.pods()
 
     # ---- the loop ---------------------------------------------------------------------------------
 
@@ -107,7 +129,7 @@ class Kubelet:
             self.stop.wait(0.1)
         self._drain(block=False)
         log.info(
-            "watching pods of %s in namespace(s) %s; trainer logs in %s",
+            "watching pods of %s in namespace(s) %s; container logs in %s",
             contract.OPERATOR_NAME,
             ", ".join(self.namespaces),
             self.log_dir,
@@ -119,7 +141,7 @@ class Kubelet:
             except Exception:
                 log.exception("unexpected error; carrying on")
             self._drain(block=True)
-        log.info("stopping: ending %d trainer process(es)", len(self.running))
+        log.info("stopping: ending %d pod(s)", len(self.running))
         for informer in informers:
             informer.stop()
         self.shutdown()
@@ -160,23 +182,33 @@ class Kubelet:
         self.pods.pop(uid, None)
         self.done.discard(uid)
         self.retry_at.pop(uid, None)
-        self.reporter.unreported.pop(uid, None)
+        self.reporter.forget(uid)
         self.terminate(uid, "deleted")
+        if uid not in self.started and well_formed(pod):  # nothing runs: its own volumes can go
+            self.volumes.remove_pod(pod)
 
     def tick(self) -> None:
-        """Periodic work: retry unreported ends, start pods whose gang is ready, deadlines, tokens."""
+        """Periodic work: retry unreported statuses, start pods whose gang is ready, restart native
+        sidecars after their back-off, grace periods, tokens."""
         now = time.monotonic()
         for uid in list(self.reporter.unreported):
-            self.report_end(uid, self.reporter.unreported.pop(uid))
+            self.report_status(uid, self.reporter.unreported.pop(uid))
         for uid, pod in list(self.pods.items()):
             try:
                 self.maybe_start(uid, pod, now)
             except Exception:
                 log.exception("%s: skipped: cannot make sense of it", pod_label(pod))
                 self.done.add(uid)
+        for uid in list(self.started):
+            try:
+                self.advance(uid)
+            except Exception:
+                log.exception(
+                    "%s: could not advance its containers; trying again", pod_label(self.pods.get(uid, {}))
+                )
         self.supervisor.kill_overdue(now)
         self.renew_tokens(now)
-        live = {(p.namespace, p.job, p.attempt) for p in self.running.values()}
+        live = {s.attempt for s in self.started.values()}
         live |= {
             (str(p["metadata"]["namespace"]), job_of(p) or "", attempt_of(p)) for p in self.pods.values()
         }
@@ -184,27 +216,18 @@ class Kubelet:
             del self.ports[key]
 
     def maybe_start(self, uid: str, pod: JsonDict, now: float) -> None:
-        if uid in self.running or uid in self.done or not is_running(pod):
+        if uid in self.started or uid in self.done or not is_running(pod):
             return
         tries, when = self.retry_at.get(uid, (0, 0.0))
-        started = set(self.running) | self.done
-        attempts = [(p.namespace, p.job, p.attempt) for p in self.running.values()]
-        if now < when or not gang_ready(pod, self.pods, started, attempts):
+        attempts = [s.attempt for uid_, s in self.started.items() if uid_ in self.running]
+        if now < when or not gang_ready(pod, self.pods, set(self.started) | self.done, attempts):
             return
         try:
-            launch = prepare(
-                pod,
-                self.volumes,
-                python=self.python,
-                ports=self.ports,
-                api_url=self.api_url,
-                ca_file=self.ca_file,
-            )
-            self.supervisor.spawn(launch)
-            self.retry_at.pop(uid, None)
+            launch = prepare(pod, self.volumes, self.settings, self.ports)
         except SkipPod as reason:
             log.warning("%s: not started: %s (the pod stays Running)", pod_label(pod), reason)
             self.done.add(uid)
+            return
         except KubeError as error:
             if not is_retryable(error):
                 log.warning("%s: not started: %s (the pod stays Running)", pod_label(pod), error)
@@ -213,49 +236,110 @@ class Kubelet:
             delay = min(30.0, 2.0**tries)
             log.warning("%s: could not start (%s); retrying in %.0fs", pod_label(pod), error, delay)
             self.retry_at[uid] = (tries + 1, now + delay)
+            return
+        self.retry_at.pop(uid, None)
+        containers = [ContainerRun(c.name, c.role, c.image) for c in launch.containers]
+        self.started[uid] = Started(launch, PodRun(uid, containers), now)
+        self.supervisor.start_pod(launch)
+        self.advance(uid)
 
-    def renew_tokens(self, now: float) -> None:
-        """Mints the projected tokens of running pods again before they expire, as a kubelet does."""
-        for proc in self.running.values():
-            if proc.kill_at is not None or not proc.tokens:
-                continue
-            if now - proc.token_minted <= TOKEN_REFRESH_FRACTION * min(t.seconds for t in proc.tokens):
-                continue
-            current = self.pods.get(proc.uid)
-            if current is None or proc.stopping is not None:
-                continue
-            try:
-                for token in proc.tokens:
-                    self.volumes.mint_token(current, token)
-                proc.token_minted = now
-            except KubeError as error:
-                log.warning("%s/%s: could not renew the token (%s)", proc.namespace, proc.name, error)
-                proc.token_minted += TOKEN_REFRESH_SECONDS
+    # ---- a pod's containers -----------------------------------------------------------------------
 
-    # ---- stopping and exits -----------------------------------------------------------------------
+    def advance(self, uid: str) -> None:
+        """Starts what the pod's state says starts now, stops the native sidecars once the regular
+        containers are done, reports the status when it changed, and ends the pod when it is over."""
+        started = self.started[uid]
+        run = started.run
+        for _ in range(len(run.containers) + 1):
+            batch = run.to_start() + run.sidecars_to_restart(time.monotonic())
+            if not batch:
+                break
+            for container in batch:
+                launch = started.launch.container(container.name)
+                process = self.supervisor.spawn(started.launch, launch, container.next_instance)
+                run.started(container, f"local://{process.popen.pid}", now_rfc3339())
+        pod = self.pods.get(uid)
+        grace = grace_seconds(pod) if pod else float(DEFAULT_GRACE_SECONDS)
+        for sidecar in run.sidecars_to_stop():
+            run.finishing = True
+            for proc in self.supervisor.of_pod(uid):
+                if proc.container == sidecar.name:
+                    self.supervisor.terminate(proc, "finished: its regular containers have ended", grace)
+        if run.stopping == "deleted":
+            if run.over:
+                self.forget(uid)
+            return
+        disruption = "TerminationByKubelet" if run.stopping == "shutdown" else None
+        if run.over:
+            del self.started[uid]
+            self.done.add(uid)  # never started again; forgotten when the pod is deleted
+        if pod is not None:
+            self.report_status(uid, pod_status(run, pod.get("status") or {}, now_rfc3339(), disruption))
+        elif run.over:
+            self.supervisor.forget(uid)
 
     def terminate(self, uid: str, why: str, grace: float | None = None) -> None:
+        started = self.started.get(uid)
+        if started is None:
+            return
         pod = self.pods.get(uid)
         seconds = grace if grace is not None else grace_seconds(pod) if pod else float(DEFAULT_GRACE_SECONDS)
-        self.supervisor.terminate(uid, why, seconds)
+        if started.run.stopping is None:
+            started.run.stopping = why
+        for proc in self.supervisor.of_pod(uid):
+            self.supervisor.terminate(proc, f"pod {why}", seconds)
+        if not self.supervisor.of_pod(uid):
+            self.advance(uid)
 
     def on_exit(self, exited: Exited) -> None:
         finished = self.supervisor.finish(exited)
-        if finished is None:
+        started = self.started.get(exited.uid)
+        if finished is None or started is None:
             return
         proc, code = finished
-        pod = self.pods.get(exited.uid)
-        if pod is not None:
-            self.done.add(exited.uid)  # never started again; forgotten when the pod is deleted
-        if pod is None or proc.stopping == "deleted":
-            self.supervisor.forget(exited.uid)
-            return  # the pod is gone (or going): nobody reads its status any more
-        message = self.supervisor.termination_message(proc, code)
-        self.report_end(exited.uid, exit_patch(pod, code, message, proc.stopping))
+        container = started.run.get(exited.container)
+        if container is None:
+            return
+        message = None
+        if started.launch.container(exited.container).fallback_to_logs:
+            message = self.supervisor.termination_message(proc, code)
+        started.run.exited(container, code, now_rfc3339(), time.monotonic(), message)
+        self.advance(exited.uid)
 
-    def report_end(self, uid: str, patch: JsonDict) -> None:
-        if self.reporter.report(uid, self.pods.get(uid), patch):
+    def report_status(self, uid: str, patch: JsonDict) -> None:
+        if self.reporter.report(uid, self.pods.get(uid), patch) and uid not in self.started:
             self.supervisor.forget(uid)
+
+    def forget(self, uid: str) -> None:
+        """A deleted pod whose containers have all stopped: its records and its own volumes go."""
+        started = self.started.pop(uid, None)
+        self.supervisor.forget(uid)
+        if started is not None:
+            launch = started.launch
+            self.volumes.remove_pod(
+                {"metadata": {"namespace": launch.namespace, "name": launch.name, "uid": uid}}
+            )
+
+    def renew_tokens(self, now: float) -> None:
+        """Mints the projected tokens of running pods again before they expire, as a kubelet does."""
+        for uid, started in self.started.items():
+            tokens = started.launch.tokens
+            if not tokens or started.run.stopping is not None or uid not in self.running:
+                continue
+            if now - started.token_minted <= TOKEN_REFRESH_FRACTION * min(t.seconds for t in tokens):
+                continue
+            current = self.pods.get(uid)
+            if current is None:
+                continue
+            try:
+                for token in tokens:
+                    self.volumes.mint_token(current, token)
+                started.token_minted = now
+            except KubeError as error:
+                log.warning("%s: could not renew the token (%s)", pod_label(current), error)
+                started.token_minted += TOKEN_REFRESH_SECONDS
+
+    # ---- a previous run's leftovers, and this run's end -------------------------------------------
 
     def recover(self) -> None:
         """Processes a previous run of this kubelet started: killed if still there, and their pods ended
@@ -263,33 +347,33 @@ class Kubelet:
         for uid in self.supervisor.kill_leftovers():
             pod = self.pods.get(uid)
             self.done.add(uid)
-            if pod is None or not is_running(pod):
+            phase = ((pod or {}).get("status") or {}).get("phase")
+            if pod is None or pod["metadata"].get("deletionTimestamp") or phase in ("Succeeded", "Failed"):
                 self.supervisor.forget(uid)
                 continue
-            self.report_end(uid, lost_container_patch(pod))
+            self.report_status(uid, lost_container_patch(pod))
 
     def shutdown(self) -> None:
-        """Stops every trainer (SIGTERM, SIGKILL after its grace) and reports their pods ended, within
+        """Stops every container (SIGTERM, SIGKILL after its grace) and reports their pods ended, within
         SHUTDOWN_SECONDS: reports the API server refuses are retried until then (it may be restarting),
         then left to the next start (`recover`)."""
-        started = time.monotonic()
+        began = time.monotonic()
         # Short requests from now on: an API server that is away must not hold the stop up.
         self.reporter.client = KubeClient(
             self.client.api_client, qps=0, burst=0, max_attempts=2, max_elapsed=3.0
         )
-        for uid in list(self.running):
-            self.terminate(
-                uid, "shutdown", grace=min(SHUTDOWN_GRACE_SECONDS, grace_seconds(self.pods.get(uid, {})))
-            )
-        while self.running and time.monotonic() < started + SHUTDOWN_GRACE_SECONDS + 5:
+        for uid in list(self.started):
+            grace = min(SHUTDOWN_GRACE_SECONDS, grace_seconds(self.pods.get(uid, {})))
+            self.terminate(uid, "shutdown", grace=grace)
+        while self.running and time.monotonic() < began + SHUTDOWN_GRACE_SECONDS + 5:
             with contextlib.suppress(queue.Empty):
                 self.handle(self.events.get(timeout=TICK_SECONDS))
             self.supervisor.kill_overdue(time.monotonic())
         unreported = self.reporter.unreported
-        while unreported and time.monotonic() < started + SHUTDOWN_SECONDS:
+        while unreported and time.monotonic() < began + SHUTDOWN_SECONDS:
             for uid in list(unreported):
-                self.report_end(uid, unreported.pop(uid))
+                self.report_status(uid, unreported.pop(uid))
             if unreported:
                 time.sleep(TICK_SECONDS)
         if unreported:
-            log.warning("%d pod end(s) not reported; the next start reports them", len(unreported))
+            log.warning("%d pod status(es) not reported; the next start reports them", len(unreported))

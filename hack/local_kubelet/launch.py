@@ -1,79 +1,225 @@
-"""From a Running pod to a Launch: the trainer's command, environment and directories, or SkipPod.
+"""From a Running pod to a PodLaunch: each container's command, environment and directories, or SkipPod.
 
 Why apart: this is where the kubelet's pieces meet (the pod's facts, its environment, its volumes),
-and where a pod the local kubelet cannot run is refused with the reason: no job label, more than one
-container, a command other than the reference trainer, no trainer in its config volume. Only the
-reference trainer runs here, started with the kubelet's own interpreter and its arguments remapped.
+and where a pod the local kubelet cannot run is refused with the reason: no job label, no `trainer`
+container, a trainer command that cannot run here. What runs: a container whose command is
+`python [flags] SCRIPT [args]` with SCRIPT in one of the pod's volumes (the reference trainer at
+/etc/trainingjob/train.py, or your own code from a ConfigMap or a claim), started with the kubelet's
+interpreter (`--python`), its arguments remapped. Any other command (an image's own program: a proxy,
+a log shipper, `torchrun`, `sh -c`) cannot run on this machine; for a sidecar or a classic extra
+container a stand-in runs instead, which sleeps until the pod is stopped (exit 0), and for an init
+container a stand-in that completes at once (exit 0), each saying so in its log. The trainer itself
+is never replaced by a stand-in: its pod is left as kwok marked it.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Final
 
 from crd import contract
 from hack.common import JsonDict, free_port
-from hack.local_kubelet.env import expand, local_env, resolve_env
-from hack.local_kubelet.pods import SkipPod, attempt_of, job_of, reference_trainer_args
-from hack.local_kubelet.processes import Launch
-from hack.local_kubelet.volumes import LocalVolumes, remap
+from hack.local_kubelet.env import local_env, resolve_env
+from hack.local_kubelet.pods import (
+    Role,
+    SkipPod,
+    attempt_of,
+    containers_in_order,
+    expand,
+    job_of,
+    python_script_args,
+)
+from hack.local_kubelet.volumes import LocalVolumes, Mount, PodVolumes, TokenFile, remap
 
 AttemptKey = tuple[str, str, str]  # (namespace, job, attempt)
 
+# The stand-ins, run with `python -c CODE MESSAGE`: one waits for SIGTERM and exits 0, one exits 0 at once.
+STAND_IN_SLEEP: Final = (
+    "import signal, sys; print(sys.argv[1], flush=True); "
+    "stop = {signal.SIGTERM, signal.SIGINT}; signal.pthread_sigmask(signal.SIG_BLOCK, stop); "
+    "signal.sigwait(stop); print('stand-in: stopped', flush=True)"
+)
+STAND_IN_DONE: Final = "import sys; print(sys.argv[1], flush=True)"
+
+
+NOT_RUNNABLE: Final = (
+    "only `python SCRIPT` with the script in one of the pod's volumes can run locally (the reference "
+    f"trainer is python {contract.CONFIG_MOUNT_PATH}/{contract.TRAINER_FILE})"
+)
+
+
+def command_tokens(container: JsonDict, env: dict[str, str]) -> list[str]:
+    """The container's command and arguments, $(VAR) expanded against its environment."""
+    raw = [*(container.get("command") or []), *(container.get("args") or [])]
+    return [expand(str(token), env) for token in raw]
+
+
+@dataclass(frozen=True)
+class ContainerLaunch:
+    """What starting one container takes, decided before anything runs."""
+
+    name: str
+    role: Role
+    image: str
+    command: list[str]
+    env: dict[str, str]
+    cwd: Path
+    notes: list[str]
+    described: str  # the command as the pod states it (expanded), for the pod's journal
+    stand_in: bool
+    trainer: bool
+    fallback_to_logs: bool
+
+
+@dataclass(frozen=True)
+class PodLaunch:
+    """A pod's containers in start order, and what they share."""
+
+    uid: str
+    namespace: str
+    name: str
+    job: str
+    attempt: str
+    port: int
+    containers: list[ContainerLaunch]
+    tokens: list[TokenFile]
+    notes: list[str]
+
+    def container(self, name: str) -> ContainerLaunch:
+        return next(c for c in self.containers if c.name == name)
+
+
+@dataclass(frozen=True)
+class LocalSettings:
+    """What every launch shares: the interpreter, the API server's address and CA."""
+
+    python: str
+    api_url: str
+    ca_file: Path | None
+
+
+def local_script(
+    tokens: list[str], working_dir: str, mounts: list[Mount]
+) -> tuple[list[str], Path, list[str]] | None:
+    """For a python command whose script is a file of the pod's volumes here: the interpreter flags, the
+    local script and the arguments; else None."""
+    parsed = python_script_args(tokens)
+    if parsed is None:
+        return None
+    flags, script, arguments = parsed
+    in_pod = PurePosixPath(working_dir or "/") / script  # a relative script is under the working dir
+    local = Path(remap(str(in_pod), mounts))
+    if local == Path(str(in_pod)) or not local.is_file():
+        return None
+    return flags, local, arguments
+
+
+def container_launch(
+    pod: JsonDict,
+    *,
+    role: Role,
+    container: JsonDict,
+    volumes: PodVolumes,
+    local: LocalVolumes,
+    settings: LocalSettings,
+    port: int,
+) -> ContainerLaunch:
+    name = str(container.get("name"))
+    trainer = role is Role.MAIN and name == contract.CONTAINER_NAME
+    resolved, notes = resolve_env(pod, container, local.lookup)
+    mounts, mount_notes = volumes.mounts(container, resolved)
+    notes += mount_notes
+    tokens = command_tokens(container, resolved)
+    described = " ".join(tokens) or "(the image's default command)"
+    working_dir = str(container.get("workingDir") or "")
+    script = local_script(tokens, working_dir, mounts)
+    home = volumes.pod_dir / "home"
+    home.mkdir(parents=True, exist_ok=True)
+    if script is not None:
+        flags, path, arguments = script
+        command = [settings.python, *flags, str(path), *(remap(a, mounts) for a in arguments)]
+    elif trainer:
+        raise SkipPod(f"command {described!r}: {NOT_RUNNABLE}; it is not a file of the pod's volumes here")
+    else:
+        image = str(container.get("image") or "")
+        waits = role is not Role.INIT
+        message = (
+            f"local kubelet: {name} ({image}) runs {described!r}, which cannot run on this machine; "
+            + ("a stand-in sleeps until the pod is stopped" if waits else "a stand-in completes at once")
+        )
+        command = [settings.python, "-c", STAND_IN_SLEEP if waits else STAND_IN_DONE, message]
+    cwd = Path(remap(working_dir, mounts)) if working_dir else home
+    if not cwd.is_dir():
+        notes.append(f"workingDir {working_dir} is not in a volume here: the pod's home directory instead")
+        cwd = home
+    env = local_env(
+        resolved,
+        mounts,
+        home=home,
+        port=port,
+        api_url=settings.api_url,
+        ca_file=settings.ca_file,
+        notes=notes,
+        trainer=trainer,
+    )
+    return ContainerLaunch(
+        name=name,
+        role=role,
+        image=str(container.get("image") or ""),
+        command=command,
+        env=env,
+        cwd=cwd,
+        notes=notes,
+        described=described,
+        stand_in=script is None,
+        trainer=trainer,
+        fallback_to_logs=container.get("terminationMessagePolicy") == "FallbackToLogsOnError",
+    )
+
 
 def prepare(
-    pod: JsonDict,
-    volumes: LocalVolumes,
-    *,
-    python: str,
-    ports: dict[AttemptKey, int],
-    api_url: str,
-    ca_file: Path | None,
-) -> Launch:
-    """Everything the process needs: volumes written, environment resolved and remapped, token minted.
-    Every rank of one attempt of a job gets the same MASTER_PORT (a free one, kept in `ports`)."""
-    metadata, spec = pod["metadata"], pod["spec"]
+    pod: JsonDict, volumes: LocalVolumes, settings: LocalSettings, ports: dict[AttemptKey, int]
+) -> PodLaunch:
+    """Everything the pod's containers need: volumes written, environments resolved and remapped,
+    tokens minted. Every rank of one attempt of a job gets the same MASTER_PORT (a free one, kept in
+    `ports`)."""
+    metadata = pod["metadata"]
     uid, namespace, name = str(metadata["uid"]), str(metadata["namespace"]), str(metadata["name"])
     job, attempt = job_of(pod), attempt_of(pod)
     if not job:
         raise SkipPod(f"no {contract.JOB_NAME_LABEL} label")
-    containers = spec.get("containers") or []
-    if len(containers) != 1:
-        raise SkipPod(f"{len(containers)} containers; the local kubelet runs pods of one container")
-    container = containers[0]
-    resolved, notes = resolve_env(pod, container, volumes.lookup)
-    tokens = [
-        expand(str(t), resolved) for t in [*(container.get("command") or []), *(container.get("args") or [])]
-    ]
-    around = reference_trainer_args(tokens)
-    if around is None:
-        raise SkipPod(
-            f"command {' '.join(tokens) or '(the image default)'!r}: only the reference trainer "
-            f"(python {contract.CONFIG_MOUNT_PATH}/{contract.TRAINER_FILE}) can run locally"
-        )
-    local = volumes.mounts(pod, container, job)
-    mounts = local.mounts
-    config = next((m.local for m in mounts if m.path == contract.CONFIG_MOUNT_PATH), None)
-    if config is None or not (config / contract.TRAINER_FILE).is_file():
-        raise SkipPod(f"no {contract.TRAINER_FILE} in the volume mounted at {contract.CONFIG_MOUNT_PATH}")
-    work = volumes.job_dir(namespace, job) / "pods" / name
-    work.mkdir(parents=True, exist_ok=True)
-    port = ports.setdefault((namespace, job, attempt), free_port())
-    env = local_env(
-        resolved, mounts, home=work, port=port, api_url=api_url, ca_file=ca_file, notes=local.notes
+    ordered = containers_in_order(pod)
+    trainer = next(
+        (c for role, c in ordered if role is Role.MAIN and c.get("name") == contract.CONTAINER_NAME), None
     )
-    flags, arguments = around
-    trainer = str(config / contract.TRAINER_FILE)
-    return Launch(
+    if trainer is None:
+        raise SkipPod(f"no container named {contract.CONTAINER_NAME}")
+    tokens = command_tokens(trainer, resolve_env(pod, trainer, volumes.lookup)[0])
+    if python_script_args(tokens) is None:  # said before any volume is written or token minted
+        raise SkipPod(f"command {' '.join(tokens) or '(the image default)'!r}: {NOT_RUNNABLE}")
+    pod_volumes = volumes.prepare(pod)
+    port = ports.setdefault((namespace, job, attempt), free_port())
+    containers = [
+        container_launch(
+            pod,
+            role=role,
+            container=container,
+            volumes=pod_volumes,
+            local=volumes,
+            settings=settings,
+            port=port,
+        )
+        for role, container in ordered
+    ]
+    return PodLaunch(
         uid=uid,
         namespace=namespace,
         name=name,
         job=job,
         attempt=attempt,
-        command=[python, *flags, trainer, *(remap(token, mounts) for token in arguments)],
-        env=env,
-        work=work,
         port=port,
-        notes=notes + local.notes,
-        tokens=local.tokens,
-        fallback_to_logs=container.get("terminationMessagePolicy") == "FallbackToLogsOnError",
+        containers=containers,
+        tokens=pod_volumes.tokens,
+        notes=pod_volumes.notes,
     )

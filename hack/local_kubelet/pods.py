@@ -1,5 +1,6 @@
 """What the local kubelet reads from a Pod: is it Running, which job and attempt, is its gang ready,
-how long its grace period, whether its command is the reference trainer, the downward API's values.
+how long its grace period, its containers in start order, whether a command is a python script, the
+downward API's values, $(VAR) expansion.
 
 Why apart: these are pure decisions over the Pod JSON, tested without a cluster
 (tests/hack/test_local_kubelet.py), and every other module of the local kubelet relies on them. A Pod
@@ -12,6 +13,7 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
+from enum import StrEnum
 from typing import Final
 
 from crd import contract
@@ -27,20 +29,61 @@ class SkipPod(Exception):
     """This pod cannot run here (the reason is the message); it is left as it is."""
 
 
-def reference_trainer_args(
-    tokens: list[str], config_mount: str = contract.CONFIG_MOUNT_PATH
-) -> tuple[list[str], list[str]] | None:
-    """For `python [-u ...] /etc/trainingjob/train.py [args...]`: the interpreter's flags and the
-    script's arguments. None for any other command."""
+def expand(value: str, defined: Mapping[str, str]) -> str:
+    """Kubernetes' $(VAR) expansion: $(NAME) becomes a defined variable's value (else stays as is), $$
+    becomes $, anything else is kept."""
+    out: list[str] = []
+    index = 0
+    while index < len(value):
+        char = value[index]
+        if char == "$" and index + 1 < len(value):
+            following = value[index + 1]
+            if following == "$":
+                out.append("$")
+                index += 2
+                continue
+            if following == "(":
+                close = value.find(")", index + 2)
+                if close != -1:
+                    name = value[index + 2 : close]
+                    out.append(defined[name] if name in defined else value[index : close + 1])
+                    index = close + 1
+                    continue
+        out.append(char)
+        index += 1
+    return "".join(out)
+
+
+def python_script_args(tokens: list[str]) -> tuple[list[str], str, list[str]] | None:
+    """For `python [-u ...] SCRIPT [args...]`: the interpreter's flags, the script's path and its
+    arguments. None for any other command (`python -m ...`, `torchrun ...`, a shell, a binary)."""
     if not tokens or not PYTHON_NAME.match(os.path.basename(tokens[0])):
         return None
-    script = f"{config_mount}/{contract.TRAINER_FILE}"
     for index, token in enumerate(tokens[1:], start=1):
-        if token == script:
-            return tokens[1:index], tokens[index + 1 :]
         if not PYTHON_FLAG.match(token):
-            return None
+            return (tokens[1:index], token, tokens[index + 1 :]) if not token.startswith("-") else None
     return None
+
+
+class Role(StrEnum):
+    """A container's part in its pod, which decides when it starts and what its end means."""
+
+    INIT = "init"  # an init container: runs to completion, in order, before the next one
+    SIDECAR = "sidecar"  # a native sidecar (init container with restartPolicy Always): started, kept running
+    MAIN = "main"  # spec.containers: the trainer and classic sidecars, started together after the init ones
+
+
+def containers_in_order(pod: JsonDict) -> list[tuple[Role, JsonDict]]:
+    """The pod's containers in the order a kubelet starts them: init containers (native sidecars among
+    them), then the regular ones."""
+    spec = pod.get("spec") or {}
+    ordered: list[tuple[Role, JsonDict]] = []
+    for container in spec.get("initContainers") or []:
+        if isinstance(container, dict):
+            role = Role.SIDECAR if container.get("restartPolicy") == "Always" else Role.INIT
+            ordered.append((role, container))
+    ordered.extend((Role.MAIN, c) for c in spec.get("containers") or [] if isinstance(c, dict))
+    return ordered
 
 
 def is_running(pod: JsonDict) -> bool:

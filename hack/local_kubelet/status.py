@@ -1,9 +1,11 @@
-"""A container's end as the local kubelet reports it in the Pod's status, retried until it lands.
+"""The Pod status the local kubelet reports, sent to `pods/<name>/status` and retried until it lands.
 
-Why: the operator classifies a worker's end from exactly what a kubelet writes (hack/podstatus.py:
-the phase, the terminated state with exit code and reason, the DisruptionTarget condition), so a
-trainer's exit, a node shutdown and a container lost in a crash each become that patch. The API
-server may be away (tests restart it): a report it refuses is kept and sent again on the next tick.
+Why: the operator reads a worker's life from exactly what a kubelet writes (phase, conditions, each
+container's state with exit code and reason, the DisruptionTarget condition), so every change of a
+pod's containers (hack/local_kubelet/containers.py computes the status) becomes that patch, and so do
+a node shutdown and a container lost in a crash (hack/podstatus.py, shared with the tests). The API
+server may be away (tests restart it): a report it refuses is kept and sent again on the next tick,
+and a newer report of the same pod replaces it. A report equal to the last one sent is not sent again.
 """
 
 from __future__ import annotations
@@ -22,14 +24,8 @@ WHO: Final = "the local kubelet"
 log = logging.getLogger("local-kubelet")
 
 
-def exit_patch(pod: JsonDict, code: int, message: str | None, stopping: str | None) -> JsonDict:
-    """A trainer's exit; stopped because this kubelet shuts down, a node shutdown's disruption."""
-    disruption = "TerminationByKubelet" if stopping == "shutdown" else None
-    return terminated_status_patch(pod, exit_code=code, message=message, disruption=disruption, who=WHO)
-
-
 def lost_container_patch(pod: JsonDict) -> JsonDict:
-    """A container this kubelet ran before it crashed: gone, as after a node restart."""
+    """A pod this kubelet ran before it crashed: its containers gone, as after a node restart."""
     return terminated_status_patch(
         pod,
         exit_code=137,
@@ -40,16 +36,33 @@ def lost_container_patch(pod: JsonDict) -> JsonDict:
     )
 
 
+def _comparable(patch: JsonDict) -> JsonDict:
+    """The patch without transition times (they move with every report of an unchanged condition)."""
+    status = dict(patch.get("status") or {})
+    status["conditions"] = [
+        {k: v for k, v in c.items() if k != "lastTransitionTime"} for c in status.get("conditions") or []
+    ]
+    return status
+
+
 class StatusReporter:
-    """Sends container ends to `pods/<name>/status`; keeps what the API server refused for a retry."""
+    """Sends pod statuses to `pods/<name>/status`; keeps what the API server refused for a retry."""
 
     def __init__(self, client: KubeClient) -> None:
         self.client = client
         self.unreported: dict[str, JsonDict] = {}  # uid -> status patch to retry
+        self.sent: dict[str, JsonDict] = {}  # uid -> the last status that landed (comparable form)
+
+    def forget(self, uid: str) -> None:
+        self.unreported.pop(uid, None)
+        self.sent.pop(uid, None)
 
     def report(self, uid: str, pod: JsonDict | None, patch: JsonDict) -> bool:
-        """True when settled (reported, or the pod is gone); False when kept for a retry."""
+        """True when settled (reported, unchanged, or the pod is gone); False when kept for a retry."""
         if pod is None:
+            return True
+        if self.sent.get(uid) == _comparable(patch):
+            self.unreported.pop(uid, None)
             return True
         metadata = pod["metadata"]
         try:
@@ -64,8 +77,10 @@ class StatusReporter:
         except NotFound:
             return True
         except KubeError as error:
-            log.warning("%s: could not report the container's end (%s); retrying", pod_label(pod), error)
+            log.warning("%s: could not report its status (%s); retrying", pod_label(pod), error)
             self.unreported[uid] = patch
             return False
+        self.unreported.pop(uid, None)
+        self.sent[uid] = _comparable(patch)
         log.info("%s: reported phase %s", pod_label(pod), patch["status"]["phase"])
         return True

@@ -20,151 +20,32 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from crd import contract
-from hack.common import free_port, process_start_time
+from hack.common import free_port
 from tests.cluster import DEV, REPO, Kubectl, wait_for
 from tests.e2e.conftest import StartOperator
 from tests.e2e.jobs import job_manifest, pods_of, status_of, wait, wait_for_state
+from tests.e2e.localkubelet import (
+    LocalKubelet,
+    alive,
+    kubelet_port,
+    local_kubelet,
+    trainers,
+    training_job,
+    wait_for_trainers,
+)
 from tests.e2e.operator import OperatorProcess
 from tests.hack.clusters import listening_addresses
 
 JsonDict = dict[str, Any]
-STOP_TIMEOUT = 40.0
-FAST_EPOCHS = {"TRAIN_STEPS_PER_EPOCH": "5", "TRAIN_STEP_SECONDS": "0.2", "TRAIN_PROGRESS_INTERVAL": "0"}
-
-
-# ---------------------------------------------------------------------------------------------------
-# The local kubelet and the processes it starts
-
-
-@dataclass
-class LocalKubelet:
-    namespace: str
-    state_dir: Path
-    log_dir: Path
-    log_path: Path
-    process: subprocess.Popen[bytes] | None = None
-    started: list[int] = field(default_factory=list)
-
-    def start(self) -> LocalKubelet:
-        command = [
-            sys.executable,
-            "-m",
-            "hack.local_kubelet",
-            f"--namespace={self.namespace}",
-            f"--kubeconfig={DEV / 'kubeconfig'}",
-            f"--state-dir={self.state_dir}",
-            f"--log-dir={self.log_dir}",
-        ]
-        # The admin kubeconfig is in this environment on purpose: the trainers must not inherit it.
-        env = dict(os.environ, KUBECONFIG=str(DEV / "kubeconfig"))
-        with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
-        wait_for("the local kubelet watching", lambda: "watching pods" in self.log(), timeout=60)
-        return self
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-    def pod_log(self, pod: str) -> str:
-        path = self.log_dir / f"{self.namespace}_{pod}.log"
-        return path.read_text(errors="replace") if path.exists() else ""
-
-    def job_dir(self, job: str) -> Path:
-        return self.state_dir / self.namespace / job
-
-    def stop(self, sig: int = signal.SIGTERM) -> int:
-        assert self.process is not None
-        if self.process.poll() is None:
-            self.process.send_signal(sig)
-        try:
-            return self.process.wait(timeout=STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            return self.process.wait(timeout=10)
-
-
-@pytest.fixture
-def local_kubelet(namespace: str, tmp_path: Path) -> Iterator[Callable[[], LocalKubelet]]:
-    """start() -> a local kubelet for the test's namespace; every one is stopped, and every trainer
-    process of the namespace is gone, when the test ends."""
-    started: list[LocalKubelet] = []
-
-    def start() -> LocalKubelet:
-        kubelet = LocalKubelet(
-            namespace, tmp_path / "kubelet", tmp_path / "pods", tmp_path / f"kubelet-{len(started)}.log"
-        )
-        started.append(kubelet.start())
-        return kubelet
-
-    try:
-        yield start
-    finally:
-        for kubelet in started:
-            kubelet.stop()
-        leftovers = trainers(namespace)
-        for process in leftovers.values():
-            os.kill(process.pid, signal.SIGKILL)
-        assert not leftovers, f"trainer processes left behind: {leftovers}"
-
-
-@dataclass(frozen=True)
-class Trainer:
-    pid: int
-    env: dict[str, str]
-
-
-def trainers(namespace: str) -> dict[str, Trainer]:
-    """The trainer processes of a namespace by pod name, found by their environment (/proc)."""
-    found: dict[str, Trainer] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            raw = (entry / "environ").read_bytes()
-        except OSError:
-            continue
-        env = dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
-        if env.get("TRAININGJOB_NAMESPACE") == namespace and "POD_NAME" in env:
-            found[env["POD_NAME"]] = Trainer(int(entry.name), env)
-    return found
-
-
-def alive(pid: int) -> bool:
-    return process_start_time(pid) is not None  # neither gone nor a zombie
-
-
-def jwt_claims(token: str) -> JsonDict:
-    payload = token.split(".")[1]
-    claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
-    assert isinstance(claims, dict)
-    return claims
-
-
-def training_job(name: str, epochs: int, **spec: Any) -> JsonDict:
-    env = {**FAST_EPOCHS, **spec.pop("env", {})}
-    return job_manifest(
-        name,
-        hyperparameters={"epochs": epochs, "batchSize": 16, "learningRate": 0.05},
-        # nfs: a checkpoint volume without a claim to bind (the local cluster has no provisioner); the
-        # local kubelet stands a local directory in for it.
-        checkpoint={
-            "enabled": True,
-            "retention": 2,
-            "storage": {"type": "nfs", "nfs": {"server": "nfs.invalid", "path": f"/exports/{name}"}},
-        },
-        env=[{"name": key, "value": value} for key, value in env.items()],
-        **spec,
-    )
+__all__ = ["local_kubelet"]  # the fixture, for the tests here and those importing it from here
 
 
 def resume_from(pod: JsonDict) -> str | None:
@@ -174,12 +55,11 @@ def resume_from(pod: JsonDict) -> str | None:
     return None
 
 
-def wait_for_trainers(namespace: str, count: int) -> dict[str, Trainer]:
-    def probe() -> dict[str, Trainer] | None:
-        found = trainers(namespace)
-        return found if len(found) == count else None
-
-    return wait_for(f"{count} trainer process(es)", probe, 90)
+def jwt_claims(token: str) -> JsonDict:
+    payload = token.split(".")[1]
+    claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    assert isinstance(claims, dict)
+    return claims
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -195,21 +75,24 @@ def test_a_job_trains_to_completed_reporting_with_its_own_service_account(
     cluster.apply(training_job(name, epochs=4), "-n", namespace)
 
     running = wait_for_trainers(namespace, 2)
-    rank0, rank1 = running[f"{name}-worker-0"], running[f"{name}-worker-1"]
-    checkpoints = kubelet.job_dir(name) / "checkpoints"
-    for trainer in (rank0, rank1):
+    rank0 = running[f"{name}-worker-0"]
+    checkpoints = kubelet.nfs_dir("nfs.invalid", f"/exports/{name}")
+    pods_by_name = {p["metadata"]["name"]: p for p in pods_of(cluster, namespace, name)}
+    for pod_name, trainer in running.items():
         env = trainer.env
         # Nothing of the kubelet's admin identity reaches the trainer.
         assert "KUBECONFIG" not in env
         assert not any(str(DEV) in value for value in env.values()), env  # no kubeconfig, no PKI
         # Mount paths made local, one rendezvous address for the attempt, the simulation.
         assert env["CHECKPOINT_DIR"] == str(checkpoints)
-        assert env["TRAININGJOB_CONFIG"] == str(kubelet.job_dir(name) / "config" / contract.CONFIG_FILE)
+        config = kubelet.pod_dir(pods_by_name[pod_name]) / "volumes" / "config" / contract.CONFIG_FILE
+        assert env["TRAININGJOB_CONFIG"] == str(config)
         assert (env["MASTER_ADDR"], env["TRAIN_SIMULATE"]) == ("127.0.0.1", "1")
         assert env["MASTER_PORT"] == rank0.env["MASTER_PORT"]
         assert listening_addresses(trainer.pid) == set()  # the simulation's ranks exchange nothing
     assert kubelet.process is not None
-    assert listening_addresses(kubelet.process.pid) == set()
+    # It serves the kubelet API (container logs) on the nodes' kubelet port, and listens nowhere else.
+    assert listening_addresses(kubelet.process.pid) == {("127.0.0.1", kubelet_port())}
     # Rank 0 reports to the real API server with a token of the job's ServiceAccount bound to its pod,
     # verified with the cluster's CA.
     state = json.loads((DEV / "run" / "state.json").read_text())
@@ -303,11 +186,20 @@ def test_a_failed_worker_restarts_the_gang_from_the_reported_checkpoint(
         return (status, pods) if len(pods) == 2 else None
 
     status, pods = wait("the gang restarted", restarted, 90)
-    checkpoints = kubelet.job_dir(name) / "checkpoints"
+    checkpoints = kubelet.nfs_dir("nfs.invalid", f"/exports/{name}")
     latest = status["checkpoint"]["latest"]
     assert re.fullmatch(re.escape(str(checkpoints)) + r"/epoch-[12]", latest), latest
     assert [resume_from(p) for p in pods] == [latest, latest]
     assert status["lastRestartReason"] == "PodFailed"
+    # An ended attempt's output stays readable: `kubectl logs --previous` of the newer pod of that name.
+    # Rank 0 ended by failing itself, or by the SIGTERM of the gang restart when rank 1 failed first.
+    previous = wait(
+        "the earlier attempt's log",
+        lambda: cluster.attempt("logs", f"{name}-worker-0", "-n", namespace, "--previous").stdout,
+        90,
+    )
+    assert re.search(r"rank=0 INFO train: epoch \d/4:", previous), previous
+    assert "failing on purpose" in previous or "terminated by SIGTERM" in previous, previous
 
     final = wait_for_state(cluster, namespace, name, "Completed", timeout=180)["status"]
     assert (final["currentEpoch"], final["checkpoint"]["latest"]) == (4, str(checkpoints / "epoch-4"))
@@ -348,7 +240,7 @@ def test_deleting_a_job_terminates_its_trainers(
     assert "pod deleted; SIGTERM" in kubelet.log()
 
 
-def test_only_the_reference_trainer_runs_other_pods_stay_running(
+def test_a_trainer_that_cannot_run_here_leaves_its_pod_running_without_a_log(
     cluster: Kubectl, namespace: str, operator: OperatorProcess, local_kubelet: Callable[[], LocalKubelet]
 ) -> None:
     kubelet = local_kubelet()
@@ -356,13 +248,19 @@ def test_only_the_reference_trainer_runs_other_pods_stay_running(
     wait_for(
         "the kubelet to decline the pod",
         lambda: (
-            "custom-worker-0: not started: command 'sleep 3600': only the reference trainer" in kubelet.log()
+            "custom-worker-0: not started: command 'sleep 3600': only `python SCRIPT` with the script in "
+            "one of the pod's volumes can run locally" in kubelet.log()
         ),
         90,
     )
     [pod] = pods_of(cluster, namespace, "custom")
     assert pod["status"]["phase"] == "Running"
     assert trainers(namespace) == {}
+    logs = cluster.attempt("logs", "custom-worker-0", "-n", namespace)
+    assert logs.returncode != 0
+    assert 'container "trainer" in pod "custom-worker-0" is waiting to start: the local kubelet has not' in (
+        logs.stderr
+    )
 
 
 def test_stopping_the_kubelet_ends_its_pods_like_a_node_shutdown(
@@ -465,7 +363,19 @@ def test_make_demo_runs_end_to_end_and_again_and_stops(tmp_path: Path) -> None:
         assert listening_addresses(extras["operator"]["pid"]) == {
             ("127.0.0.1", int(env["DEMO_METRICS_PORT"]))
         }
-        assert listening_addresses(extras["local-kubelet"]["pid"]) == set()
+        assert listening_addresses(extras["local-kubelet"]["pid"]) == {
+            ("127.0.0.1", state["ports"]["kubelet"])
+        }
+        # The `kubectl logs` command it prints works: the API server reads the trainer's output from
+        # the local kubelet.
+        [(pod, shown_namespace)] = re.findall(r"kubectl logs -f (\S+) -n (\S+)", output)
+        assert shown_namespace == namespace
+        kubectl = [str(dev / "bin" / "kubectl"), f"--kubeconfig={dev / 'kubeconfig'}"]
+        logs = subprocess.run(
+            [*kubectl, "logs", pod, "-n", namespace], capture_output=True, text=True, timeout=60, check=False
+        )
+        assert logs.returncode == 0, logs.stderr
+        assert "training finished: 10 epochs" in logs.stdout
 
         # Again: everything is reused, the job is created anew and trains again.
         second = make("demo", env, timeout=300)

@@ -18,9 +18,9 @@ from builders.pods import build_pod
 from controller.kube import KubeClient
 from crd import contract
 from crd.defaults import with_defaults
-from hack.local_kubelet.env import expand, resolve_env
+from hack.local_kubelet.env import resolve_env
 from hack.local_kubelet.kubelet import Kubelet, PodEvent
-from hack.local_kubelet.pods import field_value, gang_size, is_running, reference_trainer_args
+from hack.local_kubelet.pods import expand, field_value, gang_size, is_running, python_script_args
 from hack.local_kubelet.volumes import Mount, remap
 from hack.podstatus import exit_code_of, log_tail_message, terminated_status_patch
 from tests.unit import fakeapi
@@ -130,20 +130,26 @@ def test_remap_makes_mount_paths_local(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("tokens", "expected"),
     [
-        (list(contract.DEFAULT_COMMAND), ([], [])),
-        (["python3", "-u", "/etc/trainingjob/train.py", "--lr", "1"], (["-u"], ["--lr", "1"])),
-        (["/usr/bin/python3.11", "/etc/trainingjob/train.py"], ([], [])),
+        (list(contract.DEFAULT_COMMAND), ([], "/etc/trainingjob/train.py", [])),
+        (
+            ["python3", "-u", "/etc/trainingjob/train.py", "--lr", "1"],
+            (["-u"], "/etc/trainingjob/train.py", ["--lr", "1"]),
+        ),
+        (["/usr/bin/python3.11", "/code/train.py"], ([], "/code/train.py", [])),
+        (["python", "train.py", "-x"], ([], "train.py", ["-x"])),
         (["python", "-m", "torch.distributed.run", "/etc/trainingjob/train.py"], None),
-        (["python", "/app/train.py"], None),
+        (["python", "-c", "print(1)"], None),
+        (["python", "-u"], None),
+        (["torchrun", "/code/train.py"], None),
         (["bash", "-c", "python /etc/trainingjob/train.py"], None),
         (["sleep", "1000"], None),
         ([], None),
     ],
 )
-def test_only_the_reference_trainer_runs(
-    tokens: list[str], expected: tuple[list[str], list[str]] | None
+def test_only_python_scripts_can_run(
+    tokens: list[str], expected: tuple[list[str], str, list[str]] | None
 ) -> None:
-    assert reference_trainer_args(tokens) == expected
+    assert python_script_args(tokens) == expected
 
 
 def test_a_pod_runs_once_kwok_marked_it_running() -> None:
@@ -229,10 +235,13 @@ def test_odd_pods_never_stop_the_kubelet(tmp_path: Path, caplog: pytest.LogCaptu
         for pod in odd:
             kubelet.handle(PodEvent("delete", pod))
         kubelet.tick()
-    assert kubelet.running == {}
+    assert kubelet.running == set()
+    assert kubelet.started == {}
     assert {"unlabelled", "two-containers", "custom", "no-config"} <= kubelet.done
     assert "weird-status" not in kubelet.done  # not Running as far as it can tell: it waits
     messages = "\n".join(record.getMessage() for record in caplog.records)
-    assert "only the reference trainer" in messages
+    assert (
+        "command 'sleep 3600': only `python SCRIPT` with the script in one of the pod's volumes" in messages
+    )
     assert f"ConfigMap {no_config['metadata']['labels'][contract.JOB_NAME_LABEL]}-config" in messages
     assert not (tmp_path / "logs").exists()  # nothing was started
