@@ -1,18 +1,24 @@
 """The Python client against the local cluster and the real operator: waits that end the right way,
 and one typed exception with one clear sentence for each kind of bad input.
 
-The happy path, a notebook's session from submit to Completed, is tests/e2e/test_client_docs.py
-(docs/client.md run as written). No test here reads a running pod's log: the fake nodes serve none.
+The happy path, a notebook's session from submit to Completed, is here as one script (submit, wait
+with progress, follow rank 0's log while it trains, see it Completed) and in
+tests/e2e/test_client_docs.py (docs/client.md run as written). The local kubelet runs the reference
+trainer, and serves its output to the API server as a kubelet does.
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.cluster import DEV, Kubectl, end_pod
+from tests.cluster import DEV, Kubectl, end_pod, wait_for
+from tests.e2e.conftest import StartOperator
 from tests.e2e.jobs import job_manifest, kubeconfig_to_nowhere, pods_of, wait, wait_for_state
+from tests.e2e.localkubelet import LocalKubelet, local_kubelet, wait_for_trainers
 from tests.e2e.operator import OperatorProcess
 from trainingjob_client import (
     ClusterUnreachable,
@@ -24,10 +30,66 @@ from trainingjob_client import (
     WaitTimeout,
 )
 
+__all__ = ["local_kubelet"]  # the fixture
+
 
 @pytest.fixture
 def client(namespace: str) -> TrainingJobClient:
     return TrainingJobClient(namespace, kubeconfig=DEV / "kubeconfig")
+
+
+def test_a_notebook_submits_waits_with_progress_and_follows_rank_0s_log_to_completed(
+    namespace: str,
+    start_operator: StartOperator,
+    local_kubelet: Callable[[], LocalKubelet],
+    client: TrainingJobClient,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    start_operator("--progress-interval=0")
+    local_kubelet()
+    client.submit(
+        "nb",
+        model="cnn",
+        dataset="mnist",
+        num_workers=2,
+        gpus_per_worker=0,
+        epochs=4,
+        env={"TRAIN_STEP_SECONDS": "0.2", "TRAIN_STEPS_PER_EPOCH": "5", "TRAIN_PROGRESS_INTERVAL": "0"},
+    )
+    running = client.wait("nb", for_state="Running", timeout=120)
+    assert running.status.workers.active == 2
+    wait_for_trainers(namespace, 2)  # the local kubelet started them: their logs exist
+    # Follow rank 0 while it trains: lines arrive as the trainer writes them, and the iteration ends
+    # when its container does.
+    lines: list[str] = []
+    failures: list[BaseException] = []
+
+    def follow() -> None:
+        try:
+            lines.extend(client.logs("nb", rank=0, follow=True))
+        except BaseException as error:  # handed to the test's thread
+            failures.append(error)
+
+    follower = threading.Thread(target=follow)
+    follower.start()
+    wait_for(
+        "rank 0's first epoch in the followed log",
+        lambda: failures or any("epoch 1/4:" in x for x in lines),
+        90,
+    )
+    assert not failures
+    assert not any("training finished" in line for line in lines)  # still training: it was followed
+    done = client.wait("nb", for_state="Completed", timeout=180, progress=True)
+    follower.join(60)
+    assert not follower.is_alive()
+    assert not failures
+    assert (done.state, done.status.current_epoch) == ("Completed", 4)
+    assert "nb Completed 100%" in capsys.readouterr().err  # the progress bar
+    assert [line for line in lines if "epoch " in line and "/4:" in line][-1].count("epoch 4/4:") == 1
+    assert "rank=0 INFO train: training finished: 4 epochs" in lines[-1]
+    tail = client.logs("nb", rank=1, tail_lines=1)
+    assert tail.count("\n") == 1
+    assert "rank=1 INFO train: training finished: 4 epochs" in tail
 
 
 def test_waits_end_at_the_awaited_state_at_a_failure_or_at_the_timeout(

@@ -3,8 +3,8 @@
 The built kubectl finds the console script `kubectl-trainingjob` on PATH and runs it with the
 arguments after the plugin's name and its own environment ($KUBECONFIG); nothing here calls the
 plugin directly. The operator runs for the test's namespace; pods end the way tests/cluster.py ends
-them. No test reads a running pod's log: the fake nodes serve none (docs/client.md's logs examples
-run against a scripted API server, tests/unit/test_kubectl_plugin.py).
+them, except in the logs test, where the local kubelet runs the reference trainer and serves its
+output to the API server as a kubelet does.
 """
 
 from __future__ import annotations
@@ -12,19 +12,25 @@ from __future__ import annotations
 import fcntl
 import os
 import pty
+import re
 import select
 import struct
 import subprocess
 import sys
 import termios
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
 
 from tests.cluster import DEV, Kubectl, end_pod
+from tests.e2e.conftest import StartOperator
 from tests.e2e.jobs import job_manifest, kubeconfig_to_nowhere, pods_of, wait, wait_for_state
+from tests.e2e.localkubelet import LocalKubelet, alive, local_kubelet, training_job, wait_for_trainers
 from tests.e2e.operator import OperatorProcess
+
+__all__ = ["local_kubelet"]  # the fixture
 
 KUBECTL = DEV / "bin" / "kubectl"
 PLUGIN_DIR = Path(sys.executable).parent
@@ -180,6 +186,49 @@ def test_watch_exit_codes_for_a_timeout_and_a_failure(
     failed = kubectl_trainingjob("watch", "fails", "-n", namespace)
     assert failed.returncode == 1, failed
     assert failed.stdout.startswith(f"TrainingJob {namespace}/fails Failed")
+
+
+def test_logs_follow_rank_0s_real_log_to_the_end_of_its_container(
+    kubectl: Kubectl,
+    namespace: str,
+    start_operator: StartOperator,
+    local_kubelet: Callable[[], LocalKubelet],
+) -> None:
+    start_operator("--progress-interval=0")
+    local_kubelet()
+    kubectl.apply(training_job("lg", epochs=8), "-n", namespace)
+    rank0 = wait_for_trainers(namespace, 2)["lg-worker-0"]
+    follow = subprocess.Popen(
+        [str(KUBECTL), "trainingjob", "logs", "lg", "-f", "-n", namespace],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=plugin_env(),
+    )
+    try:
+        assert follow.stdout is not None
+        seen = []
+        for line in follow.stdout:
+            seen.append(line)
+            if "epoch 1/8:" in line:
+                break
+        # The first epoch's line arrived while rank 0 still had seven epochs to train: it was followed.
+        assert alive(rank0.pid), seen
+        rest = follow.stdout.read()  # to the end (not communicate(): it would skip what was buffered)
+        assert follow.stderr is not None
+        err = follow.stderr.read()
+        follow.wait(60)
+    finally:
+        follow.kill()
+    assert follow.returncode == 0, err
+    output = "".join(seen) + rest
+    assert [int(n) for n in re.findall(r"rank=0 INFO train: epoch (\d)/8:", output)] == list(range(1, 9))
+    assert output.rstrip().splitlines()[-1].endswith("training finished: 8 epochs, 40 steps")
+    wait_for_state(kubectl, namespace, "lg", "Completed", timeout=120)
+    tail = kubectl_trainingjob("logs", "lg", "--rank", "1", "--tail", "2", "-n", namespace)
+    assert tail.returncode == 0, tail.stderr
+    assert len(tail.stdout.splitlines()) == 2
+    assert "rank=1 INFO train: training finished: 8 epochs" in tail.stdout
 
 
 def test_bad_input_is_one_line_and_exit_code_2(
