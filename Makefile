@@ -77,6 +77,18 @@ test: $(STAMP) promtool ## run the whole test suite (starts and stops the local 
 unit: $(STAMP) promtool ## run the tests that need no cluster and no optional component
 	$(VENV_PY) -m pytest -m 'not cluster and not components' $(PYTEST_ARGS)
 
+# The long fuzz run (docs/fuzz.md): FUZZ_EXAMPLES generated manifests from FUZZ_SEED against the real
+# operator; every kind of violation is shrunk (for up to FUZZ_SHRINK_SECONDS) and written to
+# tests/fuzz/findings/. `make test` runs a fixed-seed sample of the same test.
+FUZZ_EXAMPLES ?= 1700
+FUZZ_SEED ?= 15
+FUZZ_SHRINK_SECONDS ?= 1200
+
+.PHONY: fuzz
+fuzz: $(STAMP) ## fuzz the operator with generated bad TrainingJobs on the local cluster (docs/fuzz.md)
+	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) FUZZ_SEED=$(FUZZ_SEED) FUZZ_SHRINK_SECONDS=$(FUZZ_SHRINK_SECONDS) \
+		$(VENV_PY) -m pytest tests/fuzz/test_fuzz.py -s -p no:cacheprovider $(PYTEST_ARGS)
+
 .PHONY: lint
 lint: $(STAMP) ## ruff and mypy
 	$(VENV)/bin/ruff check .
