@@ -38,6 +38,8 @@ CANARY_SPEC: JsonDict = {"model": "cnn", "dataset": "mnist", "numWorkers": 1, "g
 # Log lines that are the operator doing its job, not a fault (none so far).
 JUSTIFIED_LOG_LINES: tuple[str, ...] = ()
 CREATE_THREADS = 8
+# How long the writes caused by one manifest are watched after its outcome (shrinking, regressions).
+WRITE_WINDOW = 30.0
 
 
 @dataclass(frozen=True)
@@ -213,15 +215,16 @@ class FuzzRun:
         try:
             accepted = self._create_all(namespace, items)
             self._judge_all(namespace, accepted)
-            self._check_logs(namespace, accepted)
+            entries = self.logs.read()
+            self._check_logs(namespace, accepted, entries)
             writes = sum(write_requests(self.operator).values()) - writes_before
             self.report.writes += writes
             budget = write_budget(item.generated.manifest for item in accepted)
             if writes > budget:
-                self._violate(
-                    "write-budget",
+                self._blame_writes(
                     namespace,
-                    "",
+                    accepted,
+                    entries,
                     f"{writes:.0f} writes for {len(accepted)} jobs (budget {budget})",
                 )
         finally:
@@ -275,9 +278,27 @@ class FuzzRun:
             if outcome.problem is not None:
                 self._violate("no-outcome", namespace, item.name, outcome.problem, item.generated)
 
-    def _check_logs(self, namespace: str, accepted: Sequence[Accepted]) -> None:
+    def _blame_writes(
+        self, namespace: str, accepted: Sequence[Accepted], entries: Sequence[JsonDict], detail: str
+    ) -> None:
+        """A batch over its write budget: the jobs whose own log lines (one per create, failed create,
+        patch or retry) exceed their budget get the violation, else the batch does."""
+        lines = Counter(str(e.get("name")) for e in entries if e.get("namespace") == namespace)
+        blamed = [item for item in accepted if lines[item.name] > write_budget([item.generated.manifest])]
+        for item in blamed:
+            self._violate(
+                "write-budget",
+                namespace,
+                item.name,
+                f"{lines[item.name]} log lines; {detail}",
+                item.generated,
+            )
+        if not blamed:
+            self._violate("write-budget", namespace, "", detail)
+
+    def _check_logs(self, namespace: str, accepted: Sequence[Accepted], entries: Sequence[JsonDict]) -> None:
         by_name = {item.name: item for item in accepted}
-        for problem in log_problems(self.logs.read(), JUSTIFIED_LOG_LINES):
+        for problem in log_problems(entries, JUSTIFIED_LOG_LINES):
             item = by_name.get(problem.name) if problem.namespace == namespace else None
             self._violate(
                 "log-error",
@@ -289,13 +310,17 @@ class FuzzRun:
 
     # ------------------------------------------------------------------------- one manifest alone
 
-    def violations_of(self, manifest: Manifest, deadline: float) -> set[str]:
-        """The kinds of violation one manifest causes on its own (what the shrinker asks)."""
-        return self.check_alone(manifest, deadline)[1]
+    def violations_of(self, manifest: Manifest, deadline: float, kind: str) -> set[str]:
+        """The kinds of violation one manifest causes on its own (what the shrinker asks, about `kind`)."""
+        watch = WRITE_WINDOW if kind == "write-budget" else 0.0
+        return self.check_alone(manifest, deadline, watch_writes=watch)[1]
 
-    def check_alone(self, manifest: Manifest, deadline: float) -> tuple[bool, set[str]]:
+    def check_alone(
+        self, manifest: Manifest, deadline: float, *, watch_writes: float = 0.0
+    ) -> tuple[bool, set[str]]:
         """Whether the API server accepts the manifest, and the kinds of violation it causes, alone in
-        a namespace of its own. A refused manifest causes none."""
+        a namespace of its own. A refused manifest causes none. With `watch_writes`, the operator's
+        writes are watched that long after the outcome: a retry loop shows only over time."""
         self._singles += 1
         namespace = f"{self.prefix}-s{self._singles}"
         self.api.create_namespace(namespace)
@@ -307,20 +332,22 @@ class FuzzRun:
                 return False, set()
             uid = str(answer["metadata"]["uid"])
             name = str(answer["metadata"]["name"])
-            outcome: list[Outcome] = []
 
             def settled() -> bool:
                 job = self.api.job(namespace, name)
                 events = events_by_uid(self.api.events(namespace)).get(uid, [])
-                outcome[:] = [judge_job(job, events)]
-                return outcome[0].problem is None
+                return judge_job(job, events).problem is None
 
             kinds = set() if self._await(settled, deadline) else {"no-outcome"}
+            budget = write_budget([manifest])
+
+            def over_budget() -> bool:
+                return sum(write_requests(self.operator).values()) - writes_before > budget
+
+            if self._await(over_budget, watch_writes):
+                kinds.add("write-budget")
             if any(p.namespace == namespace for p in log_problems(self.logs.read(), JUSTIFIED_LOG_LINES)):
                 kinds.add("log-error")
-            writes = sum(write_requests(self.operator).values()) - writes_before
-            if writes > write_budget([manifest]):
-                kinds.add("write-budget")
             return True, kinds
         finally:
             self._clean_up(namespace)

@@ -263,7 +263,12 @@ class Mutator:
         sources and affinity kinds the operator accepts) with values of any shape: the API server
         stores them, and the Pod API refuses them later."""
         path = draw(st.sampled_from(self.free_form))
-        keys = st.sampled_from(self.vocabulary)
+        # The names the operator itself accepts in these fields half the time: they get past its own
+        # checks and reach the Pod API.
+        keys = st.one_of(
+            st.sampled_from(sorted(set(VALUE_FROM_SOURCES) | set(AFFINITY_KINDS))),
+            st.sampled_from(self.vocabulary),
+        )
         value = draw(st.dictionaries(keys, json_values(), min_size=1, max_size=3))
         self.place(draw, manifest, path, value)
         return "pass-through"

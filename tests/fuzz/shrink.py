@@ -20,7 +20,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, Phase, find, settings
 from hypothesis import strategies as st
-from hypothesis.errors import NoSuchExample
+from hypothesis.errors import FlakyFailure, NoSuchExample
 
 from tests.fuzz.harness import FuzzRun, Violation
 from tests.fuzz.mutations import Manifest
@@ -74,17 +74,19 @@ def shrink(manifest: Manifest, still_fails: Callable[[Manifest], bool], seconds:
     (the manifest itself when none is found)."""
     best = [manifest]
     deadline = time.monotonic() + seconds
+    # Each answer is kept: hypothesis asks again about the example it found, and an answer that
+    # changed (the budget ran out meanwhile) would be reported as a flaky test.
+    answers: dict[str, bool] = {}
 
     def condition(candidate: Manifest) -> bool:
-        if time.monotonic() >= deadline:
-            return False
-        if not still_fails(candidate):
-            return False
-        if size_of(candidate) < size_of(best[0]):
+        key = json.dumps(candidate, sort_keys=True)
+        if key not in answers:
+            answers[key] = time.monotonic() < deadline and still_fails(candidate)
+        if answers[key] and size_of(candidate) < size_of(best[0]):
             best[0] = candidate
-        return True
+        return answers[key]
 
-    with contextlib.suppress(NoSuchExample):
+    with contextlib.suppress(NoSuchExample, FlakyFailure):
         find(
             reductions(manifest),
             condition,
@@ -116,7 +118,7 @@ def shrink_violations(fuzz: FuzzRun, violations: Sequence[Violation], seconds: f
             continue
 
         def still_fails(candidate: Manifest, kind: str = kind) -> bool:
-            return kind in fuzz.violations_of(candidate, SHRINK_DEADLINE)
+            return kind in fuzz.violations_of(candidate, SHRINK_DEADLINE, kind)
 
         minimal = shrink(violation.manifest, still_fails, remaining / (len(chosen) - position))
         fuzz.progress(f"fuzz: shrank {kind} from {size_of(violation.manifest)} to {size_of(minimal)} bytes")
