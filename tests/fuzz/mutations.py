@@ -21,7 +21,6 @@ from typing import Any
 from hypothesis import strategies as st
 
 from crd import contract
-from crd.validation import AFFINITY_KINDS, VALUE_FROM_SOURCES
 from tests.fuzz.schema_strategies import (
     ITEM,
     VALUE,
@@ -128,16 +127,17 @@ class Mutator:
         self.maps = [p for p, n in spec_paths if isinstance(n.get("additionalProperties"), Mapping)]
         self.keyed = [p for p in self.arrays if self.nodes[p].get("x-kubernetes-list-type") in ("map", "set")]
         self.free_form = [p for p, n in spec_paths if len(p) > 1 and is_free_form(n)]
-        self.vocabulary = sorted(
-            {name for _, n in spec_paths for name in (n.get("properties") or {})}
-            | set(VALUE_FROM_SOURCES)
-            | set(AFFINITY_KINDS)
+        self.vocabulary = sorted({name for _, n in spec_paths for name in (n.get("properties") or {})})
+        # Names of the fields that hold objects: a free-form field often passes such objects on.
+        self.object_names = sorted(
+            {path[-1] for path, n in spec_paths if n.get("properties") and path[-1] not in (ITEM, VALUE)}
         )
         self.declared_objects = [
             p
             for p, n in spec_paths
             if n.get("properties") and not n.get("x-kubernetes-preserve-unknown-fields")
         ]
+        self.nesting_paths = self.free_form or self.declared_objects
 
     # ------------------------------------------------------------------------ placing a value at a path
 
@@ -249,7 +249,7 @@ class Mutator:
         return "unicode"
 
     def deep_nesting(self, draw: st.DrawFn, manifest: Manifest) -> str:
-        path = draw(st.sampled_from(self.free_form))
+        path = draw(st.sampled_from(self.nesting_paths))
         levels = draw(st.sampled_from(DEEP_LEVELS))
         leaf: JsonValue = draw(st.sampled_from(["x", 1, None, {}, []]))
         for level in range(levels):
@@ -259,23 +259,18 @@ class Mutator:
         return "deep-nesting"
 
     def known_keys_wrong_shape(self, draw: st.DrawFn, manifest: Manifest) -> str:
-        """A free-form field holding keys the Pod API knows (the schema's own property names, the
-        sources and affinity kinds the operator accepts) with values of any shape: the API server
-        stores them, and the Pod API refuses them later."""
-        path = draw(st.sampled_from(self.free_form))
-        # The names the operator itself accepts in these fields half the time: they get past its own
-        # checks and reach the Pod API.
-        keys = st.one_of(
-            st.sampled_from(sorted(set(VALUE_FROM_SOURCES) | set(AFFINITY_KINDS))),
-            st.sampled_from(self.vocabulary),
-        )
+        """A free-form field holding keys the Pod API knows (the schema's own property names, object
+        fields half the time) with values of any shape: the API server stores them, and whatever
+        reads them later (the Pod API, the operator) must cope."""
+        path = draw(st.sampled_from(self.nesting_paths))
+        keys = st.one_of(st.sampled_from(self.object_names), st.sampled_from(self.vocabulary))
         value = draw(st.dictionaries(keys, json_values(), min_size=1, max_size=3))
         self.place(draw, manifest, path, value)
         return "pass-through"
 
     def huge_key(self, draw: st.DrawFn, manifest: Manifest) -> str:
         """An unknown key in a free-form field, long enough that an error quoting it is huge."""
-        path = draw(st.sampled_from(self.free_form))
+        path = draw(st.sampled_from(self.nesting_paths))
         length = draw(st.sampled_from([64, 1024, HUGE_STRING]))
         self.place(draw, manifest, (*path, "k" * length), "v")
         return "huge-key"
@@ -315,14 +310,12 @@ class Mutator:
             self.hostile_name,
             self.unknown_field,
             self.conflict,
+            # Into free-form fields; without any (every field typed), where the schema declares an
+            # object, and admission must refuse them.
+            self.deep_nesting,
+            self.known_keys_wrong_shape,
+            self.huge_key,
         ]
-        if self.free_form:
-            mutations += [
-                self.deep_nesting,
-                self.known_keys_wrong_shape,
-                self.known_keys_wrong_shape,
-                self.huge_key,
-            ]
         if self.keyed:
             mutations.append(self.duplicate_key)
         return mutations

@@ -22,7 +22,7 @@ from tests.fuzz.harness import unique_names
 from tests.fuzz.judge import judge_job, log_problems, refusal_layer, write_budget
 from tests.fuzz.manifests import Generated, generate, root_schema, well_formed
 from tests.fuzz.mutations import Mutator
-from tests.fuzz.schema_strategies import SchemaStrategies, cel_string_bounds, is_free_form, schema_paths
+from tests.fuzz.schema_strategies import SchemaStrategies, cel_string_bounds, schema_paths
 from tests.fuzz.shrink import reductions, shrink
 
 SAMPLE = generate(200, 15)
@@ -150,10 +150,15 @@ def test_a_large_deep_schema_generates_quickly_and_validly() -> None:
     assert mutator.numeric
 
 
-def test_free_form_nodes_are_found_in_the_schema() -> None:
-    free = {path for path, node in schema_paths(root_schema()) if is_free_form(node)}
-    assert ("spec", "scheduling", "affinity") in free
-    assert ("spec", "env", "[]", "valueFrom") in free
+def test_free_form_fields_get_nesting_and_keys_else_declared_objects_do() -> None:
+    """Deep nesting, huge keys and pass-through shapes go into free-form fields where the schema has
+    any; a fully typed schema gets them where it declares objects (and admission must refuse them)."""
+    root = large_schema(2)
+    with_free_form = Mutator(root, SchemaStrategies())
+    assert with_free_form.nesting_paths == with_free_form.free_form
+    assert ("spec", "child", "child", "raw") in with_free_form.free_form
+    typed = Mutator(root_schema(), SchemaStrategies())
+    assert typed.nesting_paths == (typed.free_form or typed.declared_objects)
 
 
 # -------------------------------------------------------------------------------------- the judge
