@@ -374,8 +374,10 @@ def spec() -> Schema:
             "image": string(
                 "Trainer container image. Unset: "
                 + "; ".join(f"{fw}: {img}" for fw, img in contract.DEFAULT_IMAGES.items())
-                + ". Immutable.",
+                + ". Immutable. Not empty and without surrounding whitespace, which the Pod API refuses.",
+                min_length=1,
                 max_length=512,
+                pattern=r"^\S(.*\S)?$",
             ),
             "command": string_list(
                 "Container entrypoint. Unset: the operator's reference trainer, "

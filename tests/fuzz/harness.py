@@ -40,6 +40,8 @@ JUSTIFIED_LOG_LINES: tuple[str, ...] = ()
 CREATE_THREADS = 8
 # How long the writes caused by one manifest are watched after its outcome (shrinking, regressions).
 WRITE_WINDOW = 30.0
+# How long the operator may take to finish the writes of what came before.
+QUIET_DEADLINE = 60.0
 
 
 @dataclass(frozen=True)
@@ -210,7 +212,7 @@ class FuzzRun:
     def _batch(self, index: int, items: Sequence[Generated]) -> None:
         namespace = f"{self.prefix}-b{index}"
         self.api.create_namespace(namespace)
-        writes_before = self._job_writes()
+        writes_before = self._quiet_writes()
         self.logs.skip()
         try:
             accepted = self._create_all(namespace, items)
@@ -324,7 +326,7 @@ class FuzzRun:
         self._singles += 1
         namespace = f"{self.prefix}-s{self._singles}"
         self.api.create_namespace(namespace)
-        writes_before = self._job_writes()
+        writes_before = self._quiet_writes()
         self.logs.skip()
         try:
             status, answer = self.api.create_job(namespace, _encode(manifest))
@@ -367,6 +369,21 @@ class FuzzRun:
         )
         self.report.violations.append(violation)
         self.progress(f"fuzz: VIOLATION {violation.line()}")
+
+    def _quiet_writes(self) -> float:
+        """The write count once it has stopped moving: Events of jobs already deleted (refused, as
+        their namespace is going) are still being sent for a while and must not count against what
+        comes next."""
+        last: list[float | None] = [None]
+
+        def quiet() -> bool:
+            current = self._job_writes()
+            settled = current == last[0]
+            last[0] = current
+            return settled
+
+        self._await(quiet, QUIET_DEADLINE)
+        return last[0] or 0.0
 
     def _job_writes(self) -> float:
         """The operator's writes for jobs: POST, PATCH and DELETE. Its only PUTs renew the leader

@@ -88,6 +88,9 @@ def _schema_cases() -> list[InvalidCase]:
             "schema",
         ),
         case("command-not-list", {"spec.command": "python train.py"}, "spec.command", "schema"),
+        # Found by make fuzz: the Pod API refuses these, so the job could only fail after admission.
+        case("image-empty", {"spec.image": ""}, "spec.image", "schema"),
+        case("image-surrounding-space", {"spec.image": " pytorch/pytorch "}, "spec.image", "schema"),
         case(
             "learningRate-zero",
             {"spec.hyperparameters.learningRate": 0},
