@@ -15,7 +15,7 @@ from builders.meta import object_meta
 from builders.names import pod_group_name
 from crd import contract
 
-Gang: TypeAlias = Literal["coscheduling", "volcano"]
+GangScheduler: TypeAlias = Literal["coscheduling", "volcano"]
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,7 @@ class PodDecoration:
     annotations: dict[str, str] = field(default_factory=dict)
 
 
-def pod_decoration(job: dict[str, Any], gang: Gang) -> PodDecoration:
+def pod_decoration(job: dict[str, Any], gang: GangScheduler) -> PodDecoration:
     """spec.scheduling.schedulerName, when set, names the gang scheduler (it may be installed under
     another name)."""
     configured = job["spec"].get("scheduling", {}).get("schedulerName")
@@ -43,7 +43,7 @@ def pod_decoration(job: dict[str, Any], gang: Gang) -> PodDecoration:
     )
 
 
-def build_pod_group(job: dict[str, Any], gang: Gang) -> dict[str, Any]:
+def build_pod_group(job: dict[str, Any], gang: GangScheduler) -> dict[str, Any]:
     spec = job["spec"]
     scheduling = spec.get("scheduling", {})
     group_spec: dict[str, Any] = {"minMember": int(spec["numWorkers"])}

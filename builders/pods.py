@@ -16,7 +16,7 @@ from typing import Any
 from builders.env import distributed_env, world_size
 from builders.meta import object_meta
 from builders.names import config_map_name, headless_service_name, pod_name, service_account_name
-from builders.podgroup import Gang, pod_decoration
+from builders.podgroup import GangScheduler, pod_decoration
 from builders.podtemplate import merge_pod_template
 from builders.storage import CheckpointStorage, checkpoint_storage
 from crd import contract
@@ -189,7 +189,7 @@ def build_pod(
     attempt: int,
     resume_from: str | None,
     service_account: str | None = None,
-    gang: Gang | None = None,
+    gang: GangScheduler | None = None,
 ) -> dict[str, Any]:
     """Worker `index` of a defaulted job for gang attempt `attempt`.
 

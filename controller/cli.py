@@ -20,11 +20,13 @@ import kubernetes
 import yaml
 
 from controller import flags, lifecycle
-from controller.kube import KubeClient, from_kubeconfig
-from controller.leaderelection import JITTER_FACTOR
-from controller.logs import parse_level, resolve_level, setup_logging
 from controller.manager import Manager, Options
-from controller.metrics import Metrics, parse_address
+from controller.metrics import Metrics
+from controller.resources import from_kubeconfig
+from controller.runtime.client import KubeClient
+from controller.runtime.leaderelection import JITTER_FACTOR
+from controller.runtime.logs import parse_level, resolve_level, setup_logging
+from controller.runtime.serving import parse_address
 from crd import contract
 
 logger = logging.getLogger("controller")

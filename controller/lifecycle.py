@@ -28,14 +28,15 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from builders.names import pod_name
-from builders.podgroup import Gang
+from builders.podgroup import GangScheduler
 from builders.pods import build_pod
-from controller import boundedjson, podstate
 from controller import conditions as cond
-from controller.clock import parse_time, rfc3339
+from controller import podstate
 from controller.failures import Cause, PodFailure, Verdict, restart_delay, verdict
 from controller.gang import GangView, observe, root_cause
 from controller.progress import apply_report, parse_report, success_reached
+from controller.runtime import boundedjson
+from controller.runtime.clock import parse_time, rfc3339
 from controller.supporting import Patch, desired_objects, reconcile_objects
 from crd.contract import PROGRESS_ANNOTATION
 from crd.validation import validate
@@ -70,7 +71,7 @@ class Observed:
     nodes: Mapping[str, JsonDict]
     now: datetime
     nodes_known: bool = True
-    gang: Gang | None = None
+    gang: GangScheduler | None = None
     # Last states of the job's pods deleted recently that ended with a disruption or a failure.
     vanished: Sequence[JsonDict] = ()
 

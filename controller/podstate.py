@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from controller.clock import parse_time
+from controller.runtime.clock import parse_time
 from crd.contract import REPLICA_INDEX_LABEL
 
 JsonDict = dict[str, Any]

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from controller.clock import parse_time, rfc3339
+from controller.runtime.clock import parse_time, rfc3339
 
 
 @dataclass(frozen=True)

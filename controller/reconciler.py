@@ -16,168 +16,35 @@ This is the imperative shell around the pure planner. Its rules:
 
 from __future__ import annotations
 
-import collections
 import contextvars
 import copy
 import logging
-import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from typing import Any
 
 from builders.names import job_name
-from builders.podgroup import Gang
+from builders.podgroup import GangScheduler
 from controller import conditions as cond
-from controller import lifecycle, mergepatch
-from controller.clock import Clock, parse_time, rfc3339
-from controller.errors import AlreadyExists, Conflict, Forbidden, Invalid, KubeError, NotFound
-from controller.events import EventRecorder
-from controller.expectations import Expectations
+from controller import lifecycle
 from controller.failures import Cause
-from controller.kube import (
-    CONFIGMAPS,
-    PODS,
-    PVCS,
-    ROLEBINDINGS,
-    ROLES,
-    SERVICEACCOUNTS,
-    SERVICES,
-    TRAININGJOBS,
-    KubeClient,
-    Resource,
-)
 from controller.metrics import Metrics, restart_reason
-from controller.store import BY_OWNER_UID, Store, object_key
-from crd import contract
+from controller.resources import PODS, TRAININGJOBS, resource_for
+from controller.runtime import mergepatch
+from controller.runtime.client import KubeClient
+from controller.runtime.clock import Clock, parse_time, rfc3339
+from controller.runtime.errors import AlreadyExists, Conflict, Forbidden, Invalid, KubeError, NotFound
+from controller.runtime.events import EventRecorder
+from controller.runtime.expectations import Expectations
+from controller.runtime.store import BY_OWNER_UID, object_key
+from controller.runtime.trackers import StatusWrites, Tombstones
+from controller.watches import Caches
 from crd.defaults import with_defaults
 
 logger = logging.getLogger(__name__)
 
 JsonDict = dict[str, Any]
-
-RESOURCES_BY_KIND: dict[str, Resource] = {
-    "Pod": PODS,
-    "Service": SERVICES,
-    "ConfigMap": CONFIGMAPS,
-    "ServiceAccount": SERVICEACCOUNTS,
-    "Role": ROLES,
-    "RoleBinding": ROLEBINDINGS,
-    "PersistentVolumeClaim": PVCS,
-}
-POD_GROUP_RESOURCES: dict[str, Resource] = {
-    contract.COSCHEDULING_GROUP_VERSION: Resource("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup"),
-    contract.VOLCANO_GROUP_VERSION: Resource("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup"),
-}
-
-
-def resource_for(api_version: str, kind: str) -> Resource:
-    if kind == "PodGroup":
-        return POD_GROUP_RESOURCES[api_version]
-    return RESOURCES_BY_KIND[kind]
-
-
-class StatusWrites:
-    """Which status write of ours the job cache has not shown yet (by resourceVersion), per job.
-
-    The informer reports every resourceVersion it delivers (`observed`); a reconcile proceeds only
-    when the last version we wrote has been seen, or after `ttl` seconds in case it never is (a
-    relist may skip it).
-    """
-
-    def __init__(self, clock: Clock, ttl: float = 30.0) -> None:
-        self._clock = clock
-        self._ttl = ttl
-        self._lock = threading.Lock()
-        self._pending: dict[str, tuple[str, float]] = {}
-        self._seen: dict[str, collections.deque[str]] = collections.defaultdict(
-            lambda: collections.deque(maxlen=16)
-        )
-
-    def observed(self, key: str, resource_version: str) -> None:
-        with self._lock:
-            self._seen[key].append(resource_version)
-            pending = self._pending.get(key)
-            if pending is not None and pending[0] == resource_version:
-                del self._pending[key]
-
-    def wrote(self, key: str, resource_version: str) -> None:
-        with self._lock:
-            if resource_version not in self._seen[key]:
-                self._pending[key] = (resource_version, self._clock.monotonic())
-
-    def settled(self, key: str) -> bool:
-        with self._lock:
-            pending = self._pending.get(key)
-            if pending is None:
-                return True
-            if self._clock.monotonic() - pending[1] > self._ttl:
-                del self._pending[key]
-                return True
-            return False
-
-    def forget(self, key: str) -> None:
-        with self._lock:
-            self._pending.pop(key, None)
-            self._seen.pop(key, None)
-
-
-class Tombstones:
-    """The last state of pods deleted recently whose end says why (a disruption or a failure), per job.
-
-    A preempted or evicted pod is marked DisruptionTarget and deleted within moments; when a reconcile
-    runs after the delete, the cache no longer has it and the rank is simply missing. These last states
-    let the planner still classify that end (client-go hands handlers the final state of a deleted
-    object for the same reason). They expire after `ttl` seconds; recording sweeps out expired ones of
-    every job now and then, so a standby, which records but never reconciles, holds no more than that.
-    """
-
-    def __init__(self, clock: Clock, ttl: float = 600.0) -> None:
-        self._clock = clock
-        self._ttl = ttl
-        self._lock = threading.Lock()
-        self._pods: dict[str, list[tuple[float, JsonDict]]] = {}
-        self._swept_at = clock.monotonic()
-
-    def record(self, key: str, pod: JsonDict) -> None:
-        with self._lock:
-            now = self._clock.monotonic()
-            if now - self._swept_at >= self._ttl / 10:
-                self._swept_at = now
-                for stale in list(self._pods):
-                    self._prune(stale, now)
-            self._pods.setdefault(key, []).append((now, pod))
-
-    def recent(self, key: str) -> list[JsonDict]:
-        with self._lock:
-            return [pod for _, pod in self._prune(key, self._clock.monotonic())]
-
-    def _prune(self, key: str, now: float) -> list[tuple[float, JsonDict]]:
-        kept = [(at, pod) for at, pod in self._pods.get(key, []) if at >= now - self._ttl]
-        if kept:
-            self._pods[key] = kept
-        else:
-            self._pods.pop(key, None)
-        return kept
-
-    def __len__(self) -> int:
-        with self._lock:
-            return sum(len(pods) for pods in self._pods.values())
-
-    def forget(self, key: str) -> None:
-        with self._lock:
-            self._pods.pop(key, None)
-
-
-@dataclass(frozen=True)
-class Caches:
-    """The informers' stores the reconciler reads, and whether the optional node cache can be trusted."""
-
-    jobs: Store
-    pods: Store
-    owned: Mapping[str, Store]
-    nodes: Store | None
-    nodes_synced: Callable[[], bool]
 
 
 @dataclass(frozen=True)
@@ -242,8 +109,7 @@ class Reconciler:
         clock: Clock,
         executor: Executor,
         settings: lifecycle.Settings,
-        gang: Gang | None = None,
-        tombstones: Tombstones | None = None,
+        tombstones: Tombstones,
     ) -> None:
         self._client = client
         self._caches = caches
@@ -254,8 +120,9 @@ class Reconciler:
         self._clock = clock
         self._executor = executor
         self._settings = settings
-        self._gang = gang
-        self._tombstones = tombstones or Tombstones(clock)
+        self._tombstones = tombstones
+        # Set at start-up by discovery (Manager.discover), before any reconcile.
+        self.gang_scheduler: GangScheduler | None = None
 
     # ------------------------------------------------------------------------------------ reading
 
@@ -283,7 +150,7 @@ class Reconciler:
             nodes=nodes,
             nodes_known=nodes_known,
             now=self._clock.now(),
-            gang=self._gang if wants_gang else None,
+            gang=self.gang_scheduler if wants_gang else None,
             vanished=self._tombstones.recent(object_key(job)),
         )
 

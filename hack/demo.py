@@ -39,8 +39,9 @@ from typing import Any, Final
 
 import yaml
 
-from controller.errors import AlreadyExists, KubeError, NotFound
-from controller.kube import NAMESPACES, SERVICEACCOUNTS, KubeClient
+from controller.resources import NAMESPACES, SERVICEACCOUNTS
+from controller.runtime.client import KubeClient
+from controller.runtime.errors import AlreadyExists, KubeError, NotFound
 from hack.common import DEV, REPO, Say, ToolError, still_running, tail, wait_until
 from hack.devcluster.state import KUBECONFIG, LOGS, read_state
 from trainingjob_client import (

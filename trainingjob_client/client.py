@@ -2,7 +2,7 @@
 
 The ML engineer's entry point, meant for a notebook as much as for a script: submit a job without
 YAML, wait for it with a progress bar, read rank 0's log, look at its Events. Every call is one or
-two raw-JSON API requests through `controller.kube.KubeClient`; every failure is one of the typed
+two raw-JSON API requests through `controller.runtime.client.KubeClient`; every failure is one of the typed
 exceptions of `trainingjob_client.errors`, with a one-line message naming the job.
 """
 
@@ -13,9 +13,10 @@ import os
 from collections.abc import Iterator, Mapping
 from typing import Any, Literal, Unpack, overload
 
-from controller.clock import Clock, RealClock
-from controller.errors import KubeError, NotFound
-from controller.kube import EVENTS, PODS, TRAININGJOBS, KubeClient
+from controller.resources import EVENTS, PODS, TRAININGJOBS
+from controller.runtime.client import KubeClient
+from controller.runtime.clock import Clock, RealClock
+from controller.runtime.errors import KubeError, NotFound
 from crd import contract
 from trainingjob_client import manifest as manifests
 from trainingjob_client import podlogs

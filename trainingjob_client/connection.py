@@ -1,7 +1,7 @@
 """Where the client's API calls go: kubeconfig or in-cluster credentials, and the default namespace.
 
 The official `kubernetes` package reads the credentials (client certificates, tokens, exec plugins,
-token refresh); `controller.kube.KubeClient` sends raw JSON over its connection pool, as everywhere
+token refresh); `controller.runtime.client.KubeClient` sends raw JSON over its connection pool, as everywhere
 else in the project. The order is kubectl's: an explicit kubeconfig, else $KUBECONFIG (one file or a
 list), else ~/.kube/config, else the pod's service account when running inside a cluster (a
 notebook server). The default namespace is the context's, else the pod's, else "default".
@@ -20,7 +20,7 @@ from typing import Any, Final
 import kubernetes
 import yaml
 
-from controller.kube import KubeClient
+from controller.runtime.client import KubeClient
 from trainingjob_client.errors import ConfigError
 
 IN_CLUSTER_NAMESPACE: Final = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")

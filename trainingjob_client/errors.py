@@ -1,6 +1,6 @@
 """The client's exceptions: one class per thing a caller (a notebook, a script, the kubectl plugin) handles.
 
-The REST layer (controller.kube) raises errors per HTTP answer; a person at a notebook needs to know
+The REST layer (controller.runtime.client) raises errors per HTTP answer; a person at a notebook needs to know
 what went wrong with *their job* instead: it does not exist (maybe it is in another namespace), the
 cluster cannot be reached, the API server refused the spec, the wait timed out, the job ended in a
 state other than the one awaited, its pods (and so its logs) are gone. Every message is one sentence
@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from controller import errors as api
+from controller.runtime import errors as api
 
 if TYPE_CHECKING:
     from trainingjob_client.views import TrainingJob

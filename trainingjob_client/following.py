@@ -19,9 +19,11 @@ import threading
 from collections.abc import Iterator
 from typing import Final
 
-from controller.clock import Clock, RealClock
-from controller.errors import ApiError, Gone, KubeError, NotFound, TransportError
-from controller.kube import TRAININGJOBS, KubeClient, WatchStream
+from controller.resources import TRAININGJOBS
+from controller.runtime.client import KubeClient
+from controller.runtime.clock import Clock, RealClock
+from controller.runtime.errors import ApiError, Gone, KubeError, NotFound, TransportError
+from controller.runtime.watch import WatchStream
 from trainingjob_client.errors import JobDeleted, WaitTimeout, translate
 from trainingjob_client.views import JsonDict, TrainingJob
 

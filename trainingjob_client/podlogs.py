@@ -13,8 +13,9 @@ from typing import Final
 
 import urllib3
 
-from controller.errors import ApiError, KubeError, NotFound
-from controller.kube import PODS, KubeClient
+from controller.resources import PODS
+from controller.runtime.client import KubeClient
+from controller.runtime.errors import ApiError, KubeError, NotFound
 from crd import contract
 from trainingjob_client.errors import (
     ClusterUnreachable,

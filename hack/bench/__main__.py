@@ -9,7 +9,7 @@ import sys
 from collections.abc import Iterator
 from types import FrameType
 
-from controller.errors import KubeError
+from controller.runtime.errors import KubeError
 from hack.bench.operator import say
 from hack.bench.options import parse_options
 from hack.bench.phases import Bench

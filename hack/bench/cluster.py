@@ -18,8 +18,9 @@ from typing import Final
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from controller.errors import AlreadyExists
-from controller.kube import CRDS, EVENTS, NAMESPACES, TRAININGJOBS, KubeClient
+from controller.resources import CRDS, EVENTS, NAMESPACES, TRAININGJOBS
+from controller.runtime.client import KubeClient
+from controller.runtime.errors import AlreadyExists
 from crd import contract
 from hack.bench.options import Options
 from hack.common import REPO, JsonDict, ToolError

@@ -11,7 +11,8 @@ import os
 import time
 from collections.abc import Callable
 
-from controller.kube import KubeClient, from_kubeconfig
+from controller.resources import from_kubeconfig
+from controller.runtime.client import KubeClient
 from crd import contract
 from hack.bench.cluster import (
     apiserver_requests,

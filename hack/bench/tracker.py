@@ -10,10 +10,11 @@ from __future__ import annotations
 import threading
 import time
 
-from controller.clock import RealClock
-from controller.informer import Informer
-from controller.kube import LEASES, PODS, TRAININGJOBS, KubeClient
-from controller.store import Store
+from controller.resources import LEASES, PODS, TRAININGJOBS
+from controller.runtime.client import KubeClient
+from controller.runtime.clock import RealClock
+from controller.runtime.informer import Informer
+from controller.runtime.store import Store
 from hack.bench.cluster import NAMESPACE
 from hack.bench.operator import LEASE_NAMESPACE
 from hack.common import JsonDict, ToolError

@@ -11,8 +11,9 @@ import sys
 from pathlib import Path
 from types import FrameType
 
-from controller.errors import KubeError
-from controller.kube import KubeClient, from_kubeconfig
+from controller.resources import from_kubeconfig
+from controller.runtime.client import KubeClient
+from controller.runtime.errors import KubeError
 from hack.common import DEV
 from hack.local_kubelet import __doc__ as package_doc
 from hack.local_kubelet.kubelet import Kubelet

@@ -21,10 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from controller.errors import KubeError, is_retryable
-from controller.informer import Informer
-from controller.kube import PODS, KubeClient
-from controller.store import Store
+from controller.resources import PODS
+from controller.runtime.client import KubeClient
+from controller.runtime.errors import KubeError, is_retryable
+from controller.runtime.informer import Informer
+from controller.runtime.store import Store
 from crd import contract
 from hack.common import JsonDict
 from hack.local_kubelet.containers import ContainerRun, PodRun, pod_status

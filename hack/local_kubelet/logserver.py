@@ -38,8 +38,9 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from controller.errors import KubeError, NotFound
-from controller.kube import NODES, PODS, KubeClient
+from controller.resources import NODES, PODS
+from controller.runtime.client import KubeClient
+from controller.runtime.errors import KubeError, NotFound
 from hack.common import JsonDict
 from hack.local_kubelet.logfiles import BadOptions, LogOptions, PodLogs, parse_options, read_log
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 import logging
 from typing import Final
 
-from controller.errors import KubeError, NotFound
-from controller.kube import PODS, KubeClient
+from controller.resources import PODS
+from controller.runtime.client import KubeClient
+from controller.runtime.errors import KubeError, NotFound
 from hack.common import JsonDict
 from hack.local_kubelet.pods import pod_label
 from hack.podstatus import terminated_status_patch

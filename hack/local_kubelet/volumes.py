@@ -30,8 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Final
 
-from controller.errors import KubeError, NotFound
-from controller.kube import CONFIGMAPS, SECRETS, SERVICEACCOUNTS, KubeClient
+from controller.resources import CONFIGMAPS, SECRETS, SERVICEACCOUNTS
+from controller.runtime.client import KubeClient
+from controller.runtime.errors import KubeError, NotFound
 from crd import contract
 from hack.common import JsonDict
 from hack.local_kubelet.pods import SkipPod, expand, field_value

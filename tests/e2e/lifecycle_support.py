@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from controller.clock import parse_time
+from controller.runtime.clock import parse_time
 from crd import contract
 from tests.cluster import Kubectl, KubectlError, lose_node, restore_node, wait_for
 from tests.e2e.jobs import extra_nodes, get_job, pods_of, wait_for_state

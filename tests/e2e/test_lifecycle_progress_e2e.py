@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from controller.clock import parse_time
+from controller.runtime.clock import parse_time
 from tests.cluster import Kubectl, end_pod, wait_for
 from tests.e2e.conftest import StartOperator
 from tests.e2e.jobs import (

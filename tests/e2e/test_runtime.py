@@ -33,7 +33,7 @@ from typing import Any, Final
 
 import pytest
 
-from controller.leaderelection import JITTER_FACTOR
+from controller.runtime.leaderelection import JITTER_FACTOR
 from crd import contract
 from tests.cluster import DEV, REPO, Kubectl, wait_for
 from tests.e2e.conftest import StartOperator

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from builders.pods import build_pod
-from controller.kube import KubeClient
+from controller.runtime.client import KubeClient
 from crd import contract
 from crd.defaults import with_defaults
 from hack.local_kubelet.env import resolve_env

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from builders.pods import build_pod
-from controller.kube import KubeClient
+from controller.runtime.client import KubeClient
 from crd import contract
 from crd.defaults import with_defaults
 from hack.local_kubelet.launch import STAND_IN_DONE, STAND_IN_SLEEP, LocalSettings, prepare

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from controller.clock import FakeClock
+from controller.runtime.clock import FakeClock
 from crd import contract
 from tests.unit.fakeapi import FakeApi, status
 

@@ -19,8 +19,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from builders.names import pod_name
-from controller.clock import rfc3339
 from controller.lifecycle import Delete, Event, Observed, Plan, Settings, plan
+from controller.runtime.clock import rfc3339
 from crd import contract
 from crd.defaults import with_defaults
 from tests.unit.crd_cases import job as manifest

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from controller import boundedjson
-from controller.boundedjson import TRUNCATED_KEY, loads, nesting_exceeds, truncated_paths
+from controller.runtime import boundedjson
+from controller.runtime.boundedjson import TRUNCATED_KEY, loads, nesting_exceeds, truncated_paths
 
 
 def nested_arrays(depth: int) -> str:

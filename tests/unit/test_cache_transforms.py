@@ -12,9 +12,9 @@ import json
 from dataclasses import replace
 
 from builders.configmap import TRAINER_SOURCES, build_config_map
-from controller.informer import compact
 from controller.lifecycle import Plan, plan
-from controller.manager import node_readiness, pod_essentials, share_trainer_sources
+from controller.runtime.informer import compact
+from controller.watches import node_readiness, pod_essentials, share_trainer_sources
 from tests.unit.lifecycle_world import World, make_job, make_node, world
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from controller.clock import FakeClock
-from controller.kube import KubeClient
+from controller.runtime.client import KubeClient
+from controller.runtime.clock import FakeClock
 from tests.unit.clientfakes import (
     ALL_JOBS,
     EVENTS,

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from controller.clock import FakeClock
-from controller.events import COMBINED_PREFIX, EventRecorder, truncate_message
-from controller.kube import KubeClient
+from controller.runtime.client import KubeClient
+from controller.runtime.clock import FakeClock
+from controller.runtime.events import COMBINED_PREFIX, EventRecorder, truncate_message
 from tests.unit.fakeapi import FakeApi, Recorded, Reply, running, status
 
 DEADLINE_SECONDS = 10.0
@@ -52,7 +52,7 @@ def clock() -> FakeClock:
 
 @pytest.fixture
 def recorder(client: KubeClient, clock: FakeClock) -> Iterator[EventRecorder]:
-    events = EventRecorder(client, host="operator-0", clock=clock)
+    events = EventRecorder(client, component="trainingjob-operator", host="operator-0", clock=clock)
     yield events
     assert events.stop(DEADLINE_SECONDS)
 
@@ -174,7 +174,9 @@ def test_a_vanished_event_is_created_again(api: FakeApi, recorder: EventRecorder
 def test_many_different_messages_fold_into_one_combined_event(
     api: FakeApi, client: KubeClient, clock: FakeClock
 ) -> None:
-    recorder = EventRecorder(client, host="operator-0", clock=clock, max_similar=3)
+    recorder = EventRecorder(
+        client, component="trainingjob-operator", host="operator-0", clock=clock, max_similar=3
+    )
     try:
         for index in range(3):
             recorder.record(JOB, "Normal", "Waiting", f"Waiting for {3 - index} pods")
@@ -196,7 +198,13 @@ def test_a_full_queue_drops_without_blocking(
 ) -> None:
     drops: list[int] = []
     recorder = EventRecorder(
-        client, host="operator-0", clock=clock, max_queue=3, on_drop=lambda: drops.append(1), start=False
+        client,
+        component="trainingjob-operator",
+        host="operator-0",
+        clock=clock,
+        max_queue=3,
+        on_drop=lambda: drops.append(1),
+        start=False,
     )
     finished = threading.Event()
 
@@ -205,7 +213,7 @@ def test_a_full_queue_drops_without_blocking(
             recorder.record(JOB, "Normal", "Progress", f"epoch {index}")
         finished.set()
 
-    with caplog.at_level(logging.WARNING, logger="controller.events"):
+    with caplog.at_level(logging.WARNING, logger="controller.runtime.events"):
         threading.Thread(target=flood, daemon=True).start()
         assert finished.wait(DEADLINE_SECONDS), "record() blocked on a full queue"
     assert recorder.dropped == 7
@@ -220,7 +228,9 @@ def test_a_full_queue_drops_without_blocking(
 
 
 def test_stop_drains_the_queue_then_refuses_new_events(api: FakeApi, client: KubeClient) -> None:
-    recorder = EventRecorder(client, host="operator-0", clock=FakeClock(), start=False)
+    recorder = EventRecorder(
+        client, component="trainingjob-operator", host="operator-0", clock=FakeClock(), start=False
+    )
     for index in range(5):
         recorder.record(JOB, "Normal", "Progress", f"epoch {index}")
     recorder.start()
@@ -310,7 +320,9 @@ def job_named(name: str) -> dict[str, Any]:
 
 def test_several_writers_keep_each_objects_events_on_one_thread_and_aggregated(clock: FakeClock) -> None:
     sink = RecordingSink()
-    recorder = EventRecorder(sink, host="operator-0", clock=clock, writers=3)
+    recorder = EventRecorder(
+        sink, component="trainingjob-operator", host="operator-0", clock=clock, writers=3
+    )
     jobs = [job_named(f"job{index}") for index in range(8)]
     for _ in range(3):
         for job in jobs:
@@ -345,8 +357,10 @@ def test_a_burst_of_drops_warns_once_until_the_queue_has_half_drained(
     clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     sink = GatedSink()
-    recorder = EventRecorder(sink, host="operator-0", clock=clock, max_queue=4, start=False)
-    with caplog.at_level(logging.WARNING, logger="controller.events"):
+    recorder = EventRecorder(
+        sink, component="trainingjob-operator", host="operator-0", clock=clock, max_queue=4, start=False
+    )
+    with caplog.at_level(logging.WARNING, logger="controller.runtime.events"):
         for index in range(5):  # four queued, the fifth dropped: the burst starts
             recorder.record(job_named(f"a{index}"), "Normal", "Created", "x")
         recorder.start()

@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from controller.clock import FakeClock
-from controller.expectations import Expectations, PendingExpectations
+from controller.runtime.clock import FakeClock
+from controller.runtime.expectations import Expectations, PendingExpectations
 
 JOB = "ml/mnist"
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from controller import cli, flags
-from controller.logs import teardown_logging
+from controller.runtime.logs import teardown_logging
 
 
 @pytest.mark.parametrize(

@@ -9,12 +9,13 @@ from typing import Any
 
 import pytest
 
-from controller import kube
-from controller.clock import RealClock
-from controller.errors import Forbidden
-from controller.informer import LAST_APPLIED_ANNOTATION, Informer
-from controller.kube import KubeClient
-from controller.store import STANDARD_INDEXERS, Store
+from controller import resources as kube
+from controller.runtime.client import KubeClient
+from controller.runtime.clock import RealClock
+from controller.runtime.errors import Forbidden
+from controller.runtime.informer import LAST_APPLIED_ANNOTATION, Informer
+from controller.runtime.store import Store
+from controller.watches import STANDARD_INDEXERS
 from tests.unit.fakeapi import FakeApi, Recorded, Reply, Stream, event, items_list, running, status
 
 DEADLINE_SECONDS = 10.0

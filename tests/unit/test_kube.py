@@ -11,9 +11,10 @@ from typing import Any
 import kubernetes
 import pytest
 
-from controller import kube
-from controller.clock import FakeClock, RealClock
-from controller.errors import (
+from controller import resources as kube
+from controller.runtime.client import KubeClient, PatchType
+from controller.runtime.clock import FakeClock, RealClock
+from controller.runtime.errors import (
     AlreadyExists,
     ApiError,
     Conflict,
@@ -24,7 +25,7 @@ from controller.errors import (
     TooManyRequests,
     TransportError,
 )
-from controller.kube import KubeClient, Resource
+from controller.runtime.resource import Resource
 from tests.unit.fakeapi import Drop, FakeApi, Reply, Stream, event, running, status
 
 DEADLINE_SECONDS = 10.0
@@ -315,7 +316,7 @@ def test_delete_precondition_failure_is_a_conflict(api: FakeApi, client: KubeCli
     ],
 )
 def test_patch_content_types(
-    api: FakeApi, client: KubeClient, patch_type: kube.PatchType, body: Any, content_type: str
+    api: FakeApi, client: KubeClient, patch_type: PatchType, body: Any, content_type: str
 ) -> None:
     api.script("PATCH", POD_PATH, Reply(200, pod()))
     client.patch(kube.PODS, "ns", "p", body, patch_type=patch_type)

@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from controller.clock import FakeClock, RealClock
-from controller.errors import AlreadyExists, ApiError, Conflict, KubeError, NotFound, ServerError
-from controller.leaderelection import LeaderElectionRecord, LeaderElector, LeaseClient, LeaseLock
+from controller.runtime.clock import FakeClock, RealClock
+from controller.runtime.errors import AlreadyExists, ApiError, Conflict, KubeError, NotFound, ServerError
+from controller.runtime.leaderelection import LeaderElectionRecord, LeaderElector, LeaseClient, LeaseLock
 
 if TYPE_CHECKING:
-    from controller.kube import KubeClient
+    from controller.runtime.client import KubeClient
 
     def _kube_client_is_a_lease_client(client: KubeClient) -> LeaseClient:
         return client

@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from controller import boundedjson
-from controller.clock import parse_time, rfc3339
 from controller.failures import restart_delay
 from controller.lifecycle import Delete, Observed, Plan, Settings, format_duration, plan
+from controller.runtime import boundedjson
+from controller.runtime.clock import parse_time, rfc3339
 from crd import contract
 from tests.unit.lifecycle_world import (
     INSUFFICIENT_GPU,

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from controller.logs import (
+from controller.runtime.logs import (
     current_context,
     log_context,
     new_reconcile_id,

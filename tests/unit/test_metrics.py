@@ -16,18 +16,12 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from controller.clock import FakeClock, rfc3339
 from controller.failures import Cause
-from controller.metrics import (
-    RECONCILE_BUCKETS,
-    WORKQUEUE_BUCKETS,
-    JobCollector,
-    Metrics,
-    MetricsServer,
-    parse_address,
-    restart_reason,
-)
-from controller.workqueue import WorkQueue
+from controller.metrics import JobCollector, Metrics, restart_reason
+from controller.runtime.clock import FakeClock, rfc3339
+from controller.runtime.metrics import RECONCILE_BUCKETS, WORKQUEUE_BUCKETS
+from controller.runtime.serving import MetricsServer, parse_address
+from controller.runtime.workqueue import WorkQueue
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from controller.clock import rfc3339
 from controller.progress import Report, apply_report, parse_report, percent, success_reached
+from controller.runtime.clock import rfc3339
 from tests.unit.lifecycle_world import T0
 
 SPEC: dict[str, Any] = {"hyperparameters": {"epochs": 10}, "successPolicy": {"metric": "accuracy"}}

@@ -7,8 +7,8 @@ from collections.abc import Hashable
 
 import pytest
 
-from controller.clock import FakeClock
-from controller.ratelimit import (
+from controller.runtime.clock import FakeClock
+from controller.runtime.ratelimit import (
     ItemBucketRateLimiter,
     ItemExponentialFailureRateLimiter,
     MaxOfRateLimiter,

@@ -6,8 +6,9 @@ retry) is tested end to end in tests/e2e/test_reconcile.py.
 
 from __future__ import annotations
 
-from controller.clock import FakeClock
-from controller.reconciler import MAX_LISTED_PROBLEMS, MAX_PROBLEM_TEXT, Tombstones, _blocked, _summary
+from controller.reconciler import MAX_LISTED_PROBLEMS, MAX_PROBLEM_TEXT, _blocked, _summary
+from controller.runtime.clock import FakeClock
+from controller.runtime.trackers import Tombstones
 
 
 def test_summary_is_sorted_so_a_repeated_problem_reads_the_same() -> None:

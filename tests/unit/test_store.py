@@ -7,16 +7,8 @@ from typing import Any
 
 import pytest
 
-from controller.store import (
-    BY_JOB,
-    BY_OWNER_UID,
-    STANDARD_INDEXERS,
-    Store,
-    by_job,
-    by_owner_uid,
-    object_key,
-    split_key,
-)
+from controller.runtime.store import BY_OWNER_UID, Store, by_owner_uid, object_key, split_key
+from controller.watches import BY_JOB, STANDARD_INDEXERS, by_job
 from crd.contract import JOB_NAME_LABEL
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from builders.podgroup import Gang
+from builders.podgroup import GangScheduler
 from controller.supporting import OWNED_FIELDS, desired_objects, reconcile_objects
 from crd import contract
 from tests.unit.lifecycle_world import make_job
@@ -90,7 +90,7 @@ def test_nothing_existing_creates_everything() -> None:
 
 
 @pytest.mark.parametrize("gang", [None, "coscheduling", "volcano"])
-def test_server_populated_fields_cause_no_writes(gang: Gang | None) -> None:
+def test_server_populated_fields_cause_no_writes(gang: GangScheduler | None) -> None:
     job = make_job({"spec.checkpoint.enabled": True, "spec.scheduling.scheduleTimeoutSeconds": 60})
     desired = desired_objects(job, gang)
     creates, patches = reconcile_objects(desired, existing(desired))

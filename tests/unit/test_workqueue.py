@@ -8,9 +8,9 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from controller.clock import Clock, FakeClock, RealClock
-from controller.ratelimit import ItemExponentialFailureRateLimiter, RateLimiter
-from controller.workqueue import NoopQueueMetrics, QueueMetrics, WorkQueue
+from controller.runtime.clock import Clock, FakeClock, RealClock
+from controller.runtime.ratelimit import ItemExponentialFailureRateLimiter, RateLimiter
+from controller.runtime.workqueue import NoopQueueMetrics, QueueMetrics, WorkQueue
 
 DEADLINE_SECONDS = 10.0
 

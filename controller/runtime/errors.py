@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from controller import boundedjson
+from controller.runtime import boundedjson
 
 
 class KubeError(Exception):

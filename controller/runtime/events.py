@@ -30,12 +30,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, Literal, Protocol
 
-from controller.clock import Clock, RealClock, rfc3339
-from controller.errors import AlreadyExists, KubeError, NotFound
-from controller.kube import EVENTS, PatchType, Resource
-from crd import contract
+from controller.runtime.client import PatchType
+from controller.runtime.clock import Clock, RealClock, rfc3339
+from controller.runtime.errors import AlreadyExists, KubeError, NotFound
+from controller.runtime.resource import EVENTS, Resource
 
-logger = logging.getLogger("controller.events")
+logger = logging.getLogger(__name__)
 
 JsonObject = dict[str, Any]
 EventType = Literal["Normal", "Warning"]
@@ -129,7 +129,7 @@ class EventRecorder:
     def __init__(
         self,
         client: EventSink,
-        component: str = contract.OPERATOR_NAME,
+        component: str,
         host: str | None = None,
         clock: Clock | None = None,
         max_queue: int = 1000,

@@ -24,7 +24,7 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from controller.clock import Clock
+from controller.runtime.clock import Clock
 
 EXPECTATIONS_TTL_SECONDS = 300.0
 

@@ -21,12 +21,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from controller.clock import Clock, RealClock
-from controller.errors import Gone, KubeError
-from controller.kube import KubeClient, Resource, WatchStream
-from controller.store import Store, object_key
+from controller.runtime.client import KubeClient
+from controller.runtime.clock import Clock, RealClock
+from controller.runtime.errors import Gone, KubeError
+from controller.runtime.resource import Resource
+from controller.runtime.store import Store, object_key
+from controller.runtime.watch import WatchStream
 
-logger = logging.getLogger("controller.informer")
+logger = logging.getLogger(__name__)
 
 KubeObject = dict[str, Any]
 OnAdd = Callable[[KubeObject], None]

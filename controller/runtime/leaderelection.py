@@ -30,13 +30,11 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import Any, Final, Protocol
 
-from controller.clock import Clock, parse_time, rfc3339_micro
-from controller.errors import KubeError, NotFound
-
-if TYPE_CHECKING:
-    from controller.kube import Resource
+from controller.runtime.clock import Clock, parse_time, rfc3339_micro
+from controller.runtime.errors import KubeError, NotFound
+from controller.runtime.resource import LEASES, Resource
 
 logger = logging.getLogger(__name__)
 
@@ -48,20 +46,13 @@ JsonObject = dict[str, Any]
 
 
 class LeaseClient(Protocol):
-    """The part of `controller.kube.KubeClient` the lease lock uses."""
+    """The part of `client.KubeClient` the lease lock uses."""
 
     def get(self, res: Resource, ns: str | None, name: str) -> JsonObject: ...
 
     def create(self, res: Resource, ns: str | None, body: JsonObject) -> JsonObject: ...
 
     def replace(self, res: Resource, ns: str | None, name: str, body: JsonObject) -> JsonObject: ...
-
-
-def _leases() -> Resource:
-    # Imported on first use so this module (and its tests) load without the HTTP client's dependencies.
-    from controller.kube import LEASES  # noqa: PLC0415
-
-    return LEASES
 
 
 @dataclass(frozen=True)
@@ -116,7 +107,7 @@ class LeaseLock:
     def get(self) -> tuple[LeaderElectionRecord, str, JsonObject] | None:
         """The record, the resourceVersion it was read at and the raw Lease; None if there is no Lease."""
         try:
-            lease = self._client.get(_leases(), self.namespace, self.name)
+            lease = self._client.get(LEASES, self.namespace, self.name)
         except NotFound:
             return None
         self._last_lease = lease
@@ -130,7 +121,7 @@ class LeaseLock:
             "metadata": {"name": self.name, "namespace": self.namespace},
             "spec": record.to_lease_spec(),
         }
-        created = self._client.create(_leases(), self.namespace, body)
+        created = self._client.create(LEASES, self.namespace, body)
         self._last_lease = created
         return _resource_version(created)
 
@@ -147,7 +138,7 @@ class LeaseLock:
             "metadata": metadata,
             "spec": record.to_lease_spec(),
         }
-        replaced = self._client.replace(_leases(), self.namespace, self.name, body)
+        replaced = self._client.replace(LEASES, self.namespace, self.name, body)
         self._last_lease = replaced
         return _resource_version(replaced)
 

@@ -24,8 +24,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from controller.clock import Clock, RealClock
-from controller.ratelimit import RateLimiter, default_controller_rate_limiter
+from controller.runtime.clock import Clock, RealClock
+from controller.runtime.ratelimit import RateLimiter, default_controller_rate_limiter
 
 # Insurance against a missed wake-up: the delay thread re-checks the clock at least this often.
 MAX_DELAY_WAIT_SECONDS = 10.0

@@ -1,11 +1,11 @@
 """The informer's local cache: the objects last seen from the API server, keyed and indexed.
 
 Reconcilers read from here instead of calling the API server, so a reconcile costs no requests and
-sees one consistent snapshot per object. Indexes answer the controller's two questions without
-scanning every object: "which objects does this TrainingJob control?" (the controller ownerReference
-UID) and "which objects carry this job's label?". Like client-go's thread-safe store, index entries
-are kept exact on update and delete, so a Pod whose owner or label changed stops showing up under
-its old value.
+sees one consistent snapshot per object. Indexes answer a controller's questions without scanning
+every object, e.g. "which objects does this owner control?" (`by_owner_uid`, the controller
+ownerReference UID); a controller adds its own (controller/watches.py). Like client-go's thread-safe
+store, index entries are kept exact on update and delete, so a Pod whose owner or label changed stops
+showing up under its old value.
 
 Objects are returned as stored, not copied: callers must treat them as read-only (copy before
 changing anything) or they would corrupt the cache for every other reader.
@@ -18,13 +18,10 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
-from crd.contract import JOB_NAME_LABEL
-
 KubeObject = dict[str, Any]
 IndexFunc = Callable[[KubeObject], list[str]]
 
 BY_OWNER_UID: Final = "by-owner-uid"
-BY_JOB: Final = "by-job"
 
 
 def object_key(obj: KubeObject) -> str:
@@ -55,17 +52,8 @@ def by_owner_uid(obj: KubeObject) -> list[str]:
     return []
 
 
-def by_job(obj: KubeObject) -> list[str]:
-    """The key of the TrainingJob named by the object's `training-job` label, if it has one."""
-    metadata = obj.get("metadata") or {}
-    job_name = (metadata.get("labels") or {}).get(JOB_NAME_LABEL)
-    if not job_name:
-        return []
-    namespace = metadata.get("namespace")
-    return [f"{namespace}/{job_name}" if namespace else str(job_name)]
-
-
-STANDARD_INDEXERS: Final[dict[str, IndexFunc]] = {BY_OWNER_UID: by_owner_uid, BY_JOB: by_job}
+# The indexes every cache of owned objects needs.
+OWNER_INDEXERS: Final[dict[str, IndexFunc]] = {BY_OWNER_UID: by_owner_uid}
 
 
 class Store:

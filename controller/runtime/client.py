@@ -7,42 +7,39 @@ slow and lossy for a long-running controller, retries nothing, has no client-sid
 watch helper mishandles expired resourceVersions. So this module sends and receives plain dicts,
 retries 429 (honouring Retry-After), 5xx and transport failures with jittered exponential backoff,
 rate-limits every request with a token bucket, counts every HTTP attempt for
-`rest_client_requests_total`, and exposes a single-shot watch stream that another thread can close.
+`rest_client_requests_total`, and opens single-shot watches (`watch.WatchStream`) that another thread
+can close.
 """
 
 from __future__ import annotations
 
-import http.client
 import json
 import logging
 import math
 import os
 import random
-import threading
-from collections.abc import Iterator, Mapping, Sequence
-from types import TracebackType
-from typing import Any, Final, Literal, NamedTuple, Protocol, Self
-from urllib.parse import quote, urlencode, urlsplit
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, Literal, Protocol
+from urllib.parse import urlencode, urlsplit
 
 import kubernetes
 import tenacity
 import urllib3
 
-from controller import boundedjson
-from controller.clock import Clock, RealClock
-from controller.errors import (
-    ApiError,
-    Gone,
+from controller.runtime import boundedjson
+from controller.runtime.clock import Clock, RealClock
+from controller.runtime.errors import (
     KubeError,
     TooManyRequests,
     TransportError,
     error_from_status,
     is_retryable,
 )
-from controller.ratelimit import TokenBucket
-from crd import contract
+from controller.runtime.ratelimit import TokenBucket
+from controller.runtime.resource import Resource
+from controller.runtime.watch import TRANSPORT_EXCEPTIONS, WatchStream
 
-logger = logging.getLogger("controller.kube")
+logger = logging.getLogger(__name__)
 
 JsonObject = dict[str, Any]
 PatchType = Literal["merge", "json", "strategic", "apply"]
@@ -62,80 +59,6 @@ PATCH_CONTENT_TYPES: Final[Mapping[str, str]] = {
     "strategic": "application/strategic-merge-patch+json",
     "apply": "application/apply-patch+yaml",
 }
-
-_TRANSPORT_EXCEPTIONS: Final = (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError)
-
-
-# API groups of Kubernetes' own kinds without the reserved .k8s.io suffix ("" is the core group).
-_BUILT_IN_GROUPS: Final = frozenset({"", "apps", "batch", "policy", "autoscaling", "extensions"})
-
-
-class Resource(NamedTuple):
-    """One API resource: enough to build its REST paths."""
-
-    group: str
-    version: str
-    plural: str
-    kind: str
-    namespaced: bool = True
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-    @property
-    def built_in(self) -> bool:
-        """Whether this is one of Kubernetes' own kinds, whose compiled-in schema bounds how deeply its
-        objects nest. A custom resource's schema may let a user nest a value without bound, so its
-        answers are checked before they are decoded (controller/boundedjson.py)."""
-        return self.group in _BUILT_IN_GROUPS or self.group.endswith(".k8s.io")
-
-    def path(
-        self, namespace: str | None = None, name: str | None = None, subresource: str | None = None
-    ) -> str:
-        """REST path; a namespaced resource without a namespace addresses all namespaces (list/watch)."""
-        if namespace is not None and not self.namespaced:
-            raise ValueError(f"{self.plural} is cluster-scoped; got namespace {namespace!r}")
-        if name is not None and self.namespaced and namespace is None:
-            raise ValueError(f"{self.plural} is namespaced; a name needs a namespace")
-        if subresource is not None and name is None:
-            raise ValueError("a subresource needs a name")
-        parts = ["/api/v1" if not self.group else f"/apis/{self.group}/{self.version}"]
-        if namespace is not None:
-            parts.append(f"namespaces/{_segment(namespace)}")
-        parts.append(self.plural)
-        if name is not None:
-            parts.append(_segment(name))
-        if subresource is not None:
-            parts.append(_segment(subresource))
-        return "/".join(parts)
-
-
-def _segment(value: str) -> str:
-    if not value:
-        raise ValueError("empty path segment")
-    return quote(value, safe="")
-
-
-PODS: Final = Resource("", "v1", "pods", "Pod")
-SERVICES: Final = Resource("", "v1", "services", "Service")
-CONFIGMAPS: Final = Resource("", "v1", "configmaps", "ConfigMap")
-EVENTS: Final = Resource("", "v1", "events", "Event")
-SERVICEACCOUNTS: Final = Resource("", "v1", "serviceaccounts", "ServiceAccount")
-PVCS: Final = Resource("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim")
-SECRETS: Final = Resource("", "v1", "secrets", "Secret")
-NODES: Final = Resource("", "v1", "nodes", "Node", namespaced=False)
-NAMESPACES: Final = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
-LEASES: Final = Resource("coordination.k8s.io", "v1", "leases", "Lease")
-ROLES: Final = Resource("rbac.authorization.k8s.io", "v1", "roles", "Role")
-ROLEBINDINGS: Final = Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding")
-PRIORITYCLASSES: Final = Resource(
-    "scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False
-)
-CRDS: Final = Resource(
-    "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", namespaced=False
-)
-TRAININGJOBS: Final = Resource(contract.GROUP, contract.VERSION, contract.PLURAL, contract.KIND)
 
 
 class RestMetrics(Protocol):
@@ -311,7 +234,7 @@ class KubeClient:
                 retries=False,
                 preload_content=True,
             )
-        except _TRANSPORT_EXCEPTIONS as exc:
+        except TRANSPORT_EXCEPTIONS as exc:
             self._metrics.request(TRANSPORT_ERROR_CODE, method, self.host)
             raise TransportError(f"{method} {path}: {exc}") from exc
         status = int(response.status)
@@ -482,7 +405,7 @@ class KubeClient:
                 retries=False,
                 preload_content=False,
             )
-        except _TRANSPORT_EXCEPTIONS as exc:
+        except TRANSPORT_EXCEPTIONS as exc:
             self._metrics.request(TRANSPORT_ERROR_CODE, "GET", self.host)
             raise TransportError(f"{description}: {exc}") from exc
         status = int(response.status)
@@ -490,7 +413,7 @@ class KubeClient:
         if status != 200:
             try:
                 payload = response.read()
-            except _TRANSPORT_EXCEPTIONS:
+            except TRANSPORT_EXCEPTIONS:
                 payload = b""
             finally:
                 response.release_conn()
@@ -510,168 +433,21 @@ def _decode_object(payload: bytes, method: str, path: str, *, check_nesting: boo
     return decoded
 
 
-class WatchStream:
-    """One open watch: iterate for `(type, object)` pairs; `close()` from any thread ends it.
-
-    Iteration ends when the server closes the stream (its timeoutSeconds) or after `close()`.
-    An ERROR event raises the mapped ApiError (`Gone` for 410 / reason Expired); a broken
-    connection or read timeout raises TransportError. Lines that are not watch events are logged
-    and skipped.
-    """
-
-    _CHUNK: Final = 64 * 1024
-
-    def __init__(
-        self, response: urllib3.BaseHTTPResponse, description: str, *, check_nesting: bool = True
-    ) -> None:
-        self._response = response
-        self._description = description
-        self._check_nesting = check_nesting
-        self._lock = threading.Lock()
-        self._closed = False
-        self._reading = False
-        self._released = False
-        self._iterating = False
-
-    @property
-    def closed(self) -> bool:
-        with self._lock:
-            return self._closed
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Idempotent; safe to call while another thread is blocked reading the stream."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            reading = self._reading
-        self._shutdown()
-        if not reading:
-            self._release()
-
-    def _shutdown(self) -> None:
-        # Shutting the socket down (rather than closing it) makes a blocked recv() return at once
-        # without racing the reader thread on the file descriptor.
-        try:
-            self._response.shutdown()
-        except (ValueError, RuntimeError, OSError):
-            return
-
-    def _release(self) -> None:
-        with self._lock:
-            if self._released:
-                return
-            self._released = True
-        try:
-            self._response.close()
-        except _TRANSPORT_EXCEPTIONS:
-            logger.debug("closing %s failed", self._description, exc_info=True)
-        finally:
-            self._response.release_conn()
-
-    def __iter__(self) -> Iterator[tuple[str, JsonObject]]:
-        with self._lock:
-            if self._iterating:
-                raise RuntimeError("a watch stream can be iterated once")
-            self._iterating = True
-        return self._events()
-
-    def _events(self) -> Iterator[tuple[str, JsonObject]]:
-        buffer = b""
-        try:
-            while True:
-                chunk = self._read()
-                if not chunk:
-                    tail = buffer.strip()
-                    if tail and not self.closed:
-                        event = self._parse(tail)
-                        if event is not None:
-                            yield event
-                    return
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
-                    if not line.strip():
-                        continue
-                    event = self._parse(line)
-                    if event is not None:
-                        yield event
-        finally:
-            self.close()
-
-    def _read(self) -> bytes:
-        """Next bytes of the stream; b"" at the end or once closed."""
-        with self._lock:
-            already_closed = self._closed
-            self._reading = not already_closed
-        if already_closed:
-            return b""
-        error: BaseException | None = None
-        data = b""
-        try:
-            data = self._response.read1(self._CHUNK)
-        except _TRANSPORT_EXCEPTIONS as exc:
-            error = exc
-        with self._lock:
-            self._reading = False
-            closed = self._closed
-        if closed:
-            self._release()
-            return b""
-        if error is not None:
-            if isinstance(error, urllib3.exceptions.ReadTimeoutError):
-                raise TransportError(f"{self._description}: read timed out") from error
-            raise TransportError(f"{self._description}: {error}") from error
-        return data
-
-    def _parse(self, line: bytes) -> tuple[str, JsonObject] | None:
-        try:
-            event = boundedjson.loads(line, check_nesting=self._check_nesting)
-        except ValueError:
-            logger.warning("%s: skipping a line that is not JSON: %.200r", self._description, line)
-            return None
-        if not isinstance(event, dict):
-            logger.warning("%s: skipping a non-object event: %.200r", self._description, line)
-            return None
-        event_type = event.get("type")
-        obj = event.get("object")
-        if not isinstance(event_type, str) or not isinstance(obj, dict):
-            logger.warning("%s: skipping a malformed event: %.200r", self._description, line)
-            return None
-        if event_type == "ERROR":
-            raise _watch_error(obj)
-        return event_type, obj
-
-
-def _watch_error(status: JsonObject) -> ApiError:
-    code = status.get("code")
-    error = error_from_status(code if isinstance(code, int) and code > 0 else 500, status)
-    if not isinstance(error, Gone) and status.get("reason") in ("Expired", "Gone"):
-        return Gone(410, str(status.get("reason")), error.message, status)
-    return error
-
-
 def from_kubeconfig(
     path: str | None = None,
     context: str | None = None,
     qps: float = 20.0,
     burst: int = 30,
     *,
+    user_agent: str,
     pool_size: int = DEFAULT_POOL_SIZE,
     metrics: RestMetrics | None = None,
 ) -> KubeClient:
     """Explicit kubeconfig path, else in-cluster service account, else $KUBECONFIG / ~/.kube/config.
 
     qps/burst default to controller-runtime's 20/30. `pool_size` must cover every worker thread plus
-    every open watch (each pins a connection) plus a few for leader election and events.
+    every open watch (each pins a connection) plus a few for leader election and events. `user_agent`
+    names the program to the API server (audit logs, and the field manager of its writes).
     """
     configuration = kubernetes.client.Configuration()
     if path is not None:
@@ -689,14 +465,5 @@ def from_kubeconfig(
         )
     configuration.connection_pool_maxsize = pool_size
     api_client = kubernetes.client.ApiClient(configuration)
-    api_client.user_agent = f"{contract.OPERATOR_NAME}/{_version()}"
+    api_client.user_agent = user_agent
     return KubeClient(api_client, qps, burst, metrics)
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415 - only at start-up
-
-    try:
-        return version(contract.OPERATOR_NAME)
-    except PackageNotFoundError:
-        return "dev"

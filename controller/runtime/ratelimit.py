@@ -18,7 +18,7 @@ import threading
 from collections.abc import Hashable
 from typing import Protocol
 
-from controller.clock import Clock, RealClock
+from controller.runtime.clock import Clock, RealClock
 
 
 class RateLimiter(Protocol):

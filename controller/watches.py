@@ -1,0 +1,280 @@
+"""What the operator watches, what its caches keep, and which TrainingJob each event wakes up.
+
+This is the first stop of a job key: an informer event on any object is mapped to the key
+(namespace/name) of the TrainingJob that controls it, through its controller ownerReference, and
+queued. Along the way the handlers feed what the reconciler needs to trust its caches:
+
+* a pod seen created or deleted lowers the job's expectations (controller.runtime.expectations);
+* a job seen at a resourceVersion settles the status write that produced it (`StatusWrites`);
+* a deleted pod whose end says why (a disruption, a failure) leaves its last state (`Tombstones`),
+  since the reconcile that follows no longer finds it in the cache.
+
+Caches hold only what the planner reads (transforms): pods without their spec, nodes as their Ready
+condition, ConfigMaps sharing the reference trainer's sources.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from builders.configmap import TRAINER_SOURCES
+from controller import podstate
+from controller.resources import NODES, OWNED, PODS, TRAININGJOBS
+from controller.runtime.client import KubeClient
+from controller.runtime.clock import Clock
+from controller.runtime.expectations import Expectations
+from controller.runtime.informer import Informer
+from controller.runtime.resource import CONFIGMAPS, Resource
+from controller.runtime.store import OWNER_INDEXERS, IndexFunc, Store, object_key
+from controller.runtime.trackers import StatusWrites, Tombstones
+from controller.runtime.workqueue import WorkQueue
+from crd import contract
+
+JsonDict = dict[str, Any]
+
+BY_JOB: Final = "by-job"
+BY_NODE: Final = "by-node"
+
+
+def by_job(obj: JsonDict) -> list[str]:
+    """The key of the TrainingJob named by the object's `training-job` label, if it has one."""
+    metadata = obj.get("metadata") or {}
+    job_name = (metadata.get("labels") or {}).get(contract.JOB_NAME_LABEL)
+    if not job_name:
+        return []
+    namespace = metadata.get("namespace")
+    return [f"{namespace}/{job_name}" if namespace else str(job_name)]
+
+
+def by_node(obj: JsonDict) -> list[str]:
+    node = obj.get("spec", {}).get("nodeName")
+    return [str(node)] if node else []
+
+
+# The indexes of every cache of the job's objects: by controller owner UID, and by the job's label.
+STANDARD_INDEXERS: Final[dict[str, IndexFunc]] = {**OWNER_INDEXERS, BY_JOB: by_job}
+
+
+def owner_key(obj: Mapping[str, Any]) -> str | None:
+    """namespace/name of the TrainingJob controlling `obj`, from its controller ownerReference."""
+    for owner in obj.get("metadata", {}).get("ownerReferences") or []:
+        if (
+            owner.get("controller")
+            and owner.get("kind") == contract.KIND
+            and str(owner.get("apiVersion", "")).startswith(contract.GROUP + "/")
+        ):
+            return f"{obj['metadata'].get('namespace')}/{owner['name']}"
+    return None
+
+
+# ------------------------------------------------------------------------------------ transforms
+
+
+def node_readiness(node: JsonDict) -> JsonDict:
+    """All the controller keeps of a Node: its name and Ready condition."""
+    ready = [c for c in node.get("status", {}).get("conditions") or [] if c.get("type") == "Ready"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": node["metadata"]["name"],
+            "resourceVersion": node["metadata"].get("resourceVersion"),
+        },
+        "status": {
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": c.get("status"),
+                    "lastTransitionTime": c.get("lastTransitionTime"),
+                }
+                for c in ready
+            ]
+        },
+    }
+
+
+def pod_essentials(pod: JsonDict) -> JsonDict:
+    """All the controller keeps of a Pod: metadata, the node it is bound to, and status. The spec (env,
+    volumes, containers) is most of a Pod's size and the controller never reads it back."""
+    node = (pod.get("spec") or {}).get("nodeName")
+    return {
+        "apiVersion": pod.get("apiVersion", "v1"),
+        "kind": pod.get("kind", "Pod"),
+        "metadata": pod["metadata"],
+        "spec": {"nodeName": node} if node else {},
+        "status": pod.get("status") or {},
+    }
+
+
+def share_trainer_sources(config_map: JsonDict) -> JsonDict:
+    """Every job's ConfigMap carries the same reference-trainer sources; the cache keeps one copy of
+    each (values stay equal, so comparisons with what the builders want are unchanged)."""
+    data = config_map.get("data")
+    if isinstance(data, dict):
+        for key, source in TRAINER_SOURCES.items():
+            if data.get(key) == source:
+                data[key] = source
+    return config_map
+
+
+# ---------------------------------------------------------------------------------------- caches
+
+
+@dataclass(frozen=True)
+class Caches:
+    """The informers' stores the reconciler reads, and whether the optional node cache can be trusted.
+
+    `owned` maps a kind to the store of the job's objects of that kind; the PodGroup store joins it
+    at start-up when the cluster runs a gang scheduler.
+    """
+
+    jobs: Store
+    pods: Store
+    owned: dict[str, Store]
+    nodes: Store | None
+    nodes_synced: Callable[[], bool]
+
+
+class Watches:
+    """Builds the operator's informers and routes their events to the work queue.
+
+    Nothing here talks to the API server until the informers run (`informers`, started by the manager).
+    """
+
+    def __init__(
+        self,
+        client: KubeClient,
+        queue: WorkQueue,
+        clock: Clock,
+        *,
+        namespace: str | None,
+        expectations: Expectations,
+        status_writes: StatusWrites,
+        tombstones: Tombstones,
+    ) -> None:
+        self._client = client
+        self._queue = queue
+        self._clock = clock
+        self._namespace = namespace
+        self._expectations = expectations
+        self._status_writes = status_writes
+        self._tombstones = tombstones
+        self.informers: list[Informer] = []
+        # Informers whose sync the operator does not wait for (readiness, start of work).
+        self.optional: set[str] = set()
+
+        jobs = self._informer(TRAININGJOBS, label_selector=None)
+        jobs.add_handler(
+            on_add=self._job_changed,
+            on_update=lambda _old, new: self._job_changed(new),
+            on_delete=lambda obj: self._queue.add(object_key(obj)),
+        )
+        pods = self._informer(PODS, indexers={BY_NODE: by_node}, transform=pod_essentials)
+        pods.add_handler(on_add=self._pod_added, on_update=self._pod_updated, on_delete=self._pod_deleted)
+        owned = {
+            resource.kind: self.watch_owned(
+                resource, share_trainer_sources if resource == CONFIGMAPS else None
+            ).store
+            for resource in OWNED
+        }
+        nodes = self._informer(NODES, label_selector=None, cluster=True, transform=node_readiness)
+        nodes.add_handler(on_add=self._node_gone, on_update=self._node_changed, on_delete=self._node_gone)
+        self.optional.add(nodes.name)
+        self.caches = Caches(jobs.store, pods.store, owned, nodes.store, nodes.has_synced)
+
+    def watch_owned(
+        self, resource: Resource, transform: Callable[[JsonDict], JsonDict] | None = None
+    ) -> Informer:
+        """Watches the job's objects of `resource`: a change or a delete wakes the job (to repair it)."""
+        informer = self._informer(resource, transform=transform)
+        informer.add_handler(
+            on_add=self._owned_changed,
+            on_update=lambda _old, new: self._owned_changed(new),
+            on_delete=self._owned_changed,
+        )
+        return informer
+
+    def watch_pod_groups(self, resource: Resource) -> Informer:
+        """Adds the gang scheduler's PodGroups to the watched objects (before the informers start)."""
+        informer = self.watch_owned(resource)
+        self.caches.owned[resource.kind] = informer.store
+        return informer
+
+    def _informer(
+        self,
+        resource: Resource,
+        *,
+        label_selector: str | None = contract.MANAGED_SELECTOR,
+        cluster: bool = False,
+        indexers: Mapping[str, IndexFunc] | None = None,
+        transform: Callable[[JsonDict], JsonDict] | None = None,
+    ) -> Informer:
+        informer = Informer(
+            self._client,
+            resource,
+            Store({**STANDARD_INDEXERS, **(indexers or {})}),
+            namespace=None if cluster else self._namespace,
+            label_selector=label_selector,
+            clock=self._clock,
+            transform=transform,
+        )
+        self.informers.append(informer)
+        return informer
+
+    # ----------------------------------------------------------------------------------- handlers
+
+    def _job_changed(self, obj: JsonDict) -> None:
+        key = object_key(obj)
+        self._status_writes.observed(key, str(obj["metadata"].get("resourceVersion", "")))
+        self._queue.add(key)
+
+    def _pod_added(self, obj: JsonDict) -> None:
+        key = owner_key(obj)
+        if key:
+            self._expectations.created(key, obj["metadata"]["name"])
+            self._queue.add(key)
+
+    def _pod_updated(self, old: JsonDict, new: JsonDict) -> None:
+        key = owner_key(new)
+        if key is None:
+            self._foreign_pod_changed(new)
+            return
+        if new["metadata"].get("deletionTimestamp") and not old["metadata"].get("deletionTimestamp"):
+            self._expectations.deleted(key, new["metadata"]["uid"])
+        self._queue.add(key)
+
+    def _pod_deleted(self, obj: JsonDict) -> None:
+        key = owner_key(obj)
+        if key is None:
+            self._foreign_pod_changed(obj)
+            return
+        self._expectations.deleted(key, obj["metadata"]["uid"])
+        if podstate.disruption_reason(obj) is not None or podstate.phase(obj) == "Failed":
+            self._tombstones.record(key, obj)
+        self._queue.add(key)
+
+    def _foreign_pod_changed(self, obj: JsonDict) -> None:
+        """A pod with the job's labels but not owned by it may be what blocks the job (it holds a rank's
+        name); when it changes or goes, the job tries again at once."""
+        for key in by_job(obj):
+            self._queue.add(key)
+
+    def _owned_changed(self, obj: JsonDict) -> None:
+        key = owner_key(obj)
+        if key:
+            self._queue.add(key)
+
+    def _node_changed(self, old: JsonDict, new: JsonDict) -> None:
+        if old.get("status") != new.get("status"):
+            self._jobs_on_node(new["metadata"]["name"])
+
+    def _node_gone(self, obj: JsonDict) -> None:
+        self._jobs_on_node(obj["metadata"]["name"])
+
+    def _jobs_on_node(self, node: str) -> None:
+        for pod in self.caches.pods.by_index(BY_NODE, node):
+            key = owner_key(pod)
+            if key:
+                self._queue.add(key)
