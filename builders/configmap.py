@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Any, Final
 
 from builders.meta import object_meta
-from builders.names import config_map_name, job_name
+from builders.names import config_map_name
 from crd import contract
+from crd.spec import TrainingJob
 
 PROGRESS_HELPER_FILE: Final = "trainingjob_progress.py"
 TRAINER_DIR: Final = Path(__file__).resolve().parent.parent / "trainer"
@@ -53,19 +54,20 @@ CONFIG_FIELDS = (
 )
 
 
-def training_config(job: dict[str, Any]) -> dict[str, Any]:
-    spec = job["spec"]
+def training_config(job: TrainingJob) -> dict[str, Any]:
+    """The spec's training fields as the user wrote them (defaulted), and the job's name."""
+    spec = job.spec_json
     config = {field: spec[field] for field in CONFIG_FIELDS if field in spec}
-    config["name"] = job_name(job)
+    config["name"] = job.name
     config.setdefault("hyperparameters", {})
     return config
 
 
-def config_json(job: dict[str, Any]) -> str:
+def config_json(job: TrainingJob) -> str:
     return json.dumps(training_config(job), sort_keys=True, indent=2) + "\n"
 
 
-def build_config_map(job: dict[str, Any]) -> dict[str, Any]:
+def build_config_map(job: TrainingJob) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",

@@ -17,25 +17,17 @@ from __future__ import annotations
 import copy
 import json
 import posixpath
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, TypeAlias
 
-from builders.names import job_name, master_service_name, pod_dns_name
+from builders.names import master_service_name, pod_dns_name
 from builders.storage import CheckpointStorage, checkpoint_storage, resume_path
 from crd import contract
+from crd.spec import TrainingJob
 
 EnvVar: TypeAlias = dict[str, Any]
 
 TENSORBOARD_FALLBACK_DIR = "/tmp/tensorboard"  # noqa: S108 - a log directory inside the container
-HYPERPARAMETER_ENV = {
-    "learningRate": "LEARNING_RATE",
-    "batchSize": "BATCH_SIZE",
-    "epochs": "EPOCHS",
-    "optimizer": "OPTIMIZER",
-    "warmupSteps": "WARMUP_STEPS",
-    "gradientAccumulationSteps": "GRADIENT_ACCUMULATION_STEPS",
-    "mixedPrecision": "MIXED_PRECISION",
-}
 
 
 def var(name: str, value: object) -> EnvVar:
@@ -66,76 +58,65 @@ def is_reserved(name: str) -> bool:
     return name in contract.RESERVED_ENV_NAMES or name.startswith(contract.RESERVED_ENV_PREFIXES)
 
 
-def processes_per_pod(job: dict[str, Any]) -> int:
-    return max(int(job["spec"]["gpusPerWorker"]), 1)
-
-
-def world_size(job: dict[str, Any]) -> int:
-    return int(job["spec"]["numWorkers"]) * processes_per_pod(job)
-
-
-def master_port(job: dict[str, Any]) -> int:
-    return int(job["spec"]["networking"]["masterPort"])
-
-
-def identity_env(job: dict[str, Any], index: int, attempt: int) -> list[EnvVar]:
-    spec = job["spec"]
+def identity_env(job: TrainingJob, index: int, attempt: int) -> list[EnvVar]:
+    spec = job.spec
     return [
-        var("TRAININGJOB_NAME", job_name(job)),
+        var("TRAININGJOB_NAME", job.name),
         field_ref("TRAININGJOB_NAMESPACE", "metadata.namespace"),
         field_ref("POD_NAME", "metadata.name"),
         var("TRAININGJOB_REPLICA_INDEX", index),
-        var("TRAININGJOB_NUM_WORKERS", spec["numWorkers"]),
+        var("TRAININGJOB_NUM_WORKERS", spec.num_workers),
         var("TRAININGJOB_ATTEMPT", attempt),
         var("TRAININGJOB_CONFIG", f"{contract.CONFIG_MOUNT_PATH}/{contract.CONFIG_FILE}"),
         var("TRAININGJOB_PROGRESS_ANNOTATION", contract.PROGRESS_ANNOTATION),
-        var("MODEL_NAME", spec["model"]),
-        var("DATASET_NAME", spec["dataset"]),
-        var("FRAMEWORK", spec["framework"]),
+        var("MODEL_NAME", spec.model),
+        var("DATASET_NAME", spec.dataset),
+        var("FRAMEWORK", spec.framework),
         var("PYTHONUNBUFFERED", "1"),
     ]
 
 
-def topology_env(job: dict[str, Any], index: int) -> list[EnvVar]:
+def topology_env(job: TrainingJob, index: int) -> list[EnvVar]:
     """Rendezvous variables every framework gets, with torch.distributed's process counting."""
-    procs = processes_per_pod(job)
+    spec = job.spec
     return [
         var("MASTER_ADDR", master_service_name(job)),
-        var("MASTER_PORT", master_port(job)),
-        var("WORLD_SIZE", world_size(job)),
-        var("RANK", index * procs),
-        var("LOCAL_WORLD_SIZE", procs),
+        var("MASTER_PORT", spec.networking.master_port),
+        var("WORLD_SIZE", spec.world_size),
+        var("RANK", index * spec.processes_per_pod),
+        var("LOCAL_WORLD_SIZE", spec.processes_per_pod),
     ]
 
 
-def pytorch_env(job: dict[str, Any], index: int) -> list[EnvVar]:
-    backend = job["spec"]["networking"]["backend"]
+def pytorch_env(job: TrainingJob, index: int) -> list[EnvVar]:
+    spec = job.spec
+    backend = spec.networking.backend
     return [
-        var("PET_NNODES", job["spec"]["numWorkers"]),
+        var("PET_NNODES", spec.num_workers),
         var("PET_NODE_RANK", index),
-        var("PET_NPROC_PER_NODE", processes_per_pod(job)),
+        var("PET_NPROC_PER_NODE", spec.processes_per_pod),
         var("PET_MASTER_ADDR", master_service_name(job)),
-        var("PET_MASTER_PORT", master_port(job)),
+        var("PET_MASTER_PORT", spec.networking.master_port),
         var("TORCH_DISTRIBUTED_BACKEND", backend),
         var("DIST_BACKEND", backend),
     ]
 
 
-def tf_config(job: dict[str, Any], index: int) -> str:
-    port = master_port(job)
-    workers = [f"{pod_dns_name(job, i)}:{port}" for i in range(int(job["spec"]["numWorkers"]))]
+def tf_config(job: TrainingJob, index: int) -> str:
+    port = job.spec.networking.master_port
+    workers = [f"{pod_dns_name(job, i)}:{port}" for i in range(job.spec.num_workers)]
     config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
     return json.dumps(config, sort_keys=True, separators=(",", ":"))
 
 
-def tensorflow_env(job: dict[str, Any], index: int) -> list[EnvVar]:
+def tensorflow_env(job: TrainingJob, index: int) -> list[EnvVar]:
     return [var("TF_CONFIG", tf_config(job, index))]
 
 
-def jax_env(job: dict[str, Any], index: int) -> list[EnvVar]:
+def jax_env(job: TrainingJob, index: int) -> list[EnvVar]:
     return [
-        var("JAX_COORDINATOR_ADDRESS", f"{master_service_name(job)}:{master_port(job)}"),
-        var("JAX_NUM_PROCESSES", job["spec"]["numWorkers"]),
+        var("JAX_COORDINATOR_ADDRESS", f"{master_service_name(job)}:{job.spec.networking.master_port}"),
+        var("JAX_NUM_PROCESSES", job.spec.num_workers),
         var("JAX_PROCESS_ID", index),
     ]
 
@@ -143,51 +124,56 @@ def jax_env(job: dict[str, Any], index: int) -> list[EnvVar]:
 FRAMEWORK_ENV = {"pytorch": pytorch_env, "tensorflow": tensorflow_env, "jax": jax_env}
 
 
-def communication_env(job: dict[str, Any]) -> list[EnvVar]:
-    networking = job["spec"]["networking"]
-    env = [] if networking.get("rdmaEnabled") else [var("NCCL_IB_DISABLE", "1")]
-    interface = networking.get("socketInterface")
+def communication_env(job: TrainingJob) -> list[EnvVar]:
+    networking = job.spec.networking
+    env = [] if networking.rdma_enabled else [var("NCCL_IB_DISABLE", "1")]
+    interface = networking.socket_interface
     if interface:
         env += [var("NCCL_SOCKET_IFNAME", interface), var("GLOO_SOCKET_IFNAME", interface)]
     return env
 
 
-def hyperparameter_env(job: dict[str, Any]) -> list[EnvVar]:
-    hyperparameters = job["spec"].get("hyperparameters", {})
-    env = [
-        var(name, hyperparameters[field])
-        for field, name in HYPERPARAMETER_ENV.items()
-        if field in hyperparameters
+def hyperparameter_env(job: TrainingJob) -> list[EnvVar]:
+    hp = job.spec.hyperparameters
+    known = [
+        ("LEARNING_RATE", hp.learning_rate),
+        ("BATCH_SIZE", hp.batch_size),
+        ("EPOCHS", hp.epochs),
+        ("OPTIMIZER", hp.optimizer),
+        ("WARMUP_STEPS", hp.warmup_steps),
+        ("GRADIENT_ACCUMULATION_STEPS", hp.gradient_accumulation_steps),
+        ("MIXED_PRECISION", hp.mixed_precision),
     ]
-    extra = hyperparameters.get("additionalParams", {})
+    env = [var(name, value) for name, value in known if value is not None]
+    extra = hp.additional_params
     env += [var(f"HP_{key.upper()}", extra[key]) for key in sorted(extra)]
     return env
 
 
-def tensorboard_log_dir(job: dict[str, Any], storage: CheckpointStorage | None) -> str:
-    configured = job["spec"]["monitoring"].get("tensorboardLogDir")
+def tensorboard_log_dir(job: TrainingJob, storage: CheckpointStorage | None) -> str:
+    configured = job.spec.monitoring.tensorboard_log_dir
     if configured:
-        return str(configured)
+        return configured
     if storage is not None and storage.is_volume:
         return posixpath.join(storage.mount_path, "tensorboard")
     return TENSORBOARD_FALLBACK_DIR
 
 
-def monitoring_env(job: dict[str, Any], storage: CheckpointStorage | None) -> list[EnvVar]:
-    monitoring = job["spec"]["monitoring"]
+def monitoring_env(job: TrainingJob, storage: CheckpointStorage | None) -> list[EnvVar]:
+    monitoring = job.spec.monitoring
     env: list[EnvVar] = []
-    if monitoring.get("enabled"):
-        env.append(var("METRICS_PORT", monitoring["metricsPort"]))
-    if monitoring.get("tensorboardEnabled"):
+    if monitoring.enabled:
+        env.append(var("METRICS_PORT", monitoring.metrics_port))
+    if monitoring.tensorboard_enabled:
         env.append(var("TENSORBOARD_LOG_DIR", tensorboard_log_dir(job, storage)))
-    if monitoring.get("mlflowTrackingUri"):
-        env.append(var("MLFLOW_TRACKING_URI", monitoring["mlflowTrackingUri"]))
-        env.append(var("MLFLOW_EXPERIMENT_NAME", monitoring.get("mlflowExperiment") or job_name(job)))
-    if monitoring.get("wandbProject"):
-        env.append(var("WANDB_PROJECT", monitoring["wandbProject"]))
-        if monitoring.get("wandbEntity"):
-            env.append(var("WANDB_ENTITY", monitoring["wandbEntity"]))
-        env.append(var("WANDB_RUN_GROUP", job_name(job)))
+    if monitoring.mlflow_tracking_uri:
+        env.append(var("MLFLOW_TRACKING_URI", monitoring.mlflow_tracking_uri))
+        env.append(var("MLFLOW_EXPERIMENT_NAME", monitoring.mlflow_experiment or job.name))
+    if monitoring.wandb_project:
+        env.append(var("WANDB_PROJECT", monitoring.wandb_project))
+        if monitoring.wandb_entity:
+            env.append(var("WANDB_ENTITY", monitoring.wandb_entity))
+        env.append(var("WANDB_RUN_GROUP", job.name))
     return env
 
 
@@ -211,15 +197,15 @@ def credentials_env(storage: CheckpointStorage) -> list[EnvVar]:
 
 
 def checkpoint_env(
-    job: dict[str, Any], storage: CheckpointStorage | None, resume_from: str | None
+    job: TrainingJob, storage: CheckpointStorage | None, resume_from: str | None
 ) -> list[EnvVar]:
-    checkpoint = job["spec"]["checkpoint"]
+    checkpoint = job.spec.checkpoint
     env: list[EnvVar] = []
-    if storage is not None and checkpoint.get("enabled"):
+    if storage is not None and checkpoint.enabled:
         env += [
             var("CHECKPOINT_DIR", storage.directory),
-            var("CHECKPOINT_FREQUENCY", checkpoint["frequency"]),
-            var("CHECKPOINT_RETENTION", checkpoint["retention"]),
+            var("CHECKPOINT_FREQUENCY", checkpoint.frequency),
+            var("CHECKPOINT_RETENTION", checkpoint.retention),
         ]
     if resume_from:
         env.append(var("RESUME_FROM", resume_path(storage, resume_from)))
@@ -228,26 +214,26 @@ def checkpoint_env(
     return env
 
 
-def merge_user_env(operator_env: list[EnvVar], user_env: Iterable[EnvVar]) -> list[EnvVar]:
+def merge_user_env(operator_env: list[EnvVar], user_env: Iterable[Mapping[str, Any]]) -> list[EnvVar]:
     """The operator's variables, then the user's. A user entry replaces an overridable operator entry of
     the same name; reserved names from the user are dropped (admission rejects them anyway)."""
-    user = [copy.deepcopy(entry) for entry in user_env if not is_reserved(str(entry["name"]))]
+    user = [copy.deepcopy(dict(entry)) for entry in user_env if not is_reserved(str(entry["name"]))]
     overridden = {entry["name"] for entry in user}
     return [entry for entry in operator_env if entry["name"] not in overridden] + user
 
 
 def distributed_env(
-    job: dict[str, Any], index: int, *, attempt: int = 0, resume_from: str | None = None
+    job: TrainingJob, index: int, *, attempt: int = 0, resume_from: str | None = None
 ) -> list[EnvVar]:
     """The full environment of worker `index` of a defaulted job, user entries last."""
     storage = checkpoint_storage(job)
     operator_env = [
         *identity_env(job, index, attempt),
         *topology_env(job, index),
-        *FRAMEWORK_ENV[job["spec"]["framework"]](job, index),
+        *FRAMEWORK_ENV[job.spec.framework](job, index),
         *communication_env(job),
         *hyperparameter_env(job),
         *monitoring_env(job, storage),
         *checkpoint_env(job, storage, resume_from),
     ]
-    return merge_user_env(operator_env, job["spec"].get("env", []))
+    return merge_user_env(operator_env, job.spec.env)

@@ -9,48 +9,47 @@ from __future__ import annotations
 
 from typing import Any
 
-from builders.names import job_name
 from crd import contract
+from crd.spec import TrainingJob
 
 
-def common_labels(job: dict[str, Any]) -> dict[str, str]:
+def common_labels(job: TrainingJob) -> dict[str, str]:
     return {
-        contract.JOB_NAME_LABEL: job_name(job),
+        contract.JOB_NAME_LABEL: job.name,
         contract.MANAGED_BY_LABEL: contract.MANAGED_BY_VALUE,
         contract.APP_NAME_LABEL: contract.APP_NAME_VALUE,
     }
 
 
-def selector_labels(job: dict[str, Any]) -> dict[str, str]:
+def selector_labels(job: TrainingJob) -> dict[str, str]:
     """The labels that select the job's pods (a subset of common_labels)."""
     return {
-        contract.JOB_NAME_LABEL: job_name(job),
+        contract.JOB_NAME_LABEL: job.name,
         contract.MANAGED_BY_LABEL: contract.MANAGED_BY_VALUE,
     }
 
 
-def owner_reference(job: dict[str, Any]) -> dict[str, Any]:
+def owner_reference(job: TrainingJob) -> dict[str, Any]:
     return {
         "apiVersion": contract.API_VERSION,
         "kind": contract.KIND,
-        "name": job_name(job),
-        "uid": job["metadata"]["uid"],
+        "name": job.name,
+        "uid": job.uid,
         "controller": True,
         "blockOwnerDeletion": True,
     }
 
 
 def object_meta(
-    job: dict[str, Any],
+    job: TrainingJob,
     name: str,
     *,
     labels: dict[str, str] | None = None,
     annotations: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name}
-    namespace = job["metadata"].get("namespace")
-    if namespace:
-        meta["namespace"] = namespace
+    if job.namespace:
+        meta["namespace"] = job.namespace
     meta["labels"] = {**common_labels(job), **(labels or {})}
     if annotations:
         meta["annotations"] = dict(annotations)

@@ -8,55 +8,54 @@ that must be a DNS label (pod hostnames, Services) within 63 characters.
 
 from __future__ import annotations
 
-from typing import Any
-
 from crd import contract
+from crd.spec import TrainingJob
 
 
-def job_name(job: dict[str, Any]) -> str:
-    return str(job["metadata"]["name"])
+def job_name(job: TrainingJob) -> str:
+    return job.name
 
 
-def pod_name(job: dict[str, Any], index: int) -> str:
+def pod_name(job: TrainingJob, index: int) -> str:
     return f"{job_name(job)}{contract.WORKER_INFIX}{index}"
 
 
-def pod_names(job: dict[str, Any]) -> list[str]:
-    return [pod_name(job, i) for i in range(int(job["spec"]["numWorkers"]))]
+def pod_names(job: TrainingJob) -> list[str]:
+    return [pod_name(job, i) for i in range(job.spec.num_workers)]
 
 
-def headless_service_name(job: dict[str, Any]) -> str:
+def headless_service_name(job: TrainingJob) -> str:
     return f"{job_name(job)}{contract.HEADLESS_SUFFIX}"
 
 
-def master_service_name(job: dict[str, Any]) -> str:
+def master_service_name(job: TrainingJob) -> str:
     return f"{job_name(job)}{contract.MASTER_SUFFIX}"
 
 
-def config_map_name(job: dict[str, Any]) -> str:
+def config_map_name(job: TrainingJob) -> str:
     return f"{job_name(job)}{contract.CONFIG_SUFFIX}"
 
 
-def service_account_name(job: dict[str, Any]) -> str:
+def service_account_name(job: TrainingJob) -> str:
     return f"{job_name(job)}{contract.TRAINER_SUFFIX}"
 
 
-def role_name(job: dict[str, Any]) -> str:
+def role_name(job: TrainingJob) -> str:
     return service_account_name(job)
 
 
-def role_binding_name(job: dict[str, Any]) -> str:
+def role_binding_name(job: TrainingJob) -> str:
     return service_account_name(job)
 
 
-def pvc_name(job: dict[str, Any]) -> str:
+def pvc_name(job: TrainingJob) -> str:
     return f"{job_name(job)}{contract.CHECKPOINTS_SUFFIX}"
 
 
-def pod_group_name(job: dict[str, Any]) -> str:
+def pod_group_name(job: TrainingJob) -> str:
     return job_name(job)
 
 
-def pod_dns_name(job: dict[str, Any], index: int) -> str:
+def pod_dns_name(job: TrainingJob, index: int) -> str:
     """The pod's stable DNS name within the namespace: <hostname>.<subdomain>."""
     return f"{pod_name(job, index)}.{headless_service_name(job)}"

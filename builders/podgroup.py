@@ -14,6 +14,7 @@ from typing import Any, Literal, TypeAlias
 from builders.meta import object_meta
 from builders.names import pod_group_name
 from crd import contract
+from crd.spec import TrainingJob
 
 GangScheduler: TypeAlias = Literal["coscheduling", "volcano"]
 
@@ -27,10 +28,10 @@ class PodDecoration:
     annotations: dict[str, str] = field(default_factory=dict)
 
 
-def pod_decoration(job: dict[str, Any], gang: GangScheduler) -> PodDecoration:
+def pod_decoration(job: TrainingJob, gang: GangScheduler) -> PodDecoration:
     """spec.scheduling.schedulerName, when set, names the gang scheduler (it may be installed under
     another name)."""
-    configured = job["spec"].get("scheduling", {}).get("schedulerName")
+    configured = job.spec.scheduling.scheduler_name
     group = pod_group_name(job)
     if gang == contract.GANG_COSCHEDULING:
         return PodDecoration(
@@ -43,18 +44,17 @@ def pod_decoration(job: dict[str, Any], gang: GangScheduler) -> PodDecoration:
     )
 
 
-def build_pod_group(job: dict[str, Any], gang: GangScheduler) -> dict[str, Any]:
-    spec = job["spec"]
-    scheduling = spec.get("scheduling", {})
-    group_spec: dict[str, Any] = {"minMember": int(spec["numWorkers"])}
+def build_pod_group(job: TrainingJob, gang: GangScheduler) -> dict[str, Any]:
+    scheduling = job.spec.scheduling
+    group_spec: dict[str, Any] = {"minMember": job.spec.num_workers}
     if gang == contract.GANG_COSCHEDULING:
         api_version = contract.COSCHEDULING_GROUP_VERSION
-        if "scheduleTimeoutSeconds" in scheduling:
-            group_spec["scheduleTimeoutSeconds"] = int(scheduling["scheduleTimeoutSeconds"])
+        if scheduling.schedule_timeout_seconds is not None:
+            group_spec["scheduleTimeoutSeconds"] = scheduling.schedule_timeout_seconds
     else:
         api_version = contract.VOLCANO_GROUP_VERSION
-        if scheduling.get("priority"):
-            group_spec["priorityClassName"] = scheduling["priority"]
+        if scheduling.priority:
+            group_spec["priorityClassName"] = scheduling.priority
     return {
         "apiVersion": api_version,
         "kind": "PodGroup",

@@ -13,13 +13,14 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from builders.env import distributed_env, world_size
+from builders.env import distributed_env
 from builders.meta import object_meta
 from builders.names import config_map_name, headless_service_name, pod_name, service_account_name
 from builders.podgroup import GangScheduler, pod_decoration
 from builders.podtemplate import merge_pod_template
 from builders.storage import CheckpointStorage, checkpoint_storage
 from crd import contract
+from crd.spec import TrainingJob
 
 CONFIG_VOLUME = contract.CONFIG_VOLUME
 SHM_VOLUME = contract.SHM_VOLUME
@@ -32,13 +33,12 @@ def quantity_text(value: object) -> str:
     return str(value)
 
 
-def container_resources(job: dict[str, Any]) -> dict[str, Any]:
+def container_resources(job: TrainingJob) -> dict[str, Any]:
     """spec.resources with every quantity as a string, plus nvidia.com/gpu = gpusPerWorker when > 0."""
-    spec = job["spec"]
-    configured = spec.get("resources", {})
-    requests = {k: quantity_text(v) for k, v in configured.get("requests", {}).items()}
-    limits = {k: quantity_text(v) for k, v in configured.get("limits", {}).items()}
-    gpus = int(spec["gpusPerWorker"])
+    configured = job.spec.resources
+    requests = {k: quantity_text(v) for k, v in configured.requests.items()}
+    limits = {k: quantity_text(v) for k, v in configured.limits.items()}
+    gpus = job.spec.gpus_per_worker
     if gpus > 0:
         requests[contract.GPU_RESOURCE] = limits[contract.GPU_RESOURCE] = str(gpus)
     resources: dict[str, Any] = {}
@@ -49,20 +49,20 @@ def container_resources(job: dict[str, Any]) -> dict[str, Any]:
     return resources
 
 
-def container_ports(job: dict[str, Any]) -> list[dict[str, Any]]:
-    spec = job["spec"]
+def container_ports(job: TrainingJob) -> list[dict[str, Any]]:
+    spec = job.spec
     ports = [
         {
             "name": contract.DIST_PORT_NAME,
-            "containerPort": int(spec["networking"]["masterPort"]),
+            "containerPort": spec.networking.master_port,
             "protocol": "TCP",
         }
     ]
-    if spec["monitoring"].get("enabled"):
+    if spec.monitoring.enabled:
         ports.append(
             {
                 "name": contract.METRICS_PORT_NAME,
-                "containerPort": int(spec["monitoring"]["metricsPort"]),
+                "containerPort": spec.monitoring.metrics_port,
                 "protocol": "TCP",
             }
         )
@@ -70,7 +70,7 @@ def container_ports(job: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def volumes_and_mounts(
-    job: dict[str, Any], storage: CheckpointStorage | None
+    job: TrainingJob, storage: CheckpointStorage | None
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     volumes: list[dict[str, Any]] = [
         {"name": CONFIG_VOLUME, "configMap": {"name": config_map_name(job)}},
@@ -109,11 +109,11 @@ def volumes_and_mounts(
     return volumes, mounts
 
 
-def security_context(job: dict[str, Any]) -> dict[str, Any]:
+def security_context(job: TrainingJob) -> dict[str, Any]:
     """The trainer's: no privilege escalation; RDMA needs to pin memory (IPC_LOCK, which the "baseline"
     Pod Security Standard does not allow, so RDMA jobs need a privileged namespace)."""
     context: dict[str, Any] = {"allowPrivilegeEscalation": False}
-    if job["spec"]["networking"].get("rdmaEnabled"):
+    if job.spec.networking.rdma_enabled:
         context["capabilities"] = {"add": ["IPC_LOCK"]}
     return context
 
@@ -126,14 +126,14 @@ def pod_security_context() -> dict[str, Any]:
 
 
 def trainer_container(
-    job: dict[str, Any], index: int, *, attempt: int, resume_from: str | None, mounts: list[dict[str, Any]]
+    job: TrainingJob, index: int, *, attempt: int, resume_from: str | None, mounts: list[dict[str, Any]]
 ) -> dict[str, Any]:
-    spec = job["spec"]
-    container: dict[str, Any] = {"name": contract.CONTAINER_NAME, "image": spec["image"]}
-    if spec.get("command"):
-        container["command"] = list(spec["command"])
-    if spec.get("args"):
-        container["args"] = list(spec["args"])
+    spec = job.spec
+    container: dict[str, Any] = {"name": contract.CONTAINER_NAME, "image": spec.image}
+    if spec.command:
+        container["command"] = list(spec.command)
+    if spec.args:
+        container["args"] = list(spec.args)
     container["env"] = distributed_env(job, index, attempt=attempt, resume_from=resume_from)
     container["ports"] = container_ports(job)
     resources = container_resources(job)
@@ -147,19 +147,19 @@ def trainer_container(
     return container
 
 
-def scheduling_fields(job: dict[str, Any]) -> dict[str, Any]:
-    scheduling = job["spec"].get("scheduling", {})
+def scheduling_fields(job: TrainingJob) -> dict[str, Any]:
+    scheduling = job.spec.scheduling
     fields: dict[str, Any] = {}
-    if scheduling.get("nodeSelector"):
-        fields["nodeSelector"] = dict(scheduling["nodeSelector"])
-    if scheduling.get("affinity"):
-        fields["affinity"] = copy.deepcopy(scheduling["affinity"])
-    if scheduling.get("tolerations"):
-        fields["tolerations"] = copy.deepcopy(scheduling["tolerations"])
-    if scheduling.get("priority"):
-        fields["priorityClassName"] = scheduling["priority"]
-    if scheduling.get("schedulerName"):
-        fields["schedulerName"] = scheduling["schedulerName"]
+    if scheduling.node_selector:
+        fields["nodeSelector"] = dict(scheduling.node_selector)
+    if scheduling.affinity:
+        fields["affinity"] = copy.deepcopy(dict(scheduling.affinity))
+    if scheduling.tolerations:
+        fields["tolerations"] = [copy.deepcopy(dict(toleration)) for toleration in scheduling.tolerations]
+    if scheduling.priority:
+        fields["priorityClassName"] = scheduling.priority
+    if scheduling.scheduler_name:
+        fields["schedulerName"] = scheduling.scheduler_name
     return fields
 
 
@@ -171,19 +171,18 @@ def pod_labels(index: int, attempt: int) -> dict[str, str]:
     }
 
 
-def pod_annotations(job: dict[str, Any]) -> dict[str, str]:
+def pod_annotations(job: TrainingJob) -> dict[str, str]:
     annotations = {
-        contract.NUM_WORKERS_ANNOTATION: str(job["spec"]["numWorkers"]),
-        contract.WORLD_SIZE_ANNOTATION: str(world_size(job)),
+        contract.NUM_WORKERS_ANNOTATION: str(job.spec.num_workers),
+        contract.WORLD_SIZE_ANNOTATION: str(job.spec.world_size),
     }
-    generation = job["metadata"].get("generation")
-    if generation is not None:
-        annotations[contract.SPEC_GENERATION_ANNOTATION] = str(generation)
+    if job.generation is not None:
+        annotations[contract.SPEC_GENERATION_ANNOTATION] = str(job.generation)
     return annotations
 
 
 def build_pod(
-    job: dict[str, Any],
+    job: TrainingJob,
     index: int,
     *,
     attempt: int,
@@ -197,10 +196,9 @@ def build_pod(
     service_account: the account to run under; None picks spec.serviceAccountName or the per-job one.
     gang: the gang scheduler whose PodGroup the pod joins, or None.
     """
-    spec = job["spec"]
     storage = checkpoint_storage(job)
     volumes, mounts = volumes_and_mounts(job, storage)
-    account = service_account or spec.get("serviceAccountName") or service_account_name(job)
+    account = service_account or job.spec.service_account_name or service_account_name(job)
     labels = pod_labels(index, attempt)
     annotations = pod_annotations(job)
     pod_spec: dict[str, Any] = {
@@ -231,4 +229,4 @@ def build_pod(
         "metadata": object_meta(job, pod_name(job, index), labels=labels, annotations=annotations),
         "spec": pod_spec,
     }
-    return merge_pod_template(pod, spec.get("podTemplate"))
+    return merge_pod_template(pod, job.spec.pod_template)

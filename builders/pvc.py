@@ -9,14 +9,15 @@ from typing import Any
 from builders.meta import object_meta
 from builders.names import pvc_name
 from builders.storage import checkpoint_storage
+from crd.spec import TrainingJob
 
 
-def build_checkpoint_pvc(job: dict[str, Any]) -> dict[str, Any] | None:
+def build_checkpoint_pvc(job: TrainingJob) -> dict[str, Any] | None:
     """The claim to create for a defaulted job, or None when the job does not need one."""
     storage = checkpoint_storage(job)
     if storage is None or not storage.creates_claim:
         return None
-    create = job["spec"]["checkpoint"]["storage"]["pvc"]["create"]
+    create = job.spec.checkpoint.storage["pvc"]["create"]
     claim_spec: dict[str, Any] = {
         "accessModes": list(create["accessModes"]),
         "resources": {"requests": {"storage": str(create["size"])}},

@@ -11,9 +11,10 @@ from typing import Any
 
 from builders.meta import object_meta
 from builders.names import pod_names, role_binding_name, role_name, service_account_name
+from crd.spec import TrainingJob
 
 
-def build_service_account(job: dict[str, Any]) -> dict[str, Any]:
+def build_service_account(job: TrainingJob) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "ServiceAccount",
@@ -21,7 +22,7 @@ def build_service_account(job: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def build_role(job: dict[str, Any]) -> dict[str, Any]:
+def build_role(job: TrainingJob) -> dict[str, Any]:
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",
@@ -37,7 +38,7 @@ def build_role(job: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def build_role_binding(job: dict[str, Any]) -> dict[str, Any]:
+def build_role_binding(job: TrainingJob) -> dict[str, Any]:
     meta = object_meta(job, role_binding_name(job))
     subject = {"kind": "ServiceAccount", "name": service_account_name(job)}
     if "namespace" in meta:
@@ -51,8 +52,8 @@ def build_role_binding(job: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def build_rbac(job: dict[str, Any]) -> list[dict[str, Any]]:
+def build_rbac(job: TrainingJob) -> list[dict[str, Any]]:
     """ServiceAccount, Role and RoleBinding, in creation order; empty when the job brings its own account."""
-    if job["spec"].get("serviceAccountName"):
+    if job.spec.service_account_name:
         return []
     return [build_service_account(job), build_role(job), build_role_binding(job)]

@@ -17,6 +17,7 @@ from typing import Any
 from builders.meta import object_meta, selector_labels
 from builders.names import headless_service_name, master_service_name
 from crd import contract
+from crd.spec import TrainingJob
 
 
 def _port(name: str, port: int) -> dict[str, Any]:
@@ -24,7 +25,7 @@ def _port(name: str, port: int) -> dict[str, Any]:
 
 
 def _headless(
-    job: dict[str, Any], name: str, selector: dict[str, str], ports: list[dict[str, Any]]
+    job: TrainingJob, name: str, selector: dict[str, str], ports: list[dict[str, Any]]
 ) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
@@ -39,17 +40,17 @@ def _headless(
     }
 
 
-def build_headless_service(job: dict[str, Any]) -> dict[str, Any]:
-    port = int(job["spec"]["networking"]["masterPort"])
+def build_headless_service(job: TrainingJob) -> dict[str, Any]:
+    port = job.spec.networking.master_port
     return _headless(
         job, headless_service_name(job), selector_labels(job), [_port(contract.DIST_PORT_NAME, port)]
     )
 
 
-def build_master_service(job: dict[str, Any]) -> dict[str, Any]:
-    spec = job["spec"]
-    ports = [_port(contract.DIST_PORT_NAME, int(spec["networking"]["masterPort"]))]
-    if spec["monitoring"].get("enabled"):
-        ports.append(_port(contract.METRICS_PORT_NAME, int(spec["monitoring"]["metricsPort"])))
+def build_master_service(job: TrainingJob) -> dict[str, Any]:
+    spec = job.spec
+    ports = [_port(contract.DIST_PORT_NAME, spec.networking.master_port)]
+    if spec.monitoring.enabled:
+        ports.append(_port(contract.METRICS_PORT_NAME, spec.monitoring.metrics_port))
     selector = {**selector_labels(job), contract.REPLICA_INDEX_LABEL: "0"}
     return _headless(job, master_service_name(job), selector, ports)

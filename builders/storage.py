@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import posixpath
 from dataclasses import dataclass
-from typing import Any
 
-from builders.names import job_name, pvc_name
-from crd.defaults import storage_in_use
+from builders.names import pvc_name
+from crd.spec import TrainingJob
 
 VOLUME_TYPES = ("pvc", "nfs")
 
@@ -38,14 +37,13 @@ class CheckpointStorage:
         return self.type in VOLUME_TYPES
 
 
-def checkpoint_storage(job: dict[str, Any]) -> CheckpointStorage | None:
+def checkpoint_storage(job: TrainingJob) -> CheckpointStorage | None:
     """The checkpoint storage of a defaulted job, or None when no storage is wired into the pods."""
-    spec = job["spec"]
-    if not storage_in_use(spec):
+    checkpoint = job.spec.checkpoint
+    if not checkpoint.in_use:
         return None
-    checkpoint = spec["checkpoint"]
-    storage = checkpoint["storage"]
-    mount_path = str(checkpoint["mountPath"])
+    storage = checkpoint.storage
+    mount_path = checkpoint.mount_path
     kind = storage["type"]
     if kind == "pvc":
         pvc = storage.get("pvc", {})
@@ -63,7 +61,7 @@ def checkpoint_storage(job: dict[str, Any]) -> CheckpointStorage | None:
         )
     block = storage.get(kind, {})
     bucket = str(storage.get(f"{kind}Bucket") or block["bucket"])
-    prefix = str(block.get("prefix") or job_name(job)).strip("/")
+    prefix = str(block.get("prefix") or job.name).strip("/")
     scheme = "s3" if kind == "s3" else "gs"
     return CheckpointStorage(
         kind,

@@ -39,6 +39,7 @@ from controller.runtime import boundedjson
 from controller.runtime.clock import parse_time, rfc3339
 from controller.supporting import Patch, desired_objects, reconcile_objects
 from crd.contract import PROGRESS_ANNOTATION
+from crd.spec import parse
 from crd.validation import validate
 
 JsonDict = dict[str, Any]
@@ -129,6 +130,7 @@ class _Planner:
         self.observed = observed
         self.settings = settings
         self.job = observed.job
+        self.typed = parse(observed.job)
         self.spec: JsonDict = observed.job["spec"]
         self.uid = str(observed.job["metadata"].get("uid", ""))
         self.generation = observed.job["metadata"].get("generation")
@@ -269,7 +271,7 @@ class _Planner:
 
     def supporting_objects(self) -> None:
         creates, patches = reconcile_objects(
-            desired_objects(self.job, self.observed.gang), self.observed.owned
+            desired_objects(self.typed, self.observed.gang), self.observed.owned
         )
         self.plan.creates.extend(creates)
         self.plan.patches.extend(patches)
@@ -529,7 +531,7 @@ class _Planner:
             self.start_restart(None, "Resized", f"numWorkers changed to {view.num_workers}")
             return True
         if view.missing and view.formed and cond.is_true(self.conditions(), cond.CREATED):
-            names = ", ".join(pod_name(self.job, index) for index in view.missing)
+            names = ", ".join(pod_name(self.typed, index) for index in view.missing)
             self.start_restart(Cause.DISRUPTION, "PodDeleted", f"pod(s) {names} disappeared")
             return True
         return False
@@ -562,7 +564,7 @@ class _Planner:
         resume = self.resume_from()
         for index in missing:
             self.plan.creates.append(
-                build_pod(self.job, index, attempt=attempt, resume_from=resume, gang=self.observed.gang)
+                build_pod(self.typed, index, attempt=attempt, resume_from=resume, gang=self.observed.gang)
             )
         if not self.status.get("startTime"):
             self.status["startTime"] = self.stamp

@@ -24,7 +24,6 @@ from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from builders.names import job_name
 from builders.podgroup import GangScheduler
 from controller import conditions as cond
 from controller import lifecycle
@@ -271,7 +270,7 @@ class Reconciler:
         body = {"metadata": {"resourceVersion": job["metadata"]["resourceVersion"]}, "status": patch}
         try:
             updated = self._client.patch(
-                TRAININGJOBS, _namespace(job), job_name(job), body, subresource="status"
+                TRAININGJOBS, _namespace(job), job["metadata"]["name"], body, subresource="status"
             )
         except NotFound:
             logger.info("job deleted while reconciling")
@@ -506,7 +505,8 @@ class Reconciler:
 
     def _delete_job(self, job: JsonDict) -> None:
         try:
-            self._client.delete(TRAININGJOBS, _namespace(job), job_name(job), uid=job["metadata"]["uid"])
+            name, uid = job["metadata"]["name"], job["metadata"]["uid"]
+            self._client.delete(TRAININGJOBS, _namespace(job), name, uid=uid)
         except (NotFound, Conflict):
             return
         logger.info("deleted the job: ttlSecondsAfterFinished expired", extra={"action": "delete-job"})

@@ -18,6 +18,7 @@ from builders.podgroup import GangScheduler, build_pod_group
 from builders.pvc import build_checkpoint_pvc
 from builders.rbac import build_rbac
 from builders.services import build_headless_service, build_master_service
+from crd.spec import TrainingJob
 
 JsonDict = dict[str, Any]
 
@@ -43,7 +44,7 @@ class Patch:
     api_version: str
 
 
-def desired_objects(job: JsonDict, gang: GangScheduler | None) -> list[JsonDict]:
+def desired_objects(job: TrainingJob, gang: GangScheduler | None) -> list[JsonDict]:
     """Every non-pod object of the job, in creation order (pods need the account and config first)."""
     objects = [
         build_config_map(job),

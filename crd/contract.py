@@ -5,6 +5,7 @@ writes, reserved environment variable names) is defined here once so the schema,
 operator builds and the controller that reads them back cannot drift apart.
 """
 
+from enum import StrEnum
 from typing import Final
 
 GROUP: Final = "ml.example.com"
@@ -17,6 +18,34 @@ SHORT_NAMES: Final = ("tj",)
 CRD_NAME: Final = f"{PLURAL}.{GROUP}"
 
 OPERATOR_NAME: Final = "trainingjob-operator"
+
+
+class State(StrEnum):
+    """status.state: where a job is in its lifecycle (the state machine is controller/planner/decide.py)."""
+
+    PENDING = "Pending"
+    INITIALIZING = "Initializing"
+    RUNNING = "Running"
+    RESTARTING = "Restarting"
+    SUSPENDED = "Suspended"
+    COMPLETED = "Completed"
+    FAILED = "Failed"
+
+
+FINISHED_STATES: Final = (State.COMPLETED, State.FAILED)
+
+
+class Condition(StrEnum):
+    """status.conditions[].type, in the order they are listed."""
+
+    CREATED = "Created"
+    RUNNING = "Running"
+    RESTARTING = "Restarting"
+    SUSPENDED = "Suspended"
+    STALLED = "Stalled"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
 
 # Labels on every object the operator creates. `training-job` is the key the seed's examples and
 # `kubectl logs -l training-job=<name>` use; the informers select on MANAGED_BY_LABEL.

@@ -11,9 +11,10 @@ a field the controller writes must be added here first.
 
 from __future__ import annotations
 
+from crd.contract import Condition, State
 from crd.openapi import Schema, array, integer, map_of, number, obj, string
 
-STATES = ("Pending", "Initializing", "Running", "Restarting", "Suspended", "Completed", "Failed")
+STATES = tuple(str(state) for state in State)
 MESSAGE_LENGTH = 32768
 REASON_LENGTH = 1024
 
@@ -31,8 +32,7 @@ def condition() -> Schema:
         "An observation of one aspect of the job (Kubernetes condition conventions).",
         {
             "type": string(
-                "Condition type, e.g. Created, Scheduled, Running, Restarting, Suspended, Stalled, "
-                "Succeeded, Failed.",
+                f"Condition type: {', '.join(Condition)}.",
                 max_length=316,
             ),
             "status": string("Whether the condition holds.", max_length=8, enum=["True", "False", "Unknown"]),

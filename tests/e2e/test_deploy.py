@@ -30,6 +30,7 @@ import yaml
 
 from builders import configmap, rbac
 from crd.defaults import with_defaults
+from crd.spec import parse
 from tests.cluster import REPO, Kubectl, wait_for
 from tests.e2e.operator_identity import (
     NAMESPACE,
@@ -459,8 +460,8 @@ def test_operator_can_do_what_the_operator_does(cluster: Kubectl, operator: Kube
     created = json.loads(cluster.run("create", "-f", "-", "-o", "json", stdin=json.dumps(manifest)))
     job = with_defaults(created)
 
-    operator.run("create", "-f", "-", stdin=as_list(rbac.build_rbac(job)))
-    operator.run("create", "-f", "-", stdin=json.dumps(configmap.build_config_map(job)))
+    operator.run("create", "-f", "-", stdin=as_list(rbac.build_rbac(parse(job))))
+    operator.run("create", "-f", "-", stdin=json.dumps(configmap.build_config_map(parse(job))))
     name = job["metadata"]["name"]
     operator.run(
         "patch", "trainingjob", name, "-n", namespace, "--subresource=status", "--type=merge",

@@ -17,7 +17,7 @@ import pytest
 from builders.pods import build_pod
 from controller.runtime.client import KubeClient
 from crd import contract
-from crd.defaults import with_defaults
+from crd.spec import parse
 from hack.local_kubelet.env import resolve_env
 from hack.local_kubelet.kubelet import Kubelet, PodEvent
 from hack.local_kubelet.pods import expand, field_value, gang_size, is_running, python_script_args
@@ -50,7 +50,7 @@ def test_expand_follows_kubernetes(value: str, expected: str) -> None:
 
 def pod_of(manifest: JsonDict, index: int = 0) -> JsonDict:
     manifest["metadata"].update(namespace="ml", uid="job-uid", generation=1)
-    pod = build_pod(with_defaults(manifest), index, attempt=1, resume_from=None)
+    pod = build_pod(parse(manifest), index, attempt=1, resume_from=None)
     pod["metadata"]["uid"] = "uid-1"
     pod["spec"]["nodeName"] = "gpu-node-0"
     pod["status"] = {"phase": "Running", "podIP": "10.0.0.7", "podIPs": [{"ip": "10.0.0.7"}]}

@@ -20,7 +20,7 @@ import pytest
 from builders.pods import build_pod
 from controller.runtime.client import KubeClient
 from crd import contract
-from crd.defaults import with_defaults
+from crd.spec import parse
 from hack.local_kubelet.launch import STAND_IN_DONE, STAND_IN_SLEEP, LocalSettings, prepare
 from hack.local_kubelet.pods import Role, SkipPod
 from hack.local_kubelet.volumes import LocalVolumes, Mount, TokenFile, remap
@@ -52,7 +52,7 @@ def worker(template: JsonDict | None = None, uid: str = "uid-1", **spec: Any) ->
     if template is not None:
         manifest["spec"]["podTemplate"] = template
     manifest["metadata"].update(namespace="ml", uid="job-uid", generation=1)
-    pod = build_pod(with_defaults(manifest), 0, attempt=0, resume_from=None)
+    pod = build_pod(parse(manifest), 0, attempt=0, resume_from=None)
     pod["metadata"]["uid"] = uid
     pod["spec"]["nodeName"] = "gpu-node-1"
     pod["status"] = {"phase": "Running"}

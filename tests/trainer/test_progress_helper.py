@@ -30,7 +30,7 @@ import trainingjob_progress as tp
 from builders.env import distributed_env
 from controller.progress import parse_report
 from crd import contract
-from crd.defaults import with_defaults
+from crd.spec import parse
 from tests.unit import fakeapi
 from tests.unit.crd_cases import job
 from tests.unit.fakeapi import FakeApi, Recorded, Reply, Stream
@@ -555,7 +555,7 @@ def test_the_helper_reads_what_the_operator_injects() -> None:
     assert tp.DEFAULT_ANNOTATION == contract.PROGRESS_ANNOTATION
     manifest = job({"spec.checkpoint.enabled": True})
     manifest["metadata"]["namespace"] = "ml-training"
-    names = {entry["name"] for entry in distributed_env(with_defaults(manifest), 0)}
+    names = {entry["name"] for entry in distributed_env(parse(manifest), 0)}
     read = {
         "POD_NAME",
         "TRAININGJOB_NAMESPACE",

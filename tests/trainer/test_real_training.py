@@ -44,6 +44,7 @@ from builders.pods import build_pod
 from controller.progress import Report, parse_report
 from crd import contract
 from crd.defaults import with_defaults
+from crd.spec import parse
 from crd.validation import validate
 from tests.unit import fakeapi
 from tests.unit.fakeapi import FakeApi, Reply
@@ -104,7 +105,7 @@ def resolved_env(pod: dict[str, Any]) -> dict[str, str]:
 def install_config_map(job: dict[str, Any], directory: Path) -> Path:
     """Writes the ConfigMap's files as the volume mount shows them; returns the trainer's path."""
     directory.mkdir(parents=True, exist_ok=True)
-    for name, text in build_config_map(job)["data"].items():
+    for name, text in build_config_map(parse(job))["data"].items():
         (directory / name).write_text(text)
     return directory / contract.TRAINER_FILE
 
@@ -136,7 +137,7 @@ def run_pods(
     envs: list[dict[str, str]] = []
     try:
         for index in range(workers):
-            pod = build_pod(job, index, attempt=attempt, resume_from=resume_from)
+            pod = build_pod(parse(job), index, attempt=attempt, resume_from=resume_from)
             container = pod["spec"]["containers"][0]
             assert container["command"] == list(contract.DEFAULT_COMMAND)
             assert {"name": "config", "mountPath": contract.CONFIG_MOUNT_PATH, "readOnly": True} in container[

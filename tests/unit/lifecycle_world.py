@@ -23,6 +23,7 @@ from controller.lifecycle import Delete, Event, Observed, Plan, Settings, plan
 from controller.runtime.clock import rfc3339
 from crd import contract
 from crd.defaults import with_defaults
+from crd.spec import parse
 from tests.unit.crd_cases import job as manifest
 
 JsonDict = dict[str, Any]
@@ -222,7 +223,7 @@ class World:
     # ------------------------------------------------------------------------ pods and nodes
 
     def pod(self, index: int) -> JsonDict:
-        return self.pods[pod_name(self.job, index)]
+        return self.pods[pod_name(parse(self.job), index)]
 
     def pod_names(self) -> list[str]:
         return sorted(self.pods)

@@ -22,6 +22,7 @@ from builders.rbac import build_rbac, build_role
 from builders.services import build_headless_service, build_master_service
 from crd import contract
 from crd.defaults import with_defaults
+from crd.spec import TrainingJob, parse
 from tests.cluster import REPO
 from tests.unit import crd_cases
 from tests.unit.crd_cases import job
@@ -42,8 +43,8 @@ def defaulted(changes: dict[str, Any] | None = None, *, name: str = "case-job") 
     return materialize(job(changes, name=name))
 
 
-def all_objects(tj: dict[str, Any]) -> list[dict[str, Any]]:
-    workers = int(tj["spec"]["numWorkers"])
+def all_objects(tj: TrainingJob) -> list[dict[str, Any]]:
+    workers = tj.spec.num_workers
     objects = [
         build_headless_service(tj),
         build_master_service(tj),
@@ -64,10 +65,10 @@ VALID = crd_cases.valid_manifests()
 @pytest.mark.parametrize("name", sorted(VALID))
 def test_every_built_object_validates_against_kubernetes(name: str) -> None:
     tj = materialize(VALID[name])
-    for obj in all_objects(tj):
+    for obj in all_objects(parse(tj)):
         assert kubernetes_validate.validate(obj, KUBE_VERSION, strict=True) == KUBE_VERSION, obj["kind"]
     for gang in (contract.GANG_COSCHEDULING, contract.GANG_VOLCANO):
-        pod = build_pod(tj, 0, attempt=2, resume_from="x", gang=gang)
+        pod = build_pod(parse(tj), 0, attempt=2, resume_from="x", gang=gang)
         kubernetes_validate.validate(pod, KUBE_VERSION, strict=True)
 
 
@@ -75,7 +76,11 @@ def test_every_built_object_validates_against_kubernetes(name: str) -> None:
 def test_every_object_carries_labels_and_controller_reference(name: str) -> None:
     tj = materialize(VALID[name])
     job_name = tj["metadata"]["name"]
-    objects = [*all_objects(tj), build_pod_group(tj, "coscheduling"), build_pod_group(tj, "volcano")]
+    objects = [
+        *all_objects(parse(tj)),
+        build_pod_group(parse(tj), "coscheduling"),
+        build_pod_group(parse(tj), "volcano"),
+    ]
     for obj in objects:
         meta = obj["metadata"]
         assert meta["namespace"] == "ml-training"
@@ -95,7 +100,7 @@ def test_every_object_carries_labels_and_controller_reference(name: str) -> None
 
 
 def test_builders_do_not_mutate_the_job() -> None:
-    tj = materialize(EXAMPLES["trainingjob-advanced.yaml"])
+    tj = parse(materialize(EXAMPLES["trainingjob-advanced.yaml"]))
     snapshot = copy.deepcopy(tj)
     objects = [*all_objects(tj), build_pod_group(tj, "volcano")]
     pod = next(o for o in objects if o["kind"] == "Pod")
@@ -110,35 +115,40 @@ def test_builders_do_not_mutate_the_job() -> None:
 
 def test_names() -> None:
     tj = defaulted()
-    assert names.pod_name(tj, 3) == "case-job-worker-3"
-    assert names.pod_names(tj) == ["case-job-worker-0", "case-job-worker-1"]
-    assert names.headless_service_name(tj) == "case-job-headless"
-    assert names.master_service_name(tj) == "case-job-master"
-    assert names.config_map_name(tj) == "case-job-config"
+    assert names.pod_name(parse(tj), 3) == "case-job-worker-3"
+    assert names.pod_names(parse(tj)) == ["case-job-worker-0", "case-job-worker-1"]
+    assert names.headless_service_name(parse(tj)) == "case-job-headless"
+    assert names.master_service_name(parse(tj)) == "case-job-master"
+    assert names.config_map_name(parse(tj)) == "case-job-config"
     assert (
-        names.service_account_name(tj)
-        == names.role_name(tj)
-        == names.role_binding_name(tj)
+        names.service_account_name(parse(tj))
+        == names.role_name(parse(tj))
+        == names.role_binding_name(parse(tj))
         == "case-job-trainer"
     )
-    assert names.pvc_name(tj) == "case-job-checkpoints"
-    assert names.pod_group_name(tj) == "case-job"
-    assert names.pod_dns_name(tj, 1) == "case-job-worker-1.case-job-headless"
+    assert names.pvc_name(parse(tj)) == "case-job-checkpoints"
+    assert names.pod_group_name(parse(tj)) == "case-job"
+    assert names.pod_dns_name(parse(tj), 1) == "case-job-worker-1.case-job-headless"
 
 
 def test_names_at_the_job_name_limit_fit_dns_labels() -> None:
     tj = defaulted({"spec.numWorkers": contract.MAX_WORKERS}, name="a" * contract.MAX_JOB_NAME)
     labels = [
-        names.pod_name(tj, contract.MAX_WORKERS - 1),
-        names.headless_service_name(tj),
-        names.master_service_name(tj),
+        names.pod_name(parse(tj), contract.MAX_WORKERS - 1),
+        names.headless_service_name(parse(tj)),
+        names.master_service_name(parse(tj)),
     ]
     assert len(labels[0]) == contract.DNS_LABEL_MAX
     assert all(DNS_LABEL.match(n) and len(n) <= contract.DNS_LABEL_MAX for n in labels)
     assert all(
-        len(n) <= 253 for n in (names.config_map_name(tj), names.pvc_name(tj), names.service_account_name(tj))
+        len(n) <= 253
+        for n in (
+            names.config_map_name(parse(tj)),
+            names.pvc_name(parse(tj)),
+            names.service_account_name(parse(tj)),
+        )
     )
-    for obj in all_objects(tj):
+    for obj in all_objects(parse(tj)):
         kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
         assert all(len(v) <= 63 for v in obj["metadata"]["labels"].values())
 
@@ -159,8 +169,8 @@ def env_names(pod: dict[str, Any]) -> list[str]:
 
 def test_pod_identity_labels_and_annotations() -> None:
     tj = defaulted({"spec.numWorkers": 3, "spec.gpusPerWorker": 2})
-    master = build_pod(tj, 0, attempt=5, resume_from=None)
-    worker = build_pod(tj, 2, attempt=5, resume_from=None)
+    master = build_pod(parse(tj), 0, attempt=5, resume_from=None)
+    worker = build_pod(parse(tj), 2, attempt=5, resume_from=None)
     assert master["metadata"]["name"] == master["spec"]["hostname"] == "case-job-worker-0"
     assert master["spec"]["subdomain"] == "case-job-headless"
     assert master["metadata"]["labels"][contract.ROLE_LABEL] == "master"
@@ -175,7 +185,7 @@ def test_pod_identity_labels_and_annotations() -> None:
 
 
 def test_pod_runtime_settings() -> None:
-    pod = build_pod(defaulted(), 0, attempt=0, resume_from=None)
+    pod = build_pod(parse(defaulted()), 0, attempt=0, resume_from=None)
     spec = pod["spec"]
     assert spec["restartPolicy"] == "Never"
     assert spec["enableServiceLinks"] is False
@@ -190,15 +200,17 @@ def test_pod_runtime_settings() -> None:
 
 def test_pod_resources_merge_gpus_into_spec_resources() -> None:
     tj = materialize(EXAMPLES["trainingjob-distributed.yaml"])
-    resources = container(build_pod(tj, 1, attempt=0, resume_from=None))["resources"]
+    resources = container(build_pod(parse(tj), 1, attempt=0, resume_from=None))["resources"]
     assert resources == {
         "requests": {"memory": "32Gi", "cpu": "8", "nvidia.com/gpu": "2"},
         "limits": {"memory": "64Gi", "cpu": "16", "nvidia.com/gpu": "2"},
     }
-    cpu_only = container(build_pod(defaulted({"spec.gpusPerWorker": 0}), 0, attempt=0, resume_from=None))
+    cpu_only = container(
+        build_pod(parse(defaulted({"spec.gpusPerWorker": 0})), 0, attempt=0, resume_from=None)
+    )
     assert "resources" not in cpu_only
     ints = container(
-        build_pod(defaulted({"spec.resources.limits": {"cpu": 4}}), 0, attempt=0, resume_from=None)
+        build_pod(parse(defaulted({"spec.resources.limits": {"cpu": 4}})), 0, attempt=0, resume_from=None)
     )
     assert ints["resources"]["limits"] == {"cpu": "4", "nvidia.com/gpu": "1"}
 
@@ -212,7 +224,7 @@ def mounts_by_path(pod: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def test_pod_always_mounts_config_and_shared_memory() -> None:
-    pod = build_pod(defaulted(), 0, attempt=0, resume_from=None)
+    pod = build_pod(parse(defaulted()), 0, attempt=0, resume_from=None)
     volumes = volumes_by_name(pod)
     assert volumes["config"] == {"name": "config", "configMap": {"name": "case-job-config"}}
     assert volumes["dshm"] == {"name": "dshm", "emptyDir": {"medium": "Memory"}}
@@ -237,7 +249,7 @@ def test_pod_always_mounts_config_and_shared_memory() -> None:
 )
 def test_checkpoint_volume(storage: dict[str, Any], volume: dict[str, Any]) -> None:
     pod = build_pod(
-        defaulted({"spec.checkpoint.enabled": True, STORAGE: storage}), 0, attempt=0, resume_from=None
+        parse(defaulted({"spec.checkpoint.enabled": True, STORAGE: storage})), 0, attempt=0, resume_from=None
     )
     assert volumes_by_name(pod)["checkpoints"] == {"name": "checkpoints", **volume}
     assert mounts_by_path(pod)["/checkpoints"]["name"] == "checkpoints"
@@ -245,18 +257,20 @@ def test_checkpoint_volume(storage: dict[str, Any], volume: dict[str, Any]) -> N
 
 def test_object_storage_mounts_no_volume_but_gcs_credentials() -> None:
     s3 = build_pod(
-        defaulted({"spec.checkpoint.enabled": True, STORAGE: {"type": "s3", "s3Bucket": "b"}}),
+        parse(defaulted({"spec.checkpoint.enabled": True, STORAGE: {"type": "s3", "s3Bucket": "b"}})),
         0,
         attempt=0,
         resume_from=None,
     )
     assert set(volumes_by_name(s3)) == {"config", "dshm"}
     gcs = build_pod(
-        defaulted(
-            {
-                "spec.checkpoint.enabled": True,
-                STORAGE: {"type": "gcs", "gcs": {"bucket": "g", "credentialsSecret": "sa"}},
-            }
+        parse(
+            defaulted(
+                {
+                    "spec.checkpoint.enabled": True,
+                    STORAGE: {"type": "gcs", "gcs": {"bucket": "g", "credentialsSecret": "sa"}},
+                }
+            )
         ),
         0,
         attempt=0,
@@ -268,7 +282,7 @@ def test_object_storage_mounts_no_volume_but_gcs_credentials() -> None:
 
 def test_pod_scheduling_from_the_advanced_example() -> None:
     tj = materialize(EXAMPLES["trainingjob-advanced.yaml"])
-    spec = build_pod(tj, 7, attempt=0, resume_from=None)["spec"]
+    spec = build_pod(parse(tj), 7, attempt=0, resume_from=None)["spec"]
     assert spec["priorityClassName"] == "high-priority"
     assert spec["nodeSelector"] == {"nvidia.com/gpu.product": "A100-SXM4-80GB", "node-type": "gpu-large"}
     assert spec["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
@@ -278,7 +292,7 @@ def test_pod_scheduling_from_the_advanced_example() -> None:
 
 def test_advanced_example_container() -> None:
     tj = materialize(EXAMPLES["trainingjob-advanced.yaml"])
-    pod = build_pod(tj, 0, attempt=0, resume_from="s3://ml-checkpoints/resnet152/checkpoint-epoch-50")
+    pod = build_pod(parse(tj), 0, attempt=0, resume_from="s3://ml-checkpoints/resnet152/checkpoint-epoch-50")
     trainer = container(pod)
     assert trainer["image"] == "pytorch/pytorch:2.8.0-cuda12.8-cudnn9-runtime"
     assert trainer["command"] == ["python", "-m", "torch.distributed.run"]
@@ -296,28 +310,28 @@ def test_advanced_example_container() -> None:
 
 
 def test_service_account_and_token() -> None:
-    own = build_pod(defaulted(), 0, attempt=0, resume_from=None)["spec"]
+    own = build_pod(parse(defaulted()), 0, attempt=0, resume_from=None)["spec"]
     assert own["serviceAccountName"] == "case-job-trainer"
     assert own["automountServiceAccountToken"] is True
-    users = build_pod(defaulted({"spec.serviceAccountName": "ml-runner"}), 0, attempt=0, resume_from=None)[
-        "spec"
-    ]
+    users = build_pod(
+        parse(defaulted({"spec.serviceAccountName": "ml-runner"})), 0, attempt=0, resume_from=None
+    )["spec"]
     assert users["serviceAccountName"] == "ml-runner"
     assert "automountServiceAccountToken" not in users
-    explicit = build_pod(defaulted(), 0, attempt=0, resume_from=None, service_account="other")["spec"]
+    explicit = build_pod(parse(defaulted()), 0, attempt=0, resume_from=None, service_account="other")["spec"]
     assert explicit["serviceAccountName"] == "other"
     assert "automountServiceAccountToken" not in explicit
 
 
 def test_rdma_adds_ipc_lock() -> None:
     trainer = container(
-        build_pod(defaulted({"spec.networking.rdmaEnabled": True}), 0, attempt=0, resume_from=None)
+        build_pod(parse(defaulted({"spec.networking.rdmaEnabled": True})), 0, attempt=0, resume_from=None)
     )
     assert trainer["securityContext"]["capabilities"] == {"add": ["IPC_LOCK"]}
 
 
 def test_resume_from_reaches_the_container() -> None:
-    pod = build_pod(defaulted({"spec.checkpoint.enabled": True}), 1, attempt=1, resume_from="epoch-4")
+    pod = build_pod(parse(defaulted({"spec.checkpoint.enabled": True})), 1, attempt=1, resume_from="epoch-4")
     env = {e["name"]: e.get("value") for e in container(pod)["env"]}
     assert env["RESUME_FROM"] == "/checkpoints/epoch-4"
     assert env["TRAININGJOB_ATTEMPT"] == "1"
@@ -329,32 +343,32 @@ def test_resume_from_reaches_the_container() -> None:
 
 def test_coscheduling_pod_group_and_decoration() -> None:
     tj = defaulted({"spec.numWorkers": 4, "spec.scheduling.scheduleTimeoutSeconds": 120})
-    group = build_pod_group(tj, "coscheduling")
+    group = build_pod_group(parse(tj), "coscheduling")
     assert (group["apiVersion"], group["kind"], group["metadata"]["name"]) == (
         "scheduling.x-k8s.io/v1alpha1",
         "PodGroup",
         "case-job",
     )
     assert group["spec"] == {"minMember": 4, "scheduleTimeoutSeconds": 120}
-    pod = build_pod(tj, 1, attempt=0, resume_from=None, gang="coscheduling")
+    pod = build_pod(parse(tj), 1, attempt=0, resume_from=None, gang="coscheduling")
     assert pod["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] == "case-job"
     assert pod["spec"]["schedulerName"] == "scheduler-plugins-scheduler"
 
 
 def test_volcano_pod_group_and_decoration() -> None:
     tj = defaulted({"spec.numWorkers": 4, "spec.scheduling.priority": "high"})
-    group = build_pod_group(tj, "volcano")
+    group = build_pod_group(parse(tj), "volcano")
     assert group["apiVersion"] == "scheduling.volcano.sh/v1beta1"
     assert group["spec"] == {"minMember": 4, "priorityClassName": "high"}
-    pod = build_pod(tj, 1, attempt=0, resume_from=None, gang="volcano")
+    pod = build_pod(parse(tj), 1, attempt=0, resume_from=None, gang="volcano")
     assert pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "case-job"
     assert pod["spec"]["schedulerName"] == "volcano"
 
 
 def test_configured_scheduler_name_wins() -> None:
     tj = defaulted({"spec.scheduling.schedulerName": "coscheduler"})
-    assert pod_decoration(tj, "coscheduling").scheduler_name == "coscheduler"
-    assert build_pod(tj, 0, attempt=0, resume_from=None)["spec"]["schedulerName"] == "coscheduler"
+    assert pod_decoration(parse(tj), "coscheduling").scheduler_name == "coscheduler"
+    assert build_pod(parse(tj), 0, attempt=0, resume_from=None)["spec"]["schedulerName"] == "coscheduler"
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -362,7 +376,7 @@ def test_configured_scheduler_name_wins() -> None:
 
 
 def test_headless_service() -> None:
-    svc = build_headless_service(defaulted({"spec.networking.masterPort": 23456}))
+    svc = build_headless_service(parse(defaulted({"spec.networking.masterPort": 23456})))
     assert svc["metadata"]["name"] == "case-job-headless"
     assert svc["spec"] == {
         "clusterIP": "None",
@@ -374,26 +388,26 @@ def test_headless_service() -> None:
 
 def test_master_service_selects_rank_zero_only() -> None:
     tj = defaulted({"spec.monitoring.enabled": True, "spec.monitoring.metricsPort": 9100})
-    svc = build_master_service(tj)
+    svc = build_master_service(parse(tj))
     assert svc["metadata"]["name"] == "case-job-master"
     assert svc["spec"]["clusterIP"] == "None"
     assert svc["spec"]["publishNotReadyAddresses"] is True
     assert svc["spec"]["selector"][contract.REPLICA_INDEX_LABEL] == "0"
     assert [p["name"] for p in svc["spec"]["ports"]] == ["dist", "metrics"]
-    master = build_pod(tj, 0, attempt=0, resume_from=None)
-    worker = build_pod(tj, 1, attempt=0, resume_from=None)
+    master = build_pod(parse(tj), 0, attempt=0, resume_from=None)
+    worker = build_pod(parse(tj), 1, attempt=0, resume_from=None)
     selects: Callable[[dict[str, Any]], bool] = lambda pod: all(  # noqa: E731
         pod["metadata"]["labels"].get(k) == v for k, v in svc["spec"]["selector"].items()
     )
     assert selects(master)
     assert not selects(worker)
-    headless = build_headless_service(tj)["spec"]["selector"]
+    headless = build_headless_service(parse(tj))["spec"]["selector"]
     assert all(worker["metadata"]["labels"][k] == v for k, v in headless.items())
 
 
 def test_config_map_is_deterministic_json() -> None:
     tj = materialize(EXAMPLES["trainingjob-advanced.yaml"])
-    cm = build_config_map(tj)
+    cm = build_config_map(parse(tj))
     assert cm["metadata"]["name"] == "advanced-training-config"
     text = cm["data"]["config.json"]
     config = json.loads(text)
@@ -418,12 +432,12 @@ def test_config_map_is_deterministic_json() -> None:
     }
     reordered = copy.deepcopy(tj)
     reordered["spec"]["hyperparameters"] = dict(reversed(list(tj["spec"]["hyperparameters"].items())))
-    assert build_config_map(reordered) == cm
+    assert build_config_map(parse(reordered)) == cm
 
 
 def test_config_map_carries_the_reference_trainer_and_the_progress_helper() -> None:
     tj = materialize(EXAMPLES["trainingjob-advanced.yaml"])
-    cm = build_config_map(tj)
+    cm = build_config_map(parse(tj))
     assert set(cm["data"]) == {contract.CONFIG_FILE, contract.TRAINER_FILE, PROGRESS_HELPER_FILE}
     packaged = REPO / "trainer"
     for name in (contract.TRAINER_FILE, PROGRESS_HELPER_FILE):
@@ -434,7 +448,7 @@ def test_config_map_carries_the_reference_trainer_and_the_progress_helper() -> N
     assert defaulted()["spec"]["command"] == list(contract.DEFAULT_COMMAND)
     script_dir, script = contract.DEFAULT_COMMAND[1].rsplit("/", 1)
     assert (script_dir, script) == (contract.CONFIG_MOUNT_PATH, contract.TRAINER_FILE)
-    pod = build_pod(tj, 0, attempt=0, resume_from=None)
+    pod = build_pod(parse(tj), 0, attempt=0, resume_from=None)
     volume = next(v for v in pod["spec"]["volumes"] if v.get("configMap"))
     assert volume["configMap"] == {"name": cm["metadata"]["name"]}
     mount = next(m for m in pod["spec"]["containers"][0]["volumeMounts"] if m["name"] == volume["name"])
@@ -445,7 +459,7 @@ def test_config_map_carries_the_reference_trainer_and_the_progress_helper() -> N
 
 def test_rbac_allows_get_and_patch_on_the_jobs_pods_only() -> None:
     tj = defaulted({"spec.numWorkers": 3})
-    account, role, binding = build_rbac(tj)
+    account, role, binding = build_rbac(parse(tj))
     assert (account["kind"], account["metadata"]["name"]) == ("ServiceAccount", "case-job-trainer")
     assert role["rules"] == [
         {
@@ -463,30 +477,32 @@ def test_rbac_allows_get_and_patch_on_the_jobs_pods_only() -> None:
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "case-job-trainer", "namespace": "ml-training"}
     ]
-    assert build_rbac(defaulted({"spec.serviceAccountName": "mine"})) == []
-    scaled = build_role(defaulted({"spec.numWorkers": 5}))
+    assert build_rbac(parse(defaulted({"spec.serviceAccountName": "mine"}))) == []
+    scaled = build_role(parse(defaulted({"spec.numWorkers": 5})))
     assert len(scaled["rules"][0]["resourceNames"]) == 5
 
 
 def test_checkpoint_pvc_only_when_the_operator_creates_it() -> None:
-    claim = build_checkpoint_pvc(defaulted({"spec.checkpoint.enabled": True}))
+    claim = build_checkpoint_pvc(parse(defaulted({"spec.checkpoint.enabled": True})))
     assert claim is not None
     assert claim["metadata"]["name"] == "case-job-checkpoints"
     assert claim["spec"] == {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "10Gi"}}}
     custom = build_checkpoint_pvc(
-        defaulted(
-            {
-                "spec.checkpoint.enabled": True,
-                STORAGE: {
-                    "pvc": {
-                        "create": {
-                            "size": "1Ti",
-                            "storageClassName": "fast",
-                            "accessModes": ["ReadWriteOnce"],
+        parse(
+            defaulted(
+                {
+                    "spec.checkpoint.enabled": True,
+                    STORAGE: {
+                        "pvc": {
+                            "create": {
+                                "size": "1Ti",
+                                "storageClassName": "fast",
+                                "accessModes": ["ReadWriteOnce"],
+                            }
                         }
-                    }
-                },
-            }
+                    },
+                }
+            )
         )
     )
     assert custom is not None
@@ -495,17 +511,18 @@ def test_checkpoint_pvc_only_when_the_operator_creates_it() -> None:
         "resources": {"requests": {"storage": "1Ti"}},
         "storageClassName": "fast",
     }
-    assert build_checkpoint_pvc(defaulted()) is None
+    assert build_checkpoint_pvc(parse(defaulted())) is None
     assert (
-        build_checkpoint_pvc(defaulted({"spec.checkpoint.enabled": True, STORAGE: {"pvcName": "x"}})) is None
+        build_checkpoint_pvc(parse(defaulted({"spec.checkpoint.enabled": True, STORAGE: {"pvcName": "x"}})))
+        is None
     )
     s3 = {"spec.checkpoint.enabled": True, STORAGE: {"type": "s3", "s3Bucket": "b"}}
-    assert build_checkpoint_pvc(defaulted(s3)) is None
+    assert build_checkpoint_pvc(parse(defaulted(s3))) is None
 
 
 def test_seed_examples_build_the_expected_object_set() -> None:
     kinds = {
-        name: sorted(o["kind"] for o in all_objects(materialize(manifest)))
+        name: sorted(o["kind"] for o in all_objects(parse(materialize(manifest))))
         for name, manifest in EXAMPLES.items()
     }
     base = ["ConfigMap", "Pod", "Pod", "Role", "RoleBinding", "Service", "Service", "ServiceAccount"]

@@ -15,6 +15,7 @@ from builders.configmap import TRAINER_SOURCES, build_config_map
 from controller.lifecycle import Plan, plan
 from controller.runtime.informer import compact
 from controller.watches import node_readiness, pod_essentials, share_trainer_sources
+from crd.spec import parse
 from tests.unit.lifecycle_world import World, make_job, make_node, world
 
 
@@ -76,7 +77,7 @@ def test_lost_node_and_unschedulable_pods_are_judged_the_same() -> None:
 
 
 def test_trainer_sources_are_shared_and_equal() -> None:
-    config_map = build_config_map(make_job())
+    config_map = build_config_map(parse(make_job()))
     stored = json.loads(json.dumps(config_map))  # as the informer decodes it: new string objects
     assert all(stored["data"][key] is not TRAINER_SOURCES[key] for key in TRAINER_SOURCES)
     shared = share_trainer_sources(stored)

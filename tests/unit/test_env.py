@@ -13,6 +13,7 @@ import pytest
 from builders.env import distributed_env, is_reserved
 from crd import contract
 from crd.defaults import with_defaults
+from crd.spec import parse
 from tests.unit.crd_cases import job
 
 REPO = Path(__file__).resolve().parents[2]
@@ -28,7 +29,7 @@ def defaulted(changes: dict[str, Any] | None = None, *, name: str = "case-job") 
 def env_of(
     changes: dict[str, Any] | None = None, index: int = 0, *, resume_from: str | None = None, attempt: int = 0
 ) -> dict[str, Any]:
-    entries = distributed_env(defaulted(changes), index, attempt=attempt, resume_from=resume_from)
+    entries = distributed_env(parse(defaulted(changes)), index, attempt=attempt, resume_from=resume_from)
     names = [e["name"] for e in entries]
     assert len(names) == len(set(names)), names
     return {e["name"]: e.get("value", e.get("valueFrom")) for e in entries}
@@ -291,7 +292,7 @@ def test_user_env_comes_last_and_overrides_only_overridable_names() -> None:
             ]
         }
     )
-    entries = distributed_env(manifest, 0)
+    entries = distributed_env(parse(manifest), 0)
     names = [e["name"] for e in entries]
     assert names[-4:] == ["NCCL_DEBUG", "NCCL_IB_DISABLE", "PYTHONUNBUFFERED", "SECRET"]
     assert names.count("NCCL_IB_DISABLE") == names.count("PYTHONUNBUFFERED") == 1
@@ -306,7 +307,7 @@ def test_reserved_user_env_is_dropped_not_duplicated() -> None:
         {"name": "TRAININGJOB_NAME", "value": "x"},
         {"name": "OK", "value": "1"},
     ]
-    entries = distributed_env(manifest, 0)
+    entries = distributed_env(parse(manifest), 0)
     names = [e["name"] for e in entries]
     assert names.count("WORLD_SIZE") == 1
     assert "HP_LR" not in names
@@ -366,8 +367,8 @@ def test_docs_list_every_injected_name() -> None:
 
 
 def test_env_builder_does_not_mutate_the_job() -> None:
-    manifest = defaulted(
-        {"spec.env": [{"name": "A", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]}
+    manifest = parse(
+        defaulted({"spec.env": [{"name": "A", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]})
     )
     snapshot = copy.deepcopy(manifest)
     entries = distributed_env(manifest, 0)

@@ -10,6 +10,7 @@ import pytest
 from builders.pods import build_pod
 from controller import podstate
 from controller.failures import PodFailure, Verdict, classify, restart_delay, verdict
+from crd.spec import parse
 from tests.unit.lifecycle_world import make_job, make_node
 
 JsonDict = dict[str, Any]
@@ -24,7 +25,7 @@ def pod(
     conditions: list[JsonDict] | None = None,
     **status: Any,
 ) -> JsonDict:
-    built = build_pod(make_job(), index, attempt=0, resume_from=None)
+    built = build_pod(parse(make_job()), index, attempt=0, resume_from=None)
     if node:
         built["spec"]["nodeName"] = node
     built["status"] = {"phase": phase, **status}

@@ -8,6 +8,7 @@ from typing import Any
 from builders.pods import build_pod
 from controller.gang import observe, root_cause
 from crd import contract
+from crd.spec import parse
 from tests.unit.lifecycle_world import make_job, make_node
 
 JsonDict = dict[str, Any]
@@ -18,7 +19,7 @@ NODES = {f"node-{i}": make_node(f"node-{i}") for i in range(8)}
 def pod(
     index: int, phase: str = "Running", *, workers: int = 4, bound: bool = True, **extra: Any
 ) -> JsonDict:
-    built = build_pod(make_job(workers=workers), index, attempt=0, resume_from=None)
+    built = build_pod(parse(make_job(workers=workers)), index, attempt=0, resume_from=None)
     if bound:
         built["spec"]["nodeName"] = f"node-{index}"
     built["status"] = {"phase": phase, **extra}

@@ -22,6 +22,7 @@ from builders.podtemplate import (
 )
 from crd import contract, kube_schemas
 from crd.schema_podtemplate import OWNED_POD_FIELDS, OWNED_TRAINER_FIELDS
+from crd.spec import parse
 from tests.cluster import REPO
 from tests.unit.test_builders import defaulted
 
@@ -33,7 +34,7 @@ def pod_with(template: JsonDict | None, **changes: Any) -> JsonDict:
     all_changes = dict(changes)
     if template is not None:
         all_changes["spec.podTemplate"] = template
-    pod: JsonDict = build_pod(defaulted(all_changes), 0, attempt=0, resume_from=None)
+    pod: JsonDict = build_pod(parse(defaulted(all_changes)), 0, attempt=0, resume_from=None)
     return pod
 
 

@@ -11,6 +11,7 @@ import pytest
 from builders.podgroup import GangScheduler
 from controller.supporting import OWNED_FIELDS, desired_objects, reconcile_objects
 from crd import contract
+from crd.spec import parse
 from tests.unit.lifecycle_world import make_job
 
 JsonDict = dict[str, Any]
@@ -58,7 +59,7 @@ def kinds_and_names(objects: list[JsonDict]) -> list[tuple[str, str]]:
 
 def test_objects_are_listed_in_creation_order() -> None:
     job = make_job()
-    assert kinds_and_names(desired_objects(job, None)) == [
+    assert kinds_and_names(desired_objects(parse(job), None)) == [
         ("ConfigMap", "mnist-config"),
         ("ServiceAccount", "mnist-trainer"),
         ("Role", "mnist-trainer"),
@@ -70,20 +71,20 @@ def test_objects_are_listed_in_creation_order() -> None:
 
 def test_checkpoint_claim_and_pod_group_are_added_when_needed() -> None:
     job = make_job({"spec.checkpoint.enabled": True})
-    listed = kinds_and_names(desired_objects(job, "volcano"))
+    listed = kinds_and_names(desired_objects(parse(job), "volcano"))
     assert listed[-2:] == [("PersistentVolumeClaim", "mnist-checkpoints"), ("PodGroup", "mnist")]
 
 
 def test_a_job_with_its_own_service_account_gets_no_rbac() -> None:
     job = make_job({"spec.serviceAccountName": "trainer"})
-    kinds = [kind for kind, _ in kinds_and_names(desired_objects(job, None))]
+    kinds = [kind for kind, _ in kinds_and_names(desired_objects(parse(job), None))]
     assert "ServiceAccount" not in kinds
     assert "Role" not in kinds
 
 
 def test_nothing_existing_creates_everything() -> None:
     job = make_job()
-    desired = desired_objects(job, None)
+    desired = desired_objects(parse(job), None)
     creates, patches = reconcile_objects(desired, {})
     assert creates == desired
     assert patches == []
@@ -92,7 +93,7 @@ def test_nothing_existing_creates_everything() -> None:
 @pytest.mark.parametrize("gang", [None, "coscheduling", "volcano"])
 def test_server_populated_fields_cause_no_writes(gang: GangScheduler | None) -> None:
     job = make_job({"spec.checkpoint.enabled": True, "spec.scheduling.scheduleTimeoutSeconds": 60})
-    desired = desired_objects(job, gang)
+    desired = desired_objects(parse(job), gang)
     creates, patches = reconcile_objects(desired, existing(desired))
     assert creates == []
     assert patches == []
@@ -100,7 +101,7 @@ def test_server_populated_fields_cause_no_writes(gang: GangScheduler | None) -> 
 
 def test_a_missing_object_is_recreated_alone() -> None:
     job = make_job()
-    desired = desired_objects(job, None)
+    desired = desired_objects(parse(job), None)
     stored = existing(desired)
     del stored[("Service", "mnist-master")]
     creates, patches = reconcile_objects(desired, stored)
@@ -111,8 +112,8 @@ def test_a_missing_object_is_recreated_alone() -> None:
 def test_a_changed_world_size_patches_config_and_role() -> None:
     before = make_job()
     after = make_job(workers=3)
-    stored = existing(desired_objects(before, None))
-    creates, patches = reconcile_objects(desired_objects(after, None), stored)
+    stored = existing(desired_objects(parse(before), None))
+    creates, patches = reconcile_objects(desired_objects(parse(after), None), stored)
     assert creates == []
     assert [(patch.kind, patch.name) for patch in patches] == [
         ("ConfigMap", "mnist-config"),
@@ -125,7 +126,7 @@ def test_a_changed_world_size_patches_config_and_role() -> None:
 
 def test_a_config_map_patch_removes_keys_the_operator_no_longer_writes() -> None:
     job = make_job()
-    desired = desired_objects(job, None)
+    desired = desired_objects(parse(job), None)
     stored = existing(desired)
     stored[("ConfigMap", "mnist-config")]["data"]["old.json"] = "{}"
     _, patches = reconcile_objects(desired, stored)
@@ -137,7 +138,7 @@ def test_a_config_map_patch_removes_keys_the_operator_no_longer_writes() -> None
 
 def test_a_service_whose_selector_was_edited_is_repaired() -> None:
     job = make_job()
-    desired = desired_objects(job, None)
+    desired = desired_objects(parse(job), None)
     stored = existing(desired)
     stored[("Service", "mnist-master")]["spec"]["selector"] = {"app": "other"}
     stored[("Service", "mnist-master")]["metadata"]["labels"]["extra"] = "label"  # not owned: ignored
@@ -149,8 +150,8 @@ def test_a_service_whose_selector_was_edited_is_repaired() -> None:
 def test_a_pod_group_with_a_stale_min_member_is_patched() -> None:
     before = make_job()
     after = make_job(workers=4)
-    stored = existing(desired_objects(before, "volcano"))
-    _, patches = reconcile_objects(desired_objects(after, "volcano"), stored)
+    stored = existing(desired_objects(parse(before), "volcano"))
+    _, patches = reconcile_objects(desired_objects(parse(after), "volcano"), stored)
     group = [patch for patch in patches if patch.kind == "PodGroup"]
     assert len(group) == 1
     assert group[0].body["spec"]["minMember"] == 4
@@ -161,9 +162,9 @@ def test_claims_and_accounts_are_create_only() -> None:
     assert OWNED_FIELDS["PersistentVolumeClaim"] == ()
     assert OWNED_FIELDS["ServiceAccount"] == ()
     before = make_job({"spec.checkpoint.enabled": True})
-    stored = existing(desired_objects(before, None))
+    stored = existing(desired_objects(parse(before), None))
     stored[("PersistentVolumeClaim", "mnist-checkpoints")]["spec"]["resources"] = {
         "requests": {"storage": "1Ti"}
     }
-    _, patches = reconcile_objects(desired_objects(before, None), stored)
+    _, patches = reconcile_objects(desired_objects(parse(before), None), stored)
     assert patches == []

@@ -1,0 +1,457 @@
+"""A TrainingJob as the operator reads it: parsed once, defaulted, typed.
+
+The API server hands the operator JSON; the builders and the planner need numbers, flags and names.
+`parse(manifest)` applies the defaults (crd/defaults.py: the schema's own, then the operator's) and
+reads every field the operator acts on into frozen dataclasses, once per reconcile. No default is
+restated here: a field the schema defaults is read as present. The parts copied into the pods as
+written (env entries, affinity, tolerations, resource quantities, the pod template, the checkpoint
+storage block) stay JSON and are copied where they are used; `manifest` keeps the defaulted object
+itself (config.json is written from it).
+
+A value of the wrong type (possible only if the API server stored it under an older, looser schema)
+raises `SpecError` naming the field, which the planner reports as an invalid spec. Each section can
+also be read on its own from a JSON fragment (`FailurePolicy.from_json({...})`), with that section's
+schema defaults applied.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Self
+
+from crd.defaults import apply_schema_defaults, storage_in_use, subschema, with_defaults
+
+JsonDict = dict[str, Any]
+# A resource quantity as written in the spec: "32Gi", "8", or a plain number.
+Quantity = str | int | float
+
+
+class SpecError(ValueError):
+    """A field the operator cannot read as its schema says."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path
+        self.message = message
+
+
+def _real(value: int | float) -> float:
+    """`value` as a float; an integer beyond a float's range saturates to infinity."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
+
+
+class _Fields:
+    """Reads one JSON object's fields, naming `path.field` in any error."""
+
+    def __init__(self, raw: object, path: str) -> None:
+        if not isinstance(raw, Mapping):
+            raise SpecError(path, f"must be an object, got {type(raw).__name__}")
+        self.raw: Mapping[str, Any] = raw
+        self.path = path
+
+    def _value(self, key: str) -> Any:
+        return self.raw.get(key)
+
+    def _present(self, key: str) -> Any:
+        value = self.raw.get(key)
+        if value is None:
+            raise SpecError(f"{self.path}.{key}", "is required")
+        return value
+
+    def _wrong(self, key: str, expected: str) -> SpecError:
+        return SpecError(f"{self.path}.{key}", f"must be {expected}, got {self.raw.get(key)!r:.80}")
+
+    def integer(self, key: str) -> int:
+        value = self._present(key)
+        whole = isinstance(value, float) and math.isfinite(value) and value.is_integer()
+        if isinstance(value, bool) or not (isinstance(value, int) or whole):
+            raise self._wrong(key, "an integer")
+        return int(value)
+
+    def optional_integer(self, key: str) -> int | None:
+        return None if self._value(key) is None else self.integer(key)
+
+    def number(self, key: str) -> int | float:
+        value = self._present(key)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise self._wrong(key, "a number")
+        return value
+
+    def optional_number(self, key: str) -> int | float | None:
+        return None if self._value(key) is None else self.number(key)
+
+    def flag(self, key: str) -> bool:
+        value = self._present(key)
+        if not isinstance(value, bool):
+            raise self._wrong(key, "true or false")
+        return value
+
+    def optional_flag(self, key: str) -> bool | None:
+        return None if self._value(key) is None else self.flag(key)
+
+    def text(self, key: str) -> str:
+        value = self._present(key)
+        if not isinstance(value, str):
+            raise self._wrong(key, "a string")
+        return value
+
+    def optional_text(self, key: str) -> str | None:
+        return None if self._value(key) is None else self.text(key)
+
+    def texts(self, key: str) -> tuple[str, ...]:
+        value = self._value(key) or []
+        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+            raise self._wrong(key, "a list of strings")
+        return tuple(value)
+
+    def integers(self, key: str) -> frozenset[int]:
+        value = self._value(key) or []
+        if not isinstance(value, list) or any(
+            isinstance(item, bool) or not isinstance(item, int) for item in value
+        ):
+            raise self._wrong(key, "a list of integers")
+        return frozenset(value)
+
+    def objects(self, key: str) -> tuple[Mapping[str, Any], ...]:
+        value = self._value(key) or []
+        if not isinstance(value, list) or not all(isinstance(item, Mapping) for item in value):
+            raise self._wrong(key, "a list of objects")
+        return tuple(value)
+
+    def mapping(self, key: str) -> Mapping[str, Any]:
+        value = self._value(key) or {}
+        if not isinstance(value, Mapping):
+            raise self._wrong(key, "an object")
+        return value
+
+    def section(self, key: str) -> _Fields:
+        return _Fields(self.mapping(key), f"{self.path}.{key}")
+
+
+class _Section:
+    """A part of the spec that can be read from its own JSON, with its schema defaults applied."""
+
+    SCHEMA_PATH: ClassVar[tuple[str, ...]]
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> Self:
+        defaulted = apply_schema_defaults(dict(raw), subschema(*cls.SCHEMA_PATH))
+        return cls.read(_Fields(defaulted, ".".join(cls.SCHEMA_PATH)))
+
+    @classmethod
+    def read(cls, fields: _Fields) -> Self:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Resources(_Section):
+    """spec.resources: the trainer container's requests and limits, quantities as written."""
+
+    SCHEMA_PATH: ClassVar = ("spec", "resources")
+    requests: Mapping[str, Quantity]
+    limits: Mapping[str, Quantity]
+
+    @classmethod
+    def read(cls, fields: _Fields) -> Self:
+        return cls(requests=fields.mapping("requests"), limits=fields.mapping("limits"))
+
+    def names(self) -> set[str]:
+        return set(self.requests) | set(self.limits)
+
+
+@dataclass(frozen=True)
+class Hyperparameters(_Section):
+    """spec.hyperparameters; numbers keep the type they were written with (1 stays 1, not 1.0)."""
+
+    SCHEMA_PATH: ClassVar = ("spec", "hyperparameters")
+    learning_rate: int | float | None
+    batch_size: int | None
+    epochs: int | None
+    optimizer: str | None
+    warmup_steps: int | None
+    gradient_accumulation_steps: int | None
+    mixed_precision: bool | None
+    additional_params: Mapping[str, str]
+
+    @classmethod
+    def read(cls, fields: _Fields) -> Self:
+        return cls(
+            learning_rate=fields.optional_number("learningRate"),
+            batch_size=fields.optional_integer("batchSize"),
+            epochs=fields.optional_integer("epochs"),
+            optimizer=fields.optional_text("optimizer"),
+            warmup_steps=fields.optional_integer("warmupSteps"),
+            gradient_accumulation_steps=fields.optional_integer("gradientAccumulationSteps"),
+            mixed_precision=fields.optional_flag("mixedPrecision"),
+            additional_params=fields.mapping("additionalParams"),
+        )
+
+
+@dataclass(frozen=True)
+class Checkpoint(_Section):
+    """spec.checkpoint; `storage` is the block as written (builders/storage.py resolves its spellings)."""
+
+    SCHEMA_PATH: ClassVar = ("spec", "checkpoint")
+    enabled: bool
+    frequency: int
+    retention: int
+    mount_path: str
+    resume_from: str | None
+    storage: Mapping[str, Any]
+    # Whether checkpoint storage is wired into the pods (crd.defaults.storage_in_use).
+    in_use: bool
+
+    @classmethod
+    def read(cls, fields: _Fields) -> Self:
+        return cls(
+            enabled=fields.flag("enabled"),
+            frequency=fields.integer("frequency"),
+            retention=fields.integer("retention"),
+            mount_path=fields.text("mountPath"),
+            resume_from=fields.optional_text("resumeFrom") or None,
+            storage=fields.mapping("storage"),
+            in_use=storage_in_use({"checkpoint": fields.raw}),
+        )
+
+
+@dataclass(frozen=True)
+class Scheduling(_Section):
+    """spec.scheduling; affinity and tolerations are copied into the pods as written."""
+
+    SCHEMA_PATH: ClassVar = ("spec", "scheduling")
+    priority: str | None
+    node_selector: Mapping[str, str]
+    affinity: Mapping[str, Any]
+    tolerations: tuple[Mapping[str, Any], ...]
+    scheduler_name: str | None
+    gang_scheduling: bool
+    schedule_timeout_seconds: int | None
+
+    @classmethod
+    def read(cls, fields: _Fields) -> Self:
+        return cls(
+            priority=fields.optional_text("priority") or None,
+            node_selector=fields.mapping("nodeSelector"),
+            affinity=fields.mapping("affinity"),
+            tolerations=fields.objects("tolerations"),
+            scheduler_name=fields.optional_text("schedulerName") or None,
+            gang_scheduling=fields.flag("gangScheduling"),
+            schedule_timeout_seconds=fields.optional_integer("scheduleTimeoutSeconds"),
+        )
+
+
+@dataclass(frozen=True)
+class Monitoring(_Section):
+    SCHEMA_PATH: ClassVar = ("spec", "monitoring")
+    enabled: bool
+    metrics_port: int
+    tensorboard_enabled: bool
+    tensorboard_log_dir: str | None
+    mlflow_tracking_uri: str | None
+    mlflow_experiment: str | None
+    wandb_project: str | None
+    wandb_entity: str | None
+    progress_deadline_seconds: int | None
+    restart_on_stall: bool
+
+    @classmethod
+    def read(cls, fields: _Fields) -> Self:
+        return cls(
+            enabled=fields.flag("enabled"),
+            metrics_port=fields.integer("metricsPort"),
+            tensorboard_enabled=fields.flag("tensorboardEnabled"),
+            tensorboard_log_dir=fields.optional_text("tensorboardLogDir") or None,
+            mlflow_tracking_uri=fields.optional_text("mlflowTrackingUri") or None,
+            mlflow_experiment=fields.optional_text("mlflowExperiment") or None,
+            wandb_project=fields.optional_text("wandbProject") or None,
+            wandb_entity=fields.optional_text("wandbEntity") or None,
+            progress_deadline_seconds=fields.optional_integer("progressDeadlineSeconds"),
+            restart_on_stall=fields.flag("restartOnStall"),
+        )
+
+
+@dataclass(frozen=True)
+class Networking(_Section):
+    SCHEMA_PATH: ClassVar = ("spec", "networking")
+    backend: str
+    master_port: int
+    rdma_enabled: bool
+    socket_interface: str | None
+
+    @classmethod
+    def read(cls, fields: _Fields) -> Self:
+        return cls(
+            backend=fields.text("backend"),
+            master_port=fields.integer("masterPort"),
+            rdma_enabled=fields.flag("rdmaEnabled"),
+            socket_interface=fields.optional_text("socketInterface") or None,
+        )
+
+
+@dataclass(frozen=True)
+class RestartBackoff(_Section):
+    SCHEMA_PATH: ClassVar = ("spec", "failurePolicy", "restartBackoff")
+    initial_delay_seconds: float
+    max_delay_seconds: float
+    multiplier: float
+
+    @classmethod
+    def read(cls, fields: _Fields) -> Self:
+        return cls(
+            initial_delay_seconds=_real(fields.number("initialDelaySeconds")),
+            max_delay_seconds=_real(fields.number("maxDelaySeconds")),
+            multiplier=_real(fields.number("multiplier")),
+        )
+
+
+@dataclass(frozen=True)
+class FailurePolicy(_Section):
+    SCHEMA_PATH: ClassVar = ("spec", "failurePolicy")
+    restart_policy: str
+    backoff_limit: int
+    max_disruption_restarts: int
+    active_deadline_seconds: int | None
+    retryable_exit_codes: frozenset[int]
+    permanent_exit_codes: frozenset[int]
+    restart_backoff: RestartBackoff
+
+    @classmethod
+    def read(cls, fields: _Fields) -> Self:
+        return cls(
+            restart_policy=fields.text("restartPolicy"),
+            backoff_limit=fields.integer("backoffLimit"),
+            max_disruption_restarts=fields.integer("maxDisruptionRestarts"),
+            active_deadline_seconds=fields.optional_integer("activeDeadlineSeconds"),
+            retryable_exit_codes=fields.integers("retryableExitCodes"),
+            permanent_exit_codes=fields.integers("permanentExitCodes"),
+            restart_backoff=RestartBackoff.read(fields.section("restartBackoff")),
+        )
+
+
+@dataclass(frozen=True)
+class SuccessPolicy(_Section):
+    SCHEMA_PATH: ClassVar = ("spec", "successPolicy")
+    mode: str
+    target_accuracy: float | None
+    metric: str
+    metric_mode: str
+    early_stopping_patience: int | None
+    min_delta: float
+
+    @classmethod
+    def read(cls, fields: _Fields) -> Self:
+        target = fields.optional_number("targetAccuracy")
+        return cls(
+            mode=fields.text("mode"),
+            target_accuracy=None if target is None else _real(target),
+            metric=fields.text("metric"),
+            metric_mode=fields.text("metricMode"),
+            early_stopping_patience=fields.optional_integer("earlyStoppingPatience"),
+            min_delta=_real(fields.number("minDelta")),
+        )
+
+    @property
+    def minimize(self) -> bool:
+        return self.metric_mode == "min"
+
+
+@dataclass(frozen=True)
+class Spec:
+    model: str
+    dataset: str
+    num_workers: int
+    gpus_per_worker: int
+    framework: str
+    image: str
+    command: tuple[str, ...]
+    args: tuple[str, ...]
+    env: tuple[Mapping[str, Any], ...]
+    resources: Resources
+    service_account_name: str | None
+    suspend: bool
+    ttl_seconds_after_finished: int | None
+    clean_pod_policy: str
+    hyperparameters: Hyperparameters
+    checkpoint: Checkpoint
+    scheduling: Scheduling
+    monitoring: Monitoring
+    networking: Networking
+    failure_policy: FailurePolicy
+    success_policy: SuccessPolicy
+    # spec.podTemplate as written (merged onto every worker pod by builders/podtemplate.py), or None.
+    pod_template: Mapping[str, Any] | None
+
+    @classmethod
+    def read(cls, fields: _Fields) -> Spec:
+        return cls(
+            model=fields.text("model"),
+            dataset=fields.text("dataset"),
+            num_workers=fields.integer("numWorkers"),
+            gpus_per_worker=fields.integer("gpusPerWorker"),
+            framework=fields.text("framework"),
+            image=fields.text("image"),
+            command=fields.texts("command"),
+            args=fields.texts("args"),
+            env=fields.objects("env"),
+            resources=Resources.read(fields.section("resources")),
+            service_account_name=fields.optional_text("serviceAccountName") or None,
+            suspend=fields.flag("suspend"),
+            ttl_seconds_after_finished=fields.optional_integer("ttlSecondsAfterFinished"),
+            clean_pod_policy=fields.text("cleanPodPolicy"),
+            hyperparameters=Hyperparameters.read(fields.section("hyperparameters")),
+            checkpoint=Checkpoint.read(fields.section("checkpoint")),
+            scheduling=Scheduling.read(fields.section("scheduling")),
+            monitoring=Monitoring.read(fields.section("monitoring")),
+            networking=Networking.read(fields.section("networking")),
+            failure_policy=FailurePolicy.read(fields.section("failurePolicy")),
+            success_policy=SuccessPolicy.read(fields.section("successPolicy")),
+            pod_template=fields.mapping("podTemplate") or None,
+        )
+
+    @property
+    def processes_per_pod(self) -> int:
+        """One trainer process per GPU, or one per pod without GPUs."""
+        return max(self.gpus_per_worker, 1)
+
+    @property
+    def world_size(self) -> int:
+        """Processes across the gang (WORLD_SIZE): torch.distributed counts processes, not pods."""
+        return self.num_workers * self.processes_per_pod
+
+
+@dataclass(frozen=True)
+class TrainingJob:
+    """A stored TrainingJob: its identity, its typed spec, and the defaulted object it was read from."""
+
+    name: str
+    namespace: str | None
+    uid: str
+    generation: int | None
+    spec: Spec
+    manifest: Mapping[str, Any]
+
+    @property
+    def spec_json(self) -> Mapping[str, Any]:
+        """The defaulted spec as JSON (what config.json carries)."""
+        spec: Mapping[str, Any] = self.manifest["spec"]
+        return spec
+
+
+def parse(manifest: Mapping[str, Any]) -> TrainingJob:
+    """Defaults `manifest` (left untouched) and reads it; SpecError names a field it cannot read."""
+    defaulted = with_defaults(dict(manifest))
+    metadata = _Fields(defaulted.get("metadata") or {}, "metadata")
+    generation = metadata.optional_integer("generation")
+    return TrainingJob(
+        name=metadata.text("name"),
+        namespace=metadata.optional_text("namespace") or None,
+        uid=metadata.optional_text("uid") or "",
+        generation=generation,
+        spec=Spec.read(_Fields(defaulted.get("spec") or {}, "spec")),
+        manifest=defaulted,
+    )
