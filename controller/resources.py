@@ -13,8 +13,8 @@ from typing import Final
 
 from builders.podgroup import GangScheduler
 from controller.runtime.client import DEFAULT_POOL_SIZE, KubeClient, RestMetrics
-from controller.runtime.client import from_kubeconfig as _client_from_kubeconfig
 from controller.runtime.errors import KubeError
+from controller.runtime.kubeconfig import from_kubeconfig as _client_from_kubeconfig
 from controller.runtime.resource import (
     CONFIGMAPS,
     CRDS,
@@ -110,7 +110,7 @@ def from_kubeconfig(
     metrics: RestMetrics | None = None,
 ) -> KubeClient:
     """A client of the cluster named by `path` (else in-cluster, else the default kubeconfig) that
-    introduces itself as the operator (see `controller.runtime.client.from_kubeconfig`)."""
+    introduces itself as the operator (see `controller.runtime.kubeconfig.from_kubeconfig`)."""
     return _client_from_kubeconfig(
         path, context, qps, burst, user_agent=user_agent(), pool_size=pool_size, metrics=metrics
     )

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import random
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal, Protocol
@@ -94,69 +93,42 @@ def _encode_query(query: Mapping[str, object] | None) -> str:
     return "?" + urlencode(pairs) if pairs else ""
 
 
-class KubeClient:
-    """Thread-safe; build one per process and share it (the connection pool and the QPS budget are shared)."""
+def _headers(api_client: kubernetes.client.ApiClient, content_type: str | None) -> dict[str, str]:
+    headers: dict[str, str] = {str(k): str(v) for k, v in api_client.default_headers.items()}
+    headers["Accept"] = "application/json"
+    if content_type is not None:
+        headers["Content-Type"] = content_type
+    # auth_settings() runs the configuration's refresh hook, so rotated service-account tokens and
+    # exec-plugin credentials are picked up per request, as in the official client.
+    for setting in api_client.configuration.auth_settings().values():
+        if setting.get("in") == "header" and setting.get("value"):
+            headers[str(setting["key"])] = str(setting["value"])
+    return headers
+
+
+class _Retries:
+    """When a request is tried again: retryable failures only (429, 5xx, no answer), within
+    `max_attempts` and `max_elapsed` seconds, after exponential backoff with jitter in [d, 2d) that a
+    429's Retry-After can only lengthen."""
 
     def __init__(
         self,
-        api_client: kubernetes.client.ApiClient,
-        qps: float,
-        burst: int,
-        metrics: RestMetrics | None = None,
-        clock: Clock | None = None,
+        clock: Clock,
         *,
-        max_attempts: int = 5,
-        max_elapsed: float = 60.0,
-        backoff_initial: float = 0.2,
-        backoff_max: float = 10.0,
-        timeout: Timeout | None = None,
+        max_attempts: int,
+        max_elapsed: float,
+        backoff_initial: float,
+        backoff_max: float,
     ) -> None:
         if max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
-        self._api = api_client
-        self._config = api_client.configuration
-        self._pool = api_client.rest_client.pool_manager
-        self._base = str(self._config.host).rstrip("/")
-        self.host: str = urlsplit(self._base).netloc or self._base
-        self._clock: Clock = clock or RealClock()
-        self._metrics: RestMetrics = metrics or _NoMetrics()
-        self._bucket = TokenBucket(qps, burst, self._clock) if qps > 0 else None
+        self._clock = clock
         self._max_attempts = max_attempts
         self._max_elapsed = max_elapsed
         self._backoff_initial = backoff_initial
         self._backoff_max = backoff_max
-        self._timeout = timeout
 
-    @property
-    def api_client(self) -> kubernetes.client.ApiClient:
-        """The official client this one borrows credentials and connections from."""
-        return self._api
-
-    def close(self) -> None:
-        """Drops pooled connections (open watches keep theirs until closed)."""
-        self._pool.clear()
-
-    # ---- the one request path -------------------------------------------------------------------------
-
-    def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: Mapping[str, object] | None = None,
-        body: JsonObject | Sequence[Any] | None = None,
-        content_type: str = "application/json",
-        timeout: Timeout | None = None,
-        check_nesting: bool = True,
-    ) -> JsonObject:
-        """Sends one API request (retrying transient failures) and returns the decoded JSON object.
-
-        An empty answer body decodes to `{}`; values nested too deeply are truncated (see
-        `boundedjson.loads`; `check_nesting` False for answers whose schema bounds their depth).
-        Raises the mapped `ApiError` for error answers and
-        `TransportError` when no answer arrived, after the retry budget is spent for retryable ones.
-        """
-        method = method.upper()
+    def retrying(self, method: str, path: str) -> tenacity.Retrying:
         started = self._clock.monotonic()
 
         def stop(state: tenacity.RetryCallState) -> bool:
@@ -180,7 +152,7 @@ class KubeClient:
                 delay,
             )
 
-        retrying = tenacity.Retrying(
+        return tenacity.Retrying(
             retry=tenacity.retry_if_exception(is_retryable),
             stop=stop,
             wait=self._wait,
@@ -188,7 +160,137 @@ class KubeClient:
             before_sleep=before_sleep,
             reraise=True,
         )
-        result: JsonObject = retrying(
+
+    def _wait(self, state: tenacity.RetryCallState) -> float:
+        base = min(self._backoff_max, math.ldexp(self._backoff_initial, state.attempt_number - 1))
+        delay = min(self._backoff_max, base * (1.0 + random.random()))  # noqa: S311 - jitter, not crypto
+        exc = state.outcome.exception() if state.outcome is not None else None
+        if isinstance(exc, TooManyRequests) and exc.retry_after is not None:
+            delay = max(delay, exc.retry_after)
+        return delay
+
+
+class _Connection:
+    """HTTP exchanges with the API server over the official client's connection pool: credentials
+    refreshed per request, the client-side QPS budget, and one count per attempt for
+    rest_client_requests_total. An answer other than 2xx raises its ApiError, no answer TransportError."""
+
+    def __init__(
+        self, api_client: kubernetes.client.ApiClient, metrics: RestMetrics, bucket: TokenBucket | None
+    ) -> None:
+        self._api = api_client
+        self.pool = api_client.rest_client.pool_manager
+        self._base = str(api_client.configuration.host).rstrip("/")
+        self.host: str = urlsplit(self._base).netloc or self._base
+        self._metrics = metrics
+        self._bucket = bucket
+
+    def exchange(
+        self,
+        method: str,
+        path_and_query: str,
+        *,
+        timeout: urllib3.Timeout,
+        stream: bool,
+        description: str,
+        data: bytes | None = None,
+        content_type: str | None = None,
+        accept: str = "application/json",
+    ) -> urllib3.BaseHTTPResponse:
+        """One request; a `stream` answer is returned unread (the caller reads it and releases it)."""
+        if self._bucket is not None:
+            self._bucket.wait()
+        headers = _headers(self._api, content_type)
+        headers["Accept"] = accept
+        try:
+            response = self.pool.request(
+                method,
+                self._base + path_and_query,
+                body=data,
+                headers=headers,
+                timeout=timeout,
+                retries=False,
+                preload_content=not stream,
+            )
+        except TRANSPORT_EXCEPTIONS as exc:
+            self._metrics.request(TRANSPORT_ERROR_CODE, method, self.host)
+            raise TransportError(f"{description}: {exc}") from exc
+        status = int(response.status)
+        self._metrics.request(str(status), method, self.host)
+        if not 200 <= status < 300:
+            try:
+                payload = response.data if not stream else response.read()
+            except TRANSPORT_EXCEPTIONS:
+                payload = b""
+            finally:
+                if stream:
+                    response.release_conn()
+            raise error_from_status(status, payload or b"", response.headers.get("Retry-After"))
+        return response
+
+
+class KubeClient:
+    """Thread-safe; build one per process and share it (the connection pool and the QPS budget are shared)."""
+
+    def __init__(
+        self,
+        api_client: kubernetes.client.ApiClient,
+        qps: float,
+        burst: int,
+        metrics: RestMetrics | None = None,
+        clock: Clock | None = None,
+        *,
+        max_attempts: int = 5,
+        max_elapsed: float = 60.0,
+        backoff_initial: float = 0.2,
+        backoff_max: float = 10.0,
+        timeout: Timeout | None = None,
+    ) -> None:
+        self._api = api_client
+        self._clock: Clock = clock or RealClock()
+        bucket = TokenBucket(qps, burst, self._clock) if qps > 0 else None
+        self._connection = _Connection(api_client, metrics or _NoMetrics(), bucket)
+        self.host: str = self._connection.host
+        self._retries = _Retries(
+            self._clock,
+            max_attempts=max_attempts,
+            max_elapsed=max_elapsed,
+            backoff_initial=backoff_initial,
+            backoff_max=backoff_max,
+        )
+        self._timeout = timeout
+
+    @property
+    def api_client(self) -> kubernetes.client.ApiClient:
+        """The official client this one borrows credentials and connections from."""
+        return self._api
+
+    def close(self) -> None:
+        """Drops pooled connections (open watches keep theirs until closed)."""
+        self._connection.pool.clear()
+
+    # ---- the one request path -------------------------------------------------------------------------
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, object] | None = None,
+        body: JsonObject | Sequence[Any] | None = None,
+        content_type: str = "application/json",
+        timeout: Timeout | None = None,
+        check_nesting: bool = True,
+    ) -> JsonObject:
+        """Sends one API request (retrying transient failures) and returns the decoded JSON object.
+
+        An empty answer body decodes to `{}`; values nested too deeply are truncated (see
+        `boundedjson.loads`; `check_nesting` False for answers whose schema bounds their depth).
+        Raises the mapped `ApiError` for error answers and
+        `TransportError` when no answer arrived, after the retry budget is spent for retryable ones.
+        """
+        method = method.upper()
+        result: JsonObject = self._retries.retrying(method, path)(
             self._attempt,
             method,
             path,
@@ -199,15 +301,6 @@ class KubeClient:
             check_nesting=check_nesting,
         )
         return result
-
-    def _wait(self, state: tenacity.RetryCallState) -> float:
-        """Exponential backoff with jitter in [d, 2d); a 429's Retry-After is the minimum."""
-        base = min(self._backoff_max, math.ldexp(self._backoff_initial, state.attempt_number - 1))
-        delay = min(self._backoff_max, base * (1.0 + random.random()))  # noqa: S311 - jitter, not crypto
-        exc = state.outcome.exception() if state.outcome is not None else None
-        if isinstance(exc, TooManyRequests) and exc.retry_after is not None:
-            delay = max(delay, exc.retry_after)
-        return delay
 
     def _attempt(
         self,
@@ -220,45 +313,17 @@ class KubeClient:
         timeout: Timeout | None,
         check_nesting: bool,
     ) -> JsonObject:
-        self._throttle()
         data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
-        headers = self._headers(content_type if data is not None else None)
-        url = self._base + path + _encode_query(query)
-        try:
-            response = self._pool.request(
-                method,
-                url,
-                body=data,
-                headers=headers,
-                timeout=_timeout(timeout if timeout is not None else self._timeout, DEFAULT_READ_TIMEOUT),
-                retries=False,
-                preload_content=True,
-            )
-        except TRANSPORT_EXCEPTIONS as exc:
-            self._metrics.request(TRANSPORT_ERROR_CODE, method, self.host)
-            raise TransportError(f"{method} {path}: {exc}") from exc
-        status = int(response.status)
-        self._metrics.request(str(status), method, self.host)
-        payload: bytes = response.data or b""
-        if not 200 <= status < 300:
-            raise error_from_status(status, payload, response.headers.get("Retry-After"))
-        return _decode_object(payload, method, path, check_nesting=check_nesting)
-
-    def _throttle(self) -> None:
-        if self._bucket is not None:
-            self._bucket.wait()
-
-    def _headers(self, content_type: str | None) -> dict[str, str]:
-        headers: dict[str, str] = {str(k): str(v) for k, v in self._api.default_headers.items()}
-        headers["Accept"] = "application/json"
-        if content_type is not None:
-            headers["Content-Type"] = content_type
-        # auth_settings() runs the configuration's refresh hook, so rotated service-account tokens and
-        # exec-plugin credentials are picked up per request, as in the official client.
-        for setting in self._config.auth_settings().values():
-            if setting.get("in") == "header" and setting.get("value"):
-                headers[str(setting["key"])] = str(setting["value"])
-        return headers
+        response = self._connection.exchange(
+            method,
+            path + _encode_query(query),
+            data=data,
+            content_type=content_type if data is not None else None,
+            timeout=_timeout(timeout if timeout is not None else self._timeout, DEFAULT_READ_TIMEOUT),
+            stream=False,
+            description=f"{method} {path}",
+        )
+        return _decode_object(response.data or b"", method, path, check_nesting=check_nesting)
 
     # ---- conveniences -----------------------------------------------------------------------------------
 
@@ -386,39 +451,19 @@ class KubeClient:
         A `read_timeout` of None waits for the next byte as long as it takes (a followed log).
         An error answer raises the mapped `ApiError`, no answer `TransportError`.
         """
-        description = description or f"GET {path}"
-        self._throttle()
-        url = self._base + path + _encode_query(query)
-        headers = self._headers(None)
-        headers["Accept"] = accept
-        try:
-            response = self._pool.request(
-                "GET",
-                url,
-                headers=headers,
-                timeout=urllib3.Timeout(
-                    connect=DEFAULT_CONNECT_TIMEOUT
-                    if read_timeout is None
-                    else min(DEFAULT_CONNECT_TIMEOUT, read_timeout),
-                    read=read_timeout,
-                ),
-                retries=False,
-                preload_content=False,
-            )
-        except TRANSPORT_EXCEPTIONS as exc:
-            self._metrics.request(TRANSPORT_ERROR_CODE, "GET", self.host)
-            raise TransportError(f"{description}: {exc}") from exc
-        status = int(response.status)
-        self._metrics.request(str(status), "GET", self.host)
-        if status != 200:
-            try:
-                payload = response.read()
-            except TRANSPORT_EXCEPTIONS:
-                payload = b""
-            finally:
-                response.release_conn()
-            raise error_from_status(status, payload, response.headers.get("Retry-After"))
-        return response
+        return self._connection.exchange(
+            "GET",
+            path + _encode_query(query),
+            accept=accept,
+            timeout=urllib3.Timeout(
+                connect=DEFAULT_CONNECT_TIMEOUT
+                if read_timeout is None
+                else min(DEFAULT_CONNECT_TIMEOUT, read_timeout),
+                read=read_timeout,
+            ),
+            stream=True,
+            description=description or f"GET {path}",
+        )
 
 
 def _decode_object(payload: bytes, method: str, path: str, *, check_nesting: bool = True) -> JsonObject:
@@ -431,39 +476,3 @@ def _decode_object(payload: bytes, method: str, path: str, *, check_nesting: boo
     if not isinstance(decoded, dict):
         raise KubeError(f"{method} {path}: answer is not a JSON object")
     return decoded
-
-
-def from_kubeconfig(
-    path: str | None = None,
-    context: str | None = None,
-    qps: float = 20.0,
-    burst: int = 30,
-    *,
-    user_agent: str,
-    pool_size: int = DEFAULT_POOL_SIZE,
-    metrics: RestMetrics | None = None,
-) -> KubeClient:
-    """Explicit kubeconfig path, else in-cluster service account, else $KUBECONFIG / ~/.kube/config.
-
-    qps/burst default to controller-runtime's 20/30. `pool_size` must cover every worker thread plus
-    every open watch (each pins a connection) plus a few for leader election and events. `user_agent`
-    names the program to the API server (audit logs, and the field manager of its writes).
-    """
-    configuration = kubernetes.client.Configuration()
-    if path is not None:
-        kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
-            config_file=path, context=context, client_configuration=configuration, persist_config=False
-        )
-    elif os.environ.get("KUBERNETES_SERVICE_HOST"):
-        kubernetes.config.load_incluster_config(  # type: ignore[no-untyped-call]
-            client_configuration=configuration
-        )
-    else:
-        default = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
-        kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
-            config_file=default, context=context, client_configuration=configuration, persist_config=False
-        )
-    configuration.connection_pool_maxsize = pool_size
-    api_client = kubernetes.client.ApiClient(configuration)
-    api_client.user_agent = user_agent
-    return KubeClient(api_client, qps, burst, metrics)

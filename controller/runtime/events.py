@@ -26,7 +26,7 @@ import socket
 import threading
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, Literal, Protocol
 
@@ -113,16 +113,6 @@ def _involved_object(obj: Mapping[str, Any]) -> dict[str, str]:
     return {key: value for key, value in involved.items() if value}
 
 
-@dataclass
-class _Shard:
-    """One writer thread's queue and repeat bookkeeping (only that thread touches the dicts)."""
-
-    queue: deque[_Pending] = field(default_factory=deque)
-    written: OrderedDict[tuple[str, ...], _Written] = field(default_factory=OrderedDict)
-    similar: OrderedDict[tuple[str, ...], _Similar] = field(default_factory=OrderedDict)
-    last_nanos: int = 0
-
-
 class EventRecorder:
     """Records core/v1 Events about objects; thread-safe, one per process."""
 
@@ -145,19 +135,23 @@ class EventRecorder:
             raise ValueError("max_queue must be at least 1")
         if writers < 1:
             raise ValueError("writers must be at least 1")
-        self._client = client
-        self._component = component
-        self._host = host if host is not None else socket.gethostname()
         self._clock: Clock = clock or RealClock()
         self._max_queue = max_queue
-        self._window = window
-        self._max_similar = max(1, max_similar)
-        # The repeat bookkeeping is per writer thread; together they remember `cache_size` Events.
-        self._cache_size = max(1, cache_size // writers)
         self._on_drop = on_drop
 
         self._cond = threading.Condition(threading.Lock())
-        self._shards = [_Shard() for _ in range(writers)]
+        self._shards = [
+            _Shard(
+                client,
+                component,
+                host if host is not None else socket.gethostname(),
+                window=window,
+                max_similar=max(1, max_similar),
+                # The repeat bookkeeping is per writer thread; together they remember `cache_size` Events.
+                cache_size=max(1, cache_size // writers),
+            )
+            for _ in range(writers)
+        ]
         self._queued = 0
         self._closed = False
         self._busy = 0
@@ -277,7 +271,7 @@ class EventRecorder:
                 self._queued -= 1
                 self._busy += 1
             try:
-                self._write(shard, pending)
+                shard.write(pending)
             except Exception:
                 logger.exception(
                     "writing an event failed",
@@ -287,6 +281,32 @@ class EventRecorder:
                 with self._cond:
                     self._busy -= 1
                     self._cond.notify_all()
+
+
+class _Shard:
+    """One writer thread's queue, and the repeat bookkeeping and API writes for the objects it owns
+    (only that thread touches them)."""
+
+    def __init__(
+        self,
+        client: EventSink,
+        component: str,
+        host: str,
+        *,
+        window: float,
+        max_similar: int,
+        cache_size: int,
+    ) -> None:
+        self._client = client
+        self._component = component
+        self._host = host
+        self._window = window
+        self._max_similar = max_similar
+        self._cache_size = cache_size
+        self.queue: deque[_Pending] = deque()
+        self.written: OrderedDict[tuple[str, ...], _Written] = OrderedDict()
+        self.similar: OrderedDict[tuple[str, ...], _Similar] = OrderedDict()
+        self.last_nanos = 0
 
     def _object_key(self, pending: _Pending) -> tuple[str, ...]:
         involved = pending.involved
@@ -300,20 +320,20 @@ class EventRecorder:
             pending.reason,
         )
 
-    def _correlate(self, shard: _Shard, pending: _Pending) -> tuple[tuple[str, ...], str]:
+    def _correlate(self, pending: _Pending) -> tuple[tuple[str, ...], str]:
         """Returns the repeat key and the message to write.
 
         Once `max_similar` different messages of one (object, type, reason) arrived within the window,
         every further one goes to a single combined Event, until that kind stays quiet for the window.
         """
         similar_key = self._object_key(pending)
-        similar = shard.similar.get(similar_key)
+        similar = self.similar.get(similar_key)
         if similar is None or pending.monotonic - similar.last_seen > self._window:
             similar = _Similar(set(), pending.monotonic)
         similar.last_seen = pending.monotonic
         if len(similar.messages) < self._max_similar:
             similar.messages.add(pending.message)
-        self._remember(shard.similar, similar_key, similar)
+        self._remember(self.similar, similar_key, similar)
         if len(similar.messages) >= self._max_similar:
             # A longer key than any single message's, so the two can never collide.
             return (*similar_key, "", "combined"), truncate_message(COMBINED_PREFIX + pending.message)
@@ -327,15 +347,15 @@ class EventRecorder:
         while len(cache) > self._cache_size:
             cache.popitem(last=False)
 
-    def _new_name(self, shard: _Shard, pending: _Pending) -> str:
-        nanos = max(int(pending.at.timestamp() * 1_000_000_000), shard.last_nanos + 1)
-        shard.last_nanos = nanos
+    def _new_name(self, pending: _Pending) -> str:
+        nanos = max(int(pending.at.timestamp() * 1_000_000_000), self.last_nanos + 1)
+        self.last_nanos = nanos
         return f"{pending.involved['name']}.{nanos:016x}"
 
-    def _write(self, shard: _Shard, pending: _Pending) -> None:
-        key, message = self._correlate(shard, pending)
+    def write(self, pending: _Pending) -> None:
+        key, message = self._correlate(pending)
         timestamp = rfc3339(pending.at)
-        previous = shard.written.get(key)
+        previous = self.written.get(key)
         if previous is not None and pending.monotonic - previous.last_seen <= self._window:
             count = previous.count + 1
             patch = {"count": count, "lastTimestamp": timestamp, "message": message}
@@ -351,26 +371,26 @@ class EventRecorder:
                     first=previous.first_timestamp,
                     last=timestamp,
                 )
-                self._create(shard, key, pending, body)
+                self._create(key, pending, body)
                 return
             except KubeError as error:
                 self._log_failure("patching", pending, error)
                 return
             self._remember_written(
-                shard, key, pending, answer, name=previous.name, count=count, first=previous.first_timestamp
+                key, pending, answer, name=previous.name, count=count, first=previous.first_timestamp
             )
             return
         body = self._event(
             pending,
-            name=self._new_name(shard, pending),
+            name=self._new_name(pending),
             message=message,
             count=1,
             first=timestamp,
             last=timestamp,
         )
-        self._create(shard, key, pending, body)
+        self._create(key, pending, body)
 
-    def _create(self, shard: _Shard, key: tuple[str, ...], pending: _Pending, body: JsonObject) -> None:
+    def _create(self, key: tuple[str, ...], pending: _Pending, body: JsonObject) -> None:
         try:
             answer = self._client.create(EVENTS, pending.namespace, body)
         except AlreadyExists:
@@ -380,7 +400,6 @@ class EventRecorder:
             self._log_failure("creating", pending, error)
             return
         self._remember_written(
-            shard,
             key,
             pending,
             answer,
@@ -391,7 +410,6 @@ class EventRecorder:
 
     def _remember_written(
         self,
-        shard: _Shard,
         key: tuple[str, ...],
         pending: _Pending,
         answer: JsonObject,
@@ -403,7 +421,7 @@ class EventRecorder:
         metadata = answer.get("metadata") if isinstance(answer, dict) else None
         if isinstance(metadata, dict) and isinstance(metadata.get("name"), str) and metadata["name"]:
             name = metadata["name"]
-        self._remember(shard.written, key, _Written(name, pending.namespace, count, first, pending.monotonic))
+        self._remember(self.written, key, _Written(name, pending.namespace, count, first, pending.monotonic))
 
     def _event(
         self, pending: _Pending, *, name: str, message: str, count: int, first: str, last: str

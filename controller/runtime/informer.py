@@ -2,8 +2,8 @@
 
 Reconcilers must read from a cache, not the API server, and must hear about every change. This module
 lists the resource once, then watches from the list's resourceVersion, applying each event to a
-`Store` and telling registered handlers about adds, updates and deletes. It survives everything a
-long-lived watch meets: server-side watch timeouts (re-watch from the last resourceVersion),
+`Store` and telling registered handlers about adds, updates and deletes (delivery.py). It survives
+everything a long-lived watch meets: server-side watch timeouts (re-watch from the last resourceVersion),
 bookmarks (only advance the resourceVersion), expired resourceVersions (410 Gone: relist and
 synthesise deletes for objects that vanished meanwhile), half-open connections (client read
 timeout), API outages (capped, jittered exponential backoff) and malformed objects or failing
@@ -15,38 +15,32 @@ from __future__ import annotations
 
 import logging
 import random
-import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 from controller.runtime.client import KubeClient
 from controller.runtime.clock import Clock, RealClock
+from controller.runtime.delivery import (
+    Delivery,
+    KubeObject,
+    OnAdd,
+    OnDelete,
+    OnUpdate,
+    metadata_of,
+    resource_version_of,
+)
 from controller.runtime.errors import Gone, KubeError
 from controller.runtime.resource import Resource
-from controller.runtime.store import Store, object_key
+from controller.runtime.store import Store
 from controller.runtime.watch import WatchStream
 
 logger = logging.getLogger(__name__)
 
-KubeObject = dict[str, Any]
-OnAdd = Callable[[KubeObject], None]
-OnUpdate = Callable[[KubeObject, KubeObject], None]
-OnDelete = Callable[[KubeObject], None]
-
-LAST_APPLIED_ANNOTATION: Final = "kubectl.kubernetes.io/last-applied-configuration"
 # client-go treats a watch that ends within a second without delivering anything as a failure
 # ("very short watch"), so a server or proxy that closes watches at once cannot cause a hot loop.
 MIN_WATCH_SECONDS: Final = 1.0
 _OBJECT_EVENTS: Final = frozenset({"ADDED", "MODIFIED", "DELETED"})
-
-
-@dataclass(frozen=True)
-class _Handler:
-    on_add: OnAdd | None
-    on_update: OnUpdate | None
-    on_delete: OnDelete | None
 
 
 class _Backoff:
@@ -73,42 +67,86 @@ class _Progress:
         self.events = 0
 
 
-def _metadata(obj: KubeObject) -> dict[str, Any]:
-    metadata = obj.get("metadata")
-    return metadata if isinstance(metadata, dict) else {}
+def _describe(resource: Resource, namespace: str | None, label_selector: str | None) -> str:
+    """How log lines name an informer: its resource, namespace and selector."""
+    in_namespace = f" in {namespace}" if namespace else ""
+    return resource.plural + in_namespace + (f" ({label_selector})" if label_selector else "")
 
 
-def _uid(obj: KubeObject) -> str | None:
-    uid = _metadata(obj).get("uid")
-    return str(uid) if uid else None
+class _Source:
+    """Where an informer reads from: paginated lists and watches of one resource (and selector)."""
 
+    def __init__(
+        self,
+        client: KubeClient,
+        resource: Resource,
+        namespace: str | None,
+        label_selector: str | None,
+        *,
+        name: str,
+        page_size: int,
+        watch_timeout: tuple[float, float],
+        read_timeout: float,
+    ) -> None:
+        self._client = client
+        self._resource = resource
+        self._namespace = namespace
+        self._label_selector = label_selector
+        self._name = name
+        self._page_size = page_size
+        self._watch_timeout = watch_timeout
+        self._read_timeout = read_timeout
 
-def _resource_version(obj: KubeObject) -> str | None:
-    version = _metadata(obj).get("resourceVersion")
-    return version if isinstance(version, str) and version else None
+    def list_all(
+        self, stop: threading.Event, prepare: Callable[[object], KubeObject | None]
+    ) -> tuple[list[KubeObject], str] | None:
+        """All pages of one consistent list (each object through `prepare`) and its resourceVersion, or
+        None when stopped midway."""
+        objs: list[KubeObject] = []
+        limit: int | None = self._page_size if self._page_size > 0 else None
+        continue_: str | None = None
+        while True:
+            try:
+                page = self._client.list(
+                    self._resource,
+                    self._namespace,
+                    label_selector=self._label_selector,
+                    limit=limit,
+                    continue_=continue_,
+                )
+            except Gone:
+                if continue_ is None:
+                    raise
+                # The continue token outlived etcd's compaction window: take the list in one go.
+                logger.info("continue token for %s expired; listing without pages", self._name)
+                objs.clear()
+                limit = continue_ = None
+                continue
+            items = page.get("items")
+            for raw in items if isinstance(items, list) else []:
+                obj = prepare(raw)
+                if obj is not None:
+                    objs.append(obj)
+            metadata = metadata_of(page)
+            next_token = metadata.get("continue")
+            if not next_token:
+                return objs, str(metadata.get("resourceVersion") or "")
+            if stop.is_set():
+                return None
+            continue_ = str(next_token)
 
-
-def _replaced(old: KubeObject, new: KubeObject) -> bool:
-    """True when `new` is a different object that reuses `old`'s name (deleted and re-created)."""
-    old_uid, new_uid = _uid(old), _uid(new)
-    return old_uid is not None and new_uid is not None and old_uid != new_uid
-
-
-# Strings up to this length are interned: keys, label values, phases, condition types and statuses
-# repeat across thousands of cached objects; longer ones (messages, env values) rarely do.
-INTERN_MAX_LENGTH: Final = 64
-
-
-def compact(value: Any) -> Any:
-    """The same JSON value with every dict key and every short string interned, so thousands of cached
-    objects share one copy of "metadata", "True", "Running" or a job's label value."""
-    if isinstance(value, dict):
-        return {sys.intern(key): compact(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [compact(item) for item in value]
-    if isinstance(value, str) and len(value) <= INTERN_MAX_LENGTH:
-        return sys.intern(value)
-    return value
+    def watch(self, resource_version: str) -> WatchStream:
+        """One watch from `resource_version`, with a server timeout spread over `watch_timeout` so that
+        informers started together do not all reconnect together."""
+        low, high = self._watch_timeout
+        return self._client.watch(
+            self._resource,
+            self._namespace,
+            resource_version=resource_version,
+            label_selector=self._label_selector,
+            timeout_seconds=int(random.uniform(low, high)),  # noqa: S311 - spreading load, not crypto
+            read_timeout=self._read_timeout,
+        )
 
 
 class Informer:
@@ -140,23 +178,22 @@ class Informer:
             raise ValueError(f"watch_timeout must be an increasing pair of positive seconds: {watch_timeout}")
         if read_timeout <= 0:
             raise ValueError("read_timeout must be positive")
-        self._client = client
         self._resource = resource
-        self._store = store
-        self._namespace = namespace
-        self._label_selector = label_selector
         self._clock: Clock = clock or RealClock()
-        self._watch_timeout = watch_timeout
-        self._read_timeout = read_timeout
-        self._page_size = page_size
         self._backoff_initial = backoff_initial
         self._backoff_max = backoff_max
-        self._transform = transform
-        self._name = resource.plural + (f" in {namespace}" if namespace else "")
-        if label_selector:
-            self._name += f" ({label_selector})"
-
-        self._handlers: list[_Handler] = []
+        self._name = _describe(resource, namespace, label_selector)
+        self._source = _Source(
+            client,
+            resource,
+            namespace,
+            label_selector,
+            name=self._name,
+            page_size=page_size,
+            watch_timeout=watch_timeout,
+            read_timeout=read_timeout,
+        )
+        self._delivery = Delivery(store, resource, self._name, transform)
         self._synced = threading.Event()
         self._lock = threading.Lock()
         self._started = False
@@ -174,7 +211,7 @@ class Informer:
 
     @property
     def store(self) -> Store:
-        return self._store
+        return self._delivery.store
 
     @property
     def name(self) -> str:
@@ -202,7 +239,7 @@ class Informer:
         with self._lock:
             if self._started:
                 raise RuntimeError(f"informer for {self._name} is already running")
-            self._handlers.append(_Handler(on_add, on_update, on_delete))
+            self._delivery.add_handler(on_add, on_update, on_delete)
 
     def has_synced(self) -> bool:
         """True once the first full list is in the store and its handlers have been called."""
@@ -310,76 +347,23 @@ class Informer:
     # ---- list -------------------------------------------------------------------------------------------
 
     def _list_and_sync(self, stop: threading.Event) -> None:
-        listed = self._list_all(stop)
+        listed = self._source.list_all(stop, self._delivery.prepare)
         if listed is None:
             return
         objs, resource_version = listed
         if not resource_version:
             logger.warning("list of %s returned no resourceVersion; watching from now", self._name)
-        self._sync(objs)
+        self._delivery.replace_all(objs)
         with self._lock:
             self._last_resource_version = resource_version
             self._last_error = None
         self._synced.set()
         logger.debug("listed %d %s at resourceVersion %s", len(objs), self._name, resource_version)
 
-    def _list_all(self, stop: threading.Event) -> tuple[list[KubeObject], str] | None:
-        """All pages of one consistent list, or None when stopped midway."""
-        objs: list[KubeObject] = []
-        limit: int | None = self._page_size if self._page_size > 0 else None
-        continue_: str | None = None
-        while True:
-            try:
-                page = self._client.list(
-                    self._resource,
-                    self._namespace,
-                    label_selector=self._label_selector,
-                    limit=limit,
-                    continue_=continue_,
-                )
-            except Gone:
-                if continue_ is None:
-                    raise
-                # The continue token outlived etcd's compaction window: take the list in one go.
-                logger.info("continue token for %s expired; listing without pages", self._name)
-                objs.clear()
-                limit = continue_ = None
-                continue
-            items = page.get("items")
-            for raw in items if isinstance(items, list) else []:
-                obj = self._prepare(raw)
-                if obj is not None:
-                    objs.append(obj)
-            metadata = _metadata(page)
-            next_token = metadata.get("continue")
-            if not next_token:
-                return objs, str(metadata.get("resourceVersion") or "")
-            if stop.is_set():
-                return None
-            continue_ = str(next_token)
-
-    def _sync(self, objs: list[KubeObject]) -> None:
-        """Replaces the store's content; handlers hear what changed, and deletes for what vanished."""
-        previous = {object_key(obj): self._store.get(object_key(obj)) for obj in objs}
-        vanished = self._store.replace(objs)
-        for obj in objs:
-            self._notify_change(previous[object_key(obj)], obj)
-        for old in vanished:
-            self._notify_delete(old)
-
     # ---- watch ------------------------------------------------------------------------------------------
 
     def _watch_once(self, stop: threading.Event, progress: _Progress) -> None:
-        low, high = self._watch_timeout
-        timeout_seconds = int(random.uniform(low, high))  # noqa: S311 - spreading load, not crypto
-        stream = self._client.watch(
-            self._resource,
-            self._namespace,
-            resource_version=self.last_sync_resource_version,
-            label_selector=self._label_selector,
-            timeout_seconds=timeout_seconds,
-            read_timeout=self._read_timeout,
-        )
+        stream = self._source.watch(self.last_sync_resource_version)
         with stream:
             with self._lock:
                 self._active = stream
@@ -397,7 +381,7 @@ class Informer:
                     self._active = None
 
     def _apply(self, event_type: str, raw: KubeObject) -> None:
-        resource_version = _resource_version(raw)
+        resource_version = resource_version_of(raw)
         if event_type == "BOOKMARK":
             self._advance(resource_version)
             return
@@ -405,76 +389,12 @@ class Informer:
             logger.warning("watch of %s: ignoring event of unknown type %r", self._name, event_type)
             self._advance(resource_version)
             return
-        obj = self._prepare(raw)
+        obj = self._delivery.prepare(raw)
         if obj is not None:
-            self._apply_object(event_type, obj)
+            self._delivery.apply(event_type, obj)
         self._advance(resource_version)
-
-    def _apply_object(self, event_type: str, obj: KubeObject) -> None:
-        if event_type == "DELETED":
-            self._store.delete(obj)
-            self._notify_delete(obj)
-            return
-        self._notify_change(self._store.update(obj), obj)
-
-    def _notify_change(self, old: KubeObject | None, obj: KubeObject) -> None:
-        """Add for a new object; delete + add when the name now holds another object (the UID changed);
-        update when it changed; nothing when the resourceVersion is the same (a relist repeating it)."""
-        if old is None:
-            self._notify_add(obj)
-        elif _replaced(old, obj):
-            self._notify_delete(old)
-            self._notify_add(obj)
-        elif _resource_version(old) != _resource_version(obj):
-            self._notify_update(old, obj)
 
     def _advance(self, resource_version: str | None) -> None:
         if resource_version:
             with self._lock:
                 self._last_resource_version = resource_version
-
-    # ---- objects and handlers ---------------------------------------------------------------------------
-
-    def _prepare(self, raw: object) -> KubeObject | None:
-        """Validates an object from the server and drops the fields the controller never reads."""
-        if not isinstance(raw, dict) or not isinstance(raw.get("metadata"), dict):
-            logger.warning("%s: skipping an object without metadata: %.200r", self._name, raw)
-            return None
-        try:
-            object_key(raw)
-        except ValueError:
-            logger.warning("%s: skipping an object without a name: %.200r", self._name, raw)
-            return None
-        metadata: dict[str, Any] = raw["metadata"]
-        metadata.pop("managedFields", None)
-        annotations = metadata.get("annotations")
-        if isinstance(annotations, dict) and LAST_APPLIED_ANNOTATION in annotations:
-            del annotations[LAST_APPLIED_ANNOTATION]
-            if not annotations:
-                del metadata["annotations"]
-        # Items of a list carry no apiVersion/kind; set them so handlers see the same shape as a watch.
-        raw.setdefault("apiVersion", self._resource.api_version)
-        raw.setdefault("kind", self._resource.kind)
-        prepared: KubeObject = compact(self._transform(raw) if self._transform is not None else raw)
-        return prepared
-
-    def _notify_add(self, obj: KubeObject) -> None:
-        for handler in self._handlers:
-            if handler.on_add is not None:
-                self._call("add", handler.on_add, obj)
-
-    def _notify_update(self, old: KubeObject, new: KubeObject) -> None:
-        for handler in self._handlers:
-            if handler.on_update is not None:
-                self._call("update", handler.on_update, old, new)
-
-    def _notify_delete(self, obj: KubeObject) -> None:
-        for handler in self._handlers:
-            if handler.on_delete is not None:
-                self._call("delete", handler.on_delete, obj)
-
-    def _call(self, what: str, handler: Callable[..., None], *objs: KubeObject) -> None:
-        try:
-            handler(*objs)
-        except Exception:
-            logger.exception("%s handler of %s failed for %s", what, self._name, object_key(objs[-1]))

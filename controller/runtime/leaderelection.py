@@ -78,6 +78,11 @@ class LeaderElectionRecord:
         return spec
 
     @classmethod
+    def claim(cls, holder: str, lease_duration_seconds: int, now: datetime) -> LeaderElectionRecord:
+        """A record of `holder` taking the lease now (an empty holder gives it up)."""
+        return cls(holder, lease_duration_seconds, acquire_time=now, renew_time=now, leader_transitions=0)
+
+    @classmethod
     def from_lease(cls, lease: JsonObject) -> LeaderElectionRecord:
         spec = lease.get("spec") or {}
         acquire_time = spec.get("acquireTime")
@@ -147,6 +152,17 @@ def _resource_version(lease: JsonObject) -> str:
     return str((lease.get("metadata") or {}).get("resourceVersion") or "")
 
 
+def _check_timings(identity: str, lease_duration: float, renew_deadline: float, retry_period: float) -> None:
+    if not identity:
+        raise ValueError("leader election identity must not be empty")
+    if lease_duration <= renew_deadline:
+        raise ValueError("lease_duration must be greater than renew_deadline")
+    if renew_deadline <= JITTER_FACTOR * retry_period:
+        raise ValueError(f"renew_deadline must be greater than {JITTER_FACTOR} * retry_period")
+    if retry_period <= 0:
+        raise ValueError("retry_period must be positive")
+
+
 class LeaderElector:
     """Competes for a LeaseLock and, while holding it, renews it every `retry_period` seconds.
 
@@ -171,14 +187,7 @@ class LeaderElector:
         release_on_cancel: bool = True,
         jitter: Callable[[], float] | None = None,
     ) -> None:
-        if not identity:
-            raise ValueError("leader election identity must not be empty")
-        if lease_duration <= renew_deadline:
-            raise ValueError("lease_duration must be greater than renew_deadline")
-        if renew_deadline <= JITTER_FACTOR * retry_period:
-            raise ValueError(f"renew_deadline must be greater than {JITTER_FACTOR} * retry_period")
-        if retry_period <= 0:
-            raise ValueError("retry_period must be positive")
+        _check_timings(identity, lease_duration, renew_deadline, retry_period)
         self.lock = lock
         self.identity = identity
         self.lease_duration = lease_duration
@@ -253,14 +262,7 @@ class LeaderElector:
 
     def _try_acquire_or_renew_locked(self) -> bool:
         attempt_started = self._clock.monotonic()
-        now_wall = self._clock.now()
-        desired = LeaderElectionRecord(
-            holder_identity=self.identity,
-            lease_duration_seconds=int(self.lease_duration),
-            acquire_time=now_wall,
-            renew_time=now_wall,
-            leader_transitions=0,
-        )
+        desired = LeaderElectionRecord.claim(self.identity, int(self.lease_duration), self._clock.now())
         return self._try_fast_renew(desired, attempt_started) or self._try_read_then_write(
             desired, attempt_started
         )
@@ -347,12 +349,8 @@ class LeaderElector:
                 resource_version = self._observed_resource_version
                 if observed is None or not self._holds_observed_lease_locked():
                     return True
-            now_wall = self._clock.now()
-            released = LeaderElectionRecord(
-                holder_identity="",
-                lease_duration_seconds=1,
-                acquire_time=now_wall,
-                renew_time=now_wall,
+            released = dataclasses.replace(
+                LeaderElectionRecord.claim("", 1, self._clock.now()),
                 leader_transitions=observed.leader_transitions,
             )
             try:

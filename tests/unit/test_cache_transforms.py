@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from builders.configmap import TRAINER_SOURCES, build_config_map
 from controller.lifecycle import Plan, plan
-from controller.runtime.informer import compact
+from controller.runtime.delivery import compact
 from controller.watches import node_readiness, pod_essentials, share_trainer_sources
 from crd.spec import parse
 from tests.unit.lifecycle_world import World, make_job, make_node, world

@@ -12,8 +12,9 @@ import pytest
 from controller import resources as kube
 from controller.runtime.client import KubeClient
 from controller.runtime.clock import RealClock
+from controller.runtime.delivery import LAST_APPLIED_ANNOTATION
 from controller.runtime.errors import Forbidden
-from controller.runtime.informer import LAST_APPLIED_ANNOTATION, Informer
+from controller.runtime.informer import Informer
 from controller.runtime.store import Store
 from controller.watches import STANDARD_INDEXERS
 from tests.unit.fakeapi import FakeApi, Recorded, Reply, Stream, event, items_list, running, status
