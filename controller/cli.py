@@ -19,7 +19,7 @@ from typing import Any
 import kubernetes
 import yaml
 
-from controller import flags, lifecycle
+from controller import flags, planner
 from controller.manager import Manager, Options
 from controller.metrics import Metrics
 from controller.resources import from_kubeconfig
@@ -245,7 +245,7 @@ def build(args: argparse.Namespace, metrics: Metrics, client: KubeClient) -> Man
         renew_deadline=args.renew_deadline,
         retry_period=args.retry_period,
         create_concurrency=args.create_concurrency,
-        settings=lifecycle.Settings(
+        settings=planner.Settings(
             force_delete_after=args.force_delete_after,
             progress_min_interval=args.progress_interval,
             node_lost_after=args.node_lost_after,

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from controller import lifecycle
+from controller import planner
 from controller.metrics import Metrics
 from controller.reconciler import Reconciler, Result
 from controller.resources import POD_GROUPS, detect_gang_scheduler
@@ -68,7 +68,7 @@ class Options:
     rate_limit_qps: float = 10.0
     rate_limit_burst: int = 100
     resync_period: float = 600.0
-    settings: lifecycle.Settings = field(default_factory=lifecycle.Settings)
+    settings: planner.Settings = field(default_factory=planner.Settings)
 
 
 class WorkerPool:

@@ -23,6 +23,7 @@ from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
 from controller.runtime.clock import Clock, RealClock, parse_time
 from controller.runtime.metrics import RECONCILE_BUCKETS, RuntimeMetrics
+from crd.contract import FINISHED_STATES, State
 from crd.schema_status import STATES
 
 logger = logging.getLogger(__name__)
@@ -134,7 +135,7 @@ class Metrics(RuntimeMetrics):
         )
         self.invalid_spec = Counter(
             "trainingjob_invalid_spec_total",
-            "Reconciliations that found a spec the operator cannot run",
+            "TrainingJobs that failed because the operator cannot run their spec (InvalidSpec)",
             ["namespace"],
             registry=r,
         )
@@ -148,6 +149,39 @@ class Metrics(RuntimeMetrics):
             "Kubernetes Events recorded and not yet written (queued or being written)",
             registry=r,
         )
+
+    def record_transition(
+        self, namespace: str, age: float | None, old: Mapping[str, Any], new: Mapping[str, Any]
+    ) -> None:
+        """Counts what a status write changed: a job first seen, first running, finished, restarted.
+        `age` is the job's age in seconds (None when its creation time is unknown)."""
+        old_state, new_state = old.get("state"), new.get("state")
+        if not old_state:
+            self.created.labels(namespace=namespace).inc()
+        first_run = new_state == State.RUNNING and old_state != State.RUNNING and not new.get("restartCount")
+        if first_run and age is not None:
+            self.time_to_running.labels(namespace=namespace).observe(age)
+        if new_state in FINISHED_STATES and old_state not in FINISHED_STATES:
+            result = "succeeded" if new_state == State.COMPLETED else "failed"
+            self.completed.labels(namespace=namespace, result=result).inc()
+            if new_state == State.FAILED:
+                reason = str(new.get("failureReason") or "Unknown")
+                self.failed.labels(namespace=namespace, reason=reason).inc()
+                if reason == "InvalidSpec":
+                    self.invalid_spec.labels(namespace=namespace).inc()
+            if age is not None:
+                self.time_to_complete.labels(namespace=namespace, result=result).observe(age)
+        before, after = old.get("restarts") or {}, new.get("restarts") or {}
+        counted = 0
+        for cause in RESTART_REASONS:
+            grown = int(after.get(cause, 0)) - int(before.get(cause, 0))
+            if grown > 0:
+                counted += grown
+                self.restarts.labels(namespace=namespace, reason=cause).inc(grown)
+        # Restarts without a cause (a numWorkers change) show up only in restartCount.
+        uncaused = int(new.get("restartCount") or 0) - int(old.get("restartCount") or 0) - counted
+        if uncaused > 0:
+            self.restarts.labels(namespace=namespace, reason=OTHER).inc(uncaused)
 
     def track_jobs(
         self, list_jobs: Callable[[], Sequence[JsonObject]], clock: Clock | None = None

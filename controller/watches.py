@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from builders.configmap import TRAINER_SOURCES
-from controller import podstate
+from controller.planner import podstate
 from controller.resources import NODES, OWNED, PODS, TRAININGJOBS
 from controller.runtime.client import KubeClient
 from controller.runtime.clock import Clock

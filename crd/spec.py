@@ -78,8 +78,10 @@ class _Fields:
 
     def number(self, key: str) -> int | float:
         value = self._present(key)
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        if isinstance(value, bool) or not isinstance(value, int | float):
             raise self._wrong(key, "a number")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise self._wrong(key, "a finite number")
         return value
 
     def optional_number(self, key: str) -> int | float | None:

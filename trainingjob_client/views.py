@@ -13,14 +13,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from controller import conditions as condition_types
 from crd import contract
 from crd.schema_status import STATES
 
 JsonDict = dict[str, Any]
 
 TERMINAL_STATES: Final = ("Completed", "Failed")
-CONDITION_TYPES: Final = condition_types.ORDER
+CONDITION_TYPES: Final = tuple(str(condition) for condition in contract.Condition)
 
 
 def _int(value: Any) -> int | None:

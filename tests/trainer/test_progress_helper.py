@@ -28,7 +28,7 @@ import pytest
 import trainingjob_progress as tp
 
 from builders.env import distributed_env
-from controller.progress import parse_report
+from controller.planner.progress import parse_report
 from crd import contract
 from crd.spec import parse
 from tests.unit import fakeapi

@@ -41,7 +41,7 @@ from trainingjob_progress import API_URL_ENV
 
 from builders.configmap import build_config_map
 from builders.pods import build_pod
-from controller.progress import Report, parse_report
+from controller.planner.progress import Report, parse_report
 from crd import contract
 from crd.defaults import with_defaults
 from crd.spec import parse

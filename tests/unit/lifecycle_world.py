@@ -1,4 +1,4 @@
-"""A fake cluster for stepping a TrainingJob through its life with `controller.lifecycle.plan`.
+"""A fake cluster for stepping a TrainingJob through its life with `controller.planner.plan`.
 
 `World` holds what the controller's caches would: the job (defaulted, with the status the previous plan
 wrote), its pods, its other owned objects and the nodes. `step()` calls `plan()` at the world's fixed
@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from builders.names import pod_name
-from controller.lifecycle import Delete, Event, Observed, Plan, Settings, plan
+from controller.planner import Delete, Event, Observed, Plan, Settings, plan
 from controller.runtime.clock import rfc3339
 from crd import contract
 from crd.defaults import with_defaults

@@ -12,7 +12,7 @@ import json
 from dataclasses import replace
 
 from builders.configmap import TRAINER_SOURCES, build_config_map
-from controller.lifecycle import Plan, plan
+from controller.planner import Plan, plan
 from controller.runtime.delivery import compact
 from controller.watches import node_readiness, pod_essentials, share_trainer_sources
 from crd.spec import parse

@@ -1,5 +1,5 @@
-"""controller.failures and controller.podstate: whose fault a pod's end was, what it costs, and how long
-the next gang start waits."""
+"""controller.planner.failures and controller.planner.podstate: whose fault a pod's end was, what it costs,
+and how long the next gang start waits."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from builders.pods import build_pod
-from controller import podstate
-from controller.failures import PodFailure, Verdict, classify, restart_delay, verdict
-from crd.spec import parse
+from controller.planner import podstate
+from controller.planner.failures import PodFailure, Verdict, classify, restart_delay, verdict
+from crd.spec import FailurePolicy, RestartBackoff, parse
 from tests.unit.lifecycle_world import make_job, make_node
 
 JsonDict = dict[str, Any]
@@ -184,17 +184,20 @@ def failure(code: int | None, *, disrupted: bool = False) -> PodFailure:
     ],
 )
 def test_verdicts(policy: dict[str, Any], code: int | None, expected: Verdict) -> None:
-    assert verdict(failure(code), policy) is expected
+    assert verdict(failure(code), FailurePolicy.from_json(policy)) is expected
 
 
 @pytest.mark.parametrize("policy", ["Never", "OnFailure", "ExitCode"])
 def test_a_disruption_is_a_disruption_under_every_policy(policy: str) -> None:
-    assert verdict(failure(1, disrupted=True), {"restartPolicy": policy}) is Verdict.DISRUPTION
+    assert (
+        verdict(failure(1, disrupted=True), FailurePolicy.from_json({"restartPolicy": policy}))
+        is Verdict.DISRUPTION
+    )
 
 
 # --------------------------------------------------------------------------------- restart delay
 
-DEFAULTS = {"initialDelaySeconds": 10, "multiplier": 2, "maxDelaySeconds": 360}
+DEFAULTS = RestartBackoff.from_json({"initialDelaySeconds": 10, "multiplier": 2, "maxDelaySeconds": 360})
 
 
 @pytest.mark.parametrize(("previous", "base"), [(0, 10), (1, 20), (2, 40), (3, 80), (4, 160), (5, 320)])
@@ -205,8 +208,8 @@ def test_the_delay_doubles_from_the_initial_delay(previous: int, base: float) ->
 
 
 def test_the_defaults_apply_when_backoff_is_empty() -> None:
-    assert 10 <= restart_delay({}, 0, "s") < 11
-    assert 20 <= restart_delay({}, 1, "s") < 22
+    assert 10 <= restart_delay(RestartBackoff.from_json({}), 0, "s") < 11
+    assert 20 <= restart_delay(RestartBackoff.from_json({}), 1, "s") < 22
 
 
 def test_the_jitter_is_reproducible_and_spreads_jobs_apart() -> None:
@@ -229,16 +232,20 @@ def test_the_delay_stops_growing_at_the_cap() -> None:
 
 
 def test_a_multiplier_of_one_keeps_the_delay_constant() -> None:
-    backoff = {"initialDelaySeconds": 30, "multiplier": 1, "maxDelaySeconds": 600}
+    backoff = RestartBackoff.from_json({"initialDelaySeconds": 30, "multiplier": 1, "maxDelaySeconds": 600})
     assert {int(restart_delay(backoff, n, "s")) // 30 for n in range(10)} == {1}
 
 
 def test_a_zero_initial_delay_restarts_at_once() -> None:
-    assert restart_delay({"initialDelaySeconds": 0, "maxDelaySeconds": 0}, 5, "s") == 0
+    assert (
+        restart_delay(RestartBackoff.from_json({"initialDelaySeconds": 0, "maxDelaySeconds": 0}), 5, "s") == 0
+    )
 
 
 def test_a_fractional_multiplier() -> None:
-    backoff = {"initialDelaySeconds": 10, "multiplier": 1.5, "maxDelaySeconds": 1000}
+    backoff = RestartBackoff.from_json(
+        {"initialDelaySeconds": 10, "multiplier": 1.5, "maxDelaySeconds": 1000}
+    )
     assert 22.5 <= restart_delay(backoff, 2, "s") < 24.75
 
 

@@ -1,12 +1,12 @@
-"""controller.gang: a job's pods seen as one gang (ranks, terminating, stale and extra pods, failures) and
-the failure that broke it."""
+"""controller.planner.gang: a job's pods seen as one gang (ranks, terminating, stale and extra pods,
+failures) and the failure that broke it."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from builders.pods import build_pod
-from controller.gang import observe, root_cause
+from controller.planner.gang import observe, root_cause
 from crd import contract
 from crd.spec import parse
 from tests.unit.lifecycle_world import make_job, make_node

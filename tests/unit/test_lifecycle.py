@@ -1,4 +1,4 @@
-"""controller.lifecycle.plan, driven through whole job lives in a fake cluster (tests.unit.lifecycle_world).
+"""controller.planner.plan, driven through whole job lives in a fake cluster (tests.unit.lifecycle_world).
 
 Every test starts from a stored, defaulted TrainingJob and steps it with a fixed clock: the status a
 plan returns is fed back as the job's status, its creates and deletes are applied to the pod list, and
@@ -18,11 +18,12 @@ from typing import Any
 
 import pytest
 
-from controller.failures import restart_delay
-from controller.lifecycle import Delete, Observed, Plan, Settings, format_duration, plan
+from controller.planner import Delete, Observed, Plan, Settings, format_duration, plan
+from controller.planner.failures import restart_delay
 from controller.runtime import boundedjson
 from controller.runtime.clock import parse_time, rfc3339
 from crd import contract
+from crd.spec import RestartBackoff
 from tests.unit.lifecycle_world import (
     INSUFFICIENT_GPU,
     JOB_UID,
@@ -385,7 +386,7 @@ def test_restart_at_is_never_earlier_than_the_delay_with_a_sub_second_clock() ->
     w.advance(0.5)
     failed_at = w.now
     fail_and_restart(w)
-    computed = restart_delay({}, 0, f"{JOB_UID}/0")
+    computed = restart_delay(RestartBackoff.from_json({}), 0, f"{JOB_UID}/0")
     assert restart_delay_of(w, failed_at) >= computed >= 10
     w.advance(9.6)
     assert w.step().creates == []
@@ -1451,7 +1452,7 @@ def test_supporting_objects_are_created_once_and_repaired_when_changed() -> None
 
 def test_a_gang_scheduled_job_gets_a_pod_group_and_pods_that_join_it() -> None:
     job = make_job({"spec.scheduling.gangScheduling": True})
-    result = plan(Observed(job=job, pods=[], owned={}, nodes={}, now=T0, gang="coscheduling"))
+    result = plan(Observed(job=job, pods=[], owned={}, nodes={}, now=T0, gang_scheduler="coscheduling"))
     kinds = [obj["kind"] for obj in result.creates]
     assert "PodGroup" in kinds
     assert kinds.index("PodGroup") < kinds.index("Pod")

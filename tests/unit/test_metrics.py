@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from controller.failures import Cause
 from controller.metrics import JobCollector, Metrics, restart_reason
+from controller.planner.failures import Cause
 from controller.runtime.clock import FakeClock, rfc3339
 from controller.runtime.metrics import RECONCILE_BUCKETS, WORKQUEUE_BUCKETS
 from controller.runtime.serving import MetricsServer, parse_address

@@ -1,4 +1,4 @@
-"""controller.progress: rank 0's report into status, only on change and rate-limited, and the success
+"""controller.planner.progress: rank 0's report into status, only on change and rate-limited, and the success
 policy it drives."""
 
 from __future__ import annotations
@@ -9,11 +9,19 @@ from typing import Any
 
 import pytest
 
-from controller.progress import Report, apply_report, parse_report, percent, success_reached
+from controller.planner.progress import Report, apply_report, parse_report, percent, success_reached
 from controller.runtime.clock import rfc3339
+from crd.spec import Spec, SuccessPolicy, parse
+from tests.unit.crd_cases import job
 from tests.unit.lifecycle_world import T0
 
-SPEC: dict[str, Any] = {"hyperparameters": {"epochs": 10}, "successPolicy": {"metric": "accuracy"}}
+
+def spec_of(changes: dict[str, Any]) -> Spec:
+    """The typed spec of a TrainingJob with these dotted-path `changes`."""
+    return parse(job(changes)).spec
+
+
+SPEC = spec_of({"spec.hyperparameters": {"epochs": 10}, "spec.successPolicy": {"metric": "accuracy"}})
 
 
 def parsed(raw: Any) -> Report:
@@ -161,7 +169,7 @@ def test_checkpoints_count_and_keep_the_reported_time() -> None:
 
 
 def test_the_best_metric_tracks_improvements_beyond_min_delta() -> None:
-    spec = {"successPolicy": {"metric": "accuracy", "minDelta": 0.05}}
+    spec = spec_of({"spec.successPolicy": {"metric": "accuracy", "minDelta": 0.05}})
     status: dict[str, Any] = {}
     for epoch, value in [(1, 0.5), (2, 0.54), (3, 0.56), (4, 0.4)]:
         status = apply_report(
@@ -171,7 +179,7 @@ def test_the_best_metric_tracks_improvements_beyond_min_delta() -> None:
 
 
 def test_the_best_metric_of_a_minimised_metric() -> None:
-    spec = {"successPolicy": {"metric": "loss", "metricMode": "min"}}
+    spec = spec_of({"spec.successPolicy": {"metric": "loss", "metricMode": "min"}})
     status: dict[str, Any] = {}
     for epoch, value in [(1, 1.0), (2, 0.7), (3, 0.9)]:
         status = apply_report(
@@ -201,19 +209,21 @@ def test_the_input_status_is_not_modified() -> None:
     ],
 )
 def test_target_accuracy(policy: dict[str, Any], metrics: dict[str, float], expected: str | None) -> None:
-    reached = success_reached({"metrics": metrics}, {"successPolicy": policy})
+    reached = success_reached({"metrics": metrics}, SuccessPolicy.from_json(policy))
     assert (reached[0] if reached else None) == expected
 
 
 def test_target_reached_names_the_metric_and_target() -> None:
-    reached = success_reached({"metrics": {"accuracy": 0.93}}, {"successPolicy": {"targetAccuracy": 0.9}})
+    reached = success_reached(
+        {"metrics": {"accuracy": 0.93}}, SuccessPolicy.from_json({"targetAccuracy": 0.9})
+    )
     assert reached == ("TargetReached", "accuracy 0.93 reached the target 0.9")
 
 
 @pytest.mark.parametrize(("epoch", "stops"), [(4, False), (5, True), (9, True)])
 def test_early_stopping_after_the_patience(epoch: int, stops: bool) -> None:
     status = {"currentEpoch": epoch, "bestMetric": {"value": 0.8, "epoch": 2}, "metrics": {"accuracy": 0.7}}
-    reached = success_reached(status, {"successPolicy": {"earlyStoppingPatience": 3}})
+    reached = success_reached(status, SuccessPolicy.from_json({"earlyStoppingPatience": 3}))
     if stops:
         assert reached is not None
         assert reached[0] == "EarlyStopped"
@@ -223,4 +233,6 @@ def test_early_stopping_after_the_patience(epoch: int, stops: bool) -> None:
 
 
 def test_no_early_stopping_without_a_best_metric() -> None:
-    assert success_reached({"currentEpoch": 50}, {"successPolicy": {"earlyStoppingPatience": 1}}) is None
+    assert (
+        success_reached({"currentEpoch": 50}, SuccessPolicy.from_json({"earlyStoppingPatience": 1})) is None
+    )

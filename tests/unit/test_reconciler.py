@@ -1,12 +1,15 @@
-"""The reconciler's pure helpers for reporting create failures on a job.
+"""The helpers behind reporting create failures on a job (the planner's summary and blocked state) and
+the Tombstones tracker the manager's delete handler feeds.
 
-The behaviour around them (a blocked job retried with backoff and without a status write per
-retry) is tested end to end in tests/e2e/test_reconcile.py.
+The reconciler around them is tested in process in tests/unit/test_shell.py, and end to end in
+tests/e2e/test_reconcile.py.
 """
 
 from __future__ import annotations
 
-from controller.reconciler import MAX_LISTED_PROBLEMS, MAX_PROBLEM_TEXT, _blocked, _summary
+from controller.planner.texts import MAX_LISTED_PROBLEMS, MAX_PROBLEM_TEXT
+from controller.planner.texts import summary as _summary
+from controller.planner.transitions import blocked as _blocked
 from controller.runtime.clock import FakeClock
 from controller.runtime.trackers import Tombstones
 

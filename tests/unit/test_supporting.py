@@ -1,5 +1,5 @@
-"""controller.supporting: the job's non-pod objects are created once and only repaired where the operator
-owns them, so server defaults and other controllers' additions never cause writes."""
+"""controller.planner.supporting: the job's non-pod objects are created once and only repaired where the
+operator owns them, so server defaults and other controllers' additions never cause writes."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from builders.podgroup import GangScheduler
-from controller.supporting import OWNED_FIELDS, desired_objects, reconcile_objects
+from controller.planner.supporting import OWNED_FIELDS, desired_objects, diff_objects
 from crd import contract
 from crd.spec import parse
 from tests.unit.lifecycle_world import make_job
@@ -85,7 +85,7 @@ def test_a_job_with_its_own_service_account_gets_no_rbac() -> None:
 def test_nothing_existing_creates_everything() -> None:
     job = make_job()
     desired = desired_objects(parse(job), None)
-    creates, patches = reconcile_objects(desired, {})
+    creates, patches = diff_objects(desired, {})
     assert creates == desired
     assert patches == []
 
@@ -94,7 +94,7 @@ def test_nothing_existing_creates_everything() -> None:
 def test_server_populated_fields_cause_no_writes(gang: GangScheduler | None) -> None:
     job = make_job({"spec.checkpoint.enabled": True, "spec.scheduling.scheduleTimeoutSeconds": 60})
     desired = desired_objects(parse(job), gang)
-    creates, patches = reconcile_objects(desired, existing(desired))
+    creates, patches = diff_objects(desired, existing(desired))
     assert creates == []
     assert patches == []
 
@@ -104,7 +104,7 @@ def test_a_missing_object_is_recreated_alone() -> None:
     desired = desired_objects(parse(job), None)
     stored = existing(desired)
     del stored[("Service", "mnist-master")]
-    creates, patches = reconcile_objects(desired, stored)
+    creates, patches = diff_objects(desired, stored)
     assert kinds_and_names(creates) == [("Service", "mnist-master")]
     assert patches == []
 
@@ -113,7 +113,7 @@ def test_a_changed_world_size_patches_config_and_role() -> None:
     before = make_job()
     after = make_job(workers=3)
     stored = existing(desired_objects(parse(before), None))
-    creates, patches = reconcile_objects(desired_objects(parse(after), None), stored)
+    creates, patches = diff_objects(desired_objects(parse(after), None), stored)
     assert creates == []
     assert [(patch.kind, patch.name) for patch in patches] == [
         ("ConfigMap", "mnist-config"),
@@ -129,7 +129,7 @@ def test_a_config_map_patch_removes_keys_the_operator_no_longer_writes() -> None
     desired = desired_objects(parse(job), None)
     stored = existing(desired)
     stored[("ConfigMap", "mnist-config")]["data"]["old.json"] = "{}"
-    _, patches = reconcile_objects(desired, stored)
+    _, patches = diff_objects(desired, stored)
     assert len(patches) == 1
     body = patches[0].body
     assert body["data"]["old.json"] is None
@@ -142,7 +142,7 @@ def test_a_service_whose_selector_was_edited_is_repaired() -> None:
     stored = existing(desired)
     stored[("Service", "mnist-master")]["spec"]["selector"] = {"app": "other"}
     stored[("Service", "mnist-master")]["metadata"]["labels"]["extra"] = "label"  # not owned: ignored
-    _, patches = reconcile_objects(desired, stored)
+    _, patches = diff_objects(desired, stored)
     assert [(patch.kind, patch.name) for patch in patches] == [("Service", "mnist-master")]
     assert patches[0].body == {"spec": {"selector": desired[5]["spec"]["selector"]}}
 
@@ -151,7 +151,7 @@ def test_a_pod_group_with_a_stale_min_member_is_patched() -> None:
     before = make_job()
     after = make_job(workers=4)
     stored = existing(desired_objects(parse(before), "volcano"))
-    _, patches = reconcile_objects(desired_objects(parse(after), "volcano"), stored)
+    _, patches = diff_objects(desired_objects(parse(after), "volcano"), stored)
     group = [patch for patch in patches if patch.kind == "PodGroup"]
     assert len(group) == 1
     assert group[0].body["spec"]["minMember"] == 4
@@ -166,5 +166,5 @@ def test_claims_and_accounts_are_create_only() -> None:
     stored[("PersistentVolumeClaim", "mnist-checkpoints")]["spec"]["resources"] = {
         "requests": {"storage": "1Ti"}
     }
-    _, patches = reconcile_objects(desired_objects(parse(before), None), stored)
+    _, patches = diff_objects(desired_objects(parse(before), None), stored)
     assert patches == []

@@ -22,6 +22,7 @@ from datetime import datetime
 from typing import Any
 
 from controller.runtime.clock import parse_time, rfc3339
+from crd.spec import Spec, SuccessPolicy
 
 
 @dataclass(frozen=True)
@@ -114,7 +115,7 @@ class ProgressUpdate:
 def apply_report(
     status: Mapping[str, Any],
     report: Report,
-    spec: Mapping[str, Any],
+    spec: Spec,
     now: datetime,
     min_interval: float,
 ) -> ProgressUpdate:
@@ -123,8 +124,7 @@ def apply_report(
     Returns the (possibly unchanged) status, whether it changed, and when to look again if the rate
     limit deferred a change.
     """
-    planned = _count((spec.get("hyperparameters") or {}).get("epochs"))
-    fields = _reported_fields(report, planned)
+    fields = _reported_fields(report, spec.hyperparameters.epochs)
     checkpoint = dict(status.get("checkpoint") or {})
     new_checkpoint = report.checkpoint is not None and report.checkpoint != checkpoint.get("latest")
     if all(status.get(key) == value for key, value in fields.items()) and not new_checkpoint:
@@ -143,11 +143,10 @@ def apply_report(
             "count": int(checkpoint.get("count", 0)) + 1,
             "time": _valid_time(report.checkpoint_time) or rfc3339(now),
         }
-    success = spec.get("successPolicy") or {}
-    metric_name = success.get("metric", "accuracy")
-    if report.metrics.get(metric_name) is not None and report.epoch is not None:
+    success = spec.success_policy
+    if report.metrics.get(success.metric) is not None and report.epoch is not None:
         updated["bestMetric"] = _best(
-            status.get("bestMetric"), report.metrics[metric_name], report.epoch, success
+            status.get("bestMetric"), report.metrics[success.metric], report.epoch, success
         )
     return ProgressUpdate(updated, True, None)
 
@@ -161,14 +160,13 @@ def _valid_time(text: str | None) -> str | None:
         return None
 
 
-def _improves(value: float, best: float, policy: Mapping[str, Any]) -> bool:
-    delta = float(policy.get("minDelta", 0) or 0)
-    if policy.get("metricMode", "max") == "min":
-        return value < best - delta
-    return value > best + delta
+def _improves(value: float, best: float, policy: SuccessPolicy) -> bool:
+    if policy.minimize:
+        return value < best - policy.min_delta
+    return value > best + policy.min_delta
 
 
-def _best(previous: Any, value: float, epoch: int, policy: Mapping[str, Any]) -> dict[str, Any]:
+def _best(previous: Any, value: float, epoch: int, policy: SuccessPolicy) -> dict[str, Any]:
     if not isinstance(previous, dict) or "value" not in previous:
         return {"value": value, "epoch": epoch}
     if _improves(value, float(previous["value"]), policy):
@@ -176,18 +174,16 @@ def _best(previous: Any, value: float, epoch: int, policy: Mapping[str, Any]) ->
     return dict(previous)
 
 
-def success_reached(status: Mapping[str, Any], spec: Mapping[str, Any]) -> tuple[str, str] | None:
+def success_reached(status: Mapping[str, Any], policy: SuccessPolicy) -> tuple[str, str] | None:
     """(reason, message) when the reported metrics satisfy successPolicy, else None."""
-    policy = spec.get("successPolicy") or {}
-    metric_name = policy.get("metric", "accuracy")
+    metric_name = policy.metric
     value = (status.get("metrics") or {}).get(metric_name)
-    target = policy.get("targetAccuracy")
-    minimize = policy.get("metricMode", "max") == "min"
+    target = policy.target_accuracy
     if target is not None and value is not None:
-        reached = value <= target if minimize else value >= target
+        reached = value <= target if policy.minimize else value >= target
         if reached:
             return "TargetReached", f"{metric_name} {value:g} reached the target {target:g}"
-    patience = policy.get("earlyStoppingPatience")
+    patience = policy.early_stopping_patience
     best = status.get("bestMetric")
     epoch = status.get("currentEpoch")
     if patience and isinstance(best, dict) and epoch is not None:

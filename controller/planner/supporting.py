@@ -1,10 +1,11 @@
-"""The objects a TrainingJob needs besides its pods, and how to bring the cluster in line with them.
+"""The objects a TrainingJob needs besides its pods, and what differs between them and the cluster.
 
 ConfigMap, headless and master Services, the per-job ServiceAccount/Role/RoleBinding, the checkpoint
-claim and the PodGroup are built by `builders/`; this module compares them with what the cache holds
-and says what to create or patch. Only the fields the operator owns are compared (a ConfigMap's
-data, a Service's ports and selector, a Role's rules, the PodGroup fields it sets), so defaulting by
-the API server or additions by other controllers never cause a write.
+claim and the PodGroup are built by `builders/`; `diff_objects` compares them with what the cache
+holds and lists what to create or patch (the reconciler does the writing). Only the fields the
+operator owns are compared (a ConfigMap's data, a Service's ports and selector, a Role's rules, the
+PodGroup fields it sets), so defaulting by the API server or additions by other controllers never
+cause a write.
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ def _merge(into: JsonDict, addition: Mapping[str, Any]) -> None:
             into[key] = value
 
 
-def reconcile_objects(
+def diff_objects(
     desired: list[JsonDict], existing: Mapping[tuple[str, str], JsonDict]
 ) -> tuple[list[JsonDict], list[Patch]]:
     """(objects to create, merge patches to apply) so that `existing` matches `desired`.

@@ -1,8 +1,8 @@
 """A TrainingJob's pods seen as one gang: which ranks exist, which are stale, and how far they got.
 
-The lifecycle never reasons about single pods: a rank restarted alone cannot rejoin the collective,
+The planner never reasons about single pods: a rank restarted alone cannot rejoin the collective,
 so every decision is about the gang. This module turns the job's owned pods (from the cache) into
-that view once per reconcile.
+a `Gang` once per reconcile (and attempt).
 """
 
 from __future__ import annotations
@@ -12,15 +12,18 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from controller import podstate
-from controller.failures import PodFailure, classify
-from crd.contract import ATTEMPT_LABEL, NUM_WORKERS_ANNOTATION
+from controller.planner import podstate
+from controller.planner.failures import PodFailure, classify
+from crd.contract import ATTEMPT_LABEL
 
 JsonDict = dict[str, Any]
 
 
 @dataclass(frozen=True)
-class GangView:
+class Gang:
+    """The pods of one job by role: a live pod per rank, the extra ones, those going away, and the
+    failures among them (including ranks deleted since the cache last held them)."""
+
     num_workers: int
     ranks: dict[int, JsonDict] = field(default_factory=dict)
     terminating: list[JsonDict] = field(default_factory=list)
@@ -48,6 +51,17 @@ class GangView:
         return [pod for pod in self.ranks.values() if not podstate.is_scheduled(pod)]
 
     @property
+    def holding(self) -> list[JsonDict]:
+        """The live pods still running or about to (they hold nodes and GPUs); finished ones are kept
+        for inspection unless cleanPodPolicy says otherwise."""
+        return [pod for pod in self.live if podstate.phase(pod) in ("Pending", "Running", "Unknown")]
+
+    @property
+    def allocated(self) -> int:
+        """Pods, terminating ones included, that a scheduler has placed or may place (status.resources)."""
+        return sum(1 for pod in self.all_pods if podstate.phase(pod) in ("Pending", "Running"))
+
+    @property
     def formed(self) -> bool:
         """True once any rank got past Pending: from then on a missing rank breaks the collective."""
         return any(podstate.phase(pod) != "Pending" for pod in self.ranks.values())
@@ -71,39 +85,38 @@ def observe(
     node_grace: float = 0.0,
     vanished: Sequence[JsonDict] = (),
     attempt: int | None = None,
-) -> GangView:
+) -> Gang:
     """The gang as the cache shows it. `vanished` are the last states of pods deleted recently (the
     cache no longer has them): a rank of the current `attempt` that went missing after a preemption or
     eviction counts as that disruption, not as an unexplained deletion."""
-    view = GangView(num_workers=num_workers)
+    gang = Gang(num_workers=num_workers)
     for pod in sorted(pods, key=lambda item: str(item.get("metadata", {}).get("name", ""))):
         if podstate.is_terminating(pod):
-            view.terminating.append(pod)
+            gang.terminating.append(pod)
             # Preemption, API eviction and taint-manager deletion mark the pod DisruptionTarget and
             # delete it: the rank then goes missing, and this is why.
             if podstate.disruption_reason(pod) is not None:
                 failure = classify(pod, None, False)
                 if failure is not None:
-                    view.failures.append(failure)
+                    gang.failures.append(failure)
             continue
         index = podstate.replica_index(pod)
-        if index is None or not 0 <= index < num_workers or index in view.ranks:
-            view.out_of_range.append(pod)
+        if index is None or not 0 <= index < num_workers or index in gang.ranks:
+            gang.out_of_range.append(pod)
             continue
-        view.ranks[index] = pod
-        built_for = pod.get("metadata", {}).get("annotations", {}).get(NUM_WORKERS_ANNOTATION)
-        if built_for is not None and built_for != str(num_workers):
-            view.stale.append(pod)
+        gang.ranks[index] = pod
+        if podstate.built_for_another_size(pod, num_workers):
+            gang.stale.append(pod)
         node = podstate.node_name(pod)
         failure = classify(
             pod, nodes.get(node) if node else None, nodes_known, now=now, node_grace=node_grace
         )
         if failure is not None:
-            view.failures.append(failure)
-    known = {pod["metadata"]["name"] for pod in view.terminating}
+            gang.failures.append(failure)
+    known = {pod["metadata"]["name"] for pod in gang.terminating}
     for pod in vanished:
         index = podstate.replica_index(pod)
-        if index is None or not 0 <= index < num_workers or index in view.ranks:
+        if index is None or not 0 <= index < num_workers or index in gang.ranks:
             continue
         if pod["metadata"]["name"] in known:
             continue
@@ -111,8 +124,8 @@ def observe(
             continue
         failure = classify(pod, None, False)
         if failure is not None:
-            view.failures.append(failure)
-    return view
+            gang.failures.append(failure)
+    return gang
 
 
 def root_cause(failures: Sequence[PodFailure], pods_by_name: Mapping[str, JsonDict]) -> PodFailure:

@@ -14,13 +14,15 @@ does not work and that restarts storm. The rules live here as pure functions:
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from controller import podstate
+from controller.planner import podstate
+from crd.spec import FailurePolicy, RestartBackoff
 
 
 class Cause(StrEnum):
@@ -102,34 +104,40 @@ def classify(
     return None
 
 
-def verdict(failure: PodFailure, failure_policy: Mapping[str, Any]) -> Verdict:
+def verdict(failure: PodFailure, policy: FailurePolicy) -> Verdict:
     if failure.disruption:
         return Verdict.DISRUPTION
-    policy = failure_policy.get("restartPolicy", "OnFailure")
-    if policy != "ExitCode":
-        return Verdict.PERMANENT if policy == "Never" else Verdict.RETRY
-    return _exit_code_verdict(failure.exit_code, failure_policy)
+    if policy.restart_policy != "ExitCode":
+        return Verdict.PERMANENT if policy.restart_policy == "Never" else Verdict.RETRY
+    return _exit_code_verdict(failure.exit_code, policy)
 
 
-def _exit_code_verdict(code: int | None, failure_policy: Mapping[str, Any]) -> Verdict:
+def _exit_code_verdict(code: int | None, policy: FailurePolicy) -> Verdict:
     """restartPolicy ExitCode: listed codes win; else >= 128 (a signal) retries and 1-127 is permanent.
     A pod that failed without a container exit code (e.g. it could not start) is retried."""
-    if code is None or code in (failure_policy.get("retryableExitCodes") or []):
+    if code is None or code in policy.retryable_exit_codes:
         return Verdict.RETRY
-    if code in (failure_policy.get("permanentExitCodes") or []):
+    if code in policy.permanent_exit_codes:
         return Verdict.PERMANENT
     return Verdict.RETRY if code >= 128 else Verdict.PERMANENT
 
 
-def restart_delay(backoff: Mapping[str, Any], previous_restarts: int, seed: str) -> float:
+def restart_delay(backoff: RestartBackoff, previous_restarts: int, seed: str) -> float:
     """Seconds to wait before the next gang start: initial * multiplier^previous, with up to 10% jitter,
     never above maxDelaySeconds. Below the cap the jitter lengthens the delay; at the cap it shortens
     it, so jobs that failed together do not restart together even there. The jitter is derived from
-    `seed` (job UID and restart number): stable across operator restarts, reproducible in tests."""
-    initial = float(backoff.get("initialDelaySeconds", 10))
-    cap = float(backoff.get("maxDelaySeconds", 360))
-    multiplier = float(backoff.get("multiplier", 2))
+    `seed` (job UID and restart number): stable across operator restarts, reproducible in tests.
+
+    Whatever numbers the schema admits, the answer is a number (infinite when the growth or the cap
+    is): a multiplier or delay too large for a float saturates instead of raising."""
+    initial, cap = backoff.initial_delay_seconds, backoff.max_delay_seconds
     exponent = min(max(previous_restarts, 0), 64)
     fraction = int.from_bytes(hashlib.sha256(seed.encode()).digest()[:8], "big") / 2**64
-    delay = initial * multiplier**exponent * (1 + 0.1 * fraction)
+    if initial <= 0:
+        return 0.0
+    try:
+        growth = backoff.multiplier**exponent
+    except OverflowError:
+        growth = math.inf
+    delay = initial * growth * (1 + 0.1 * fraction)
     return delay if delay <= cap else cap * (1 - 0.1 * fraction)

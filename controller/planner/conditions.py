@@ -8,17 +8,12 @@ lets the reconciler skip status writes when nothing happened.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
-CREATED = "Created"
-RUNNING = "Running"
-RESTARTING = "Restarting"
-SUSPENDED = "Suspended"
-STALLED = "Stalled"
-SUCCEEDED = "Succeeded"
-FAILED = "Failed"
+from crd.contract import Condition
 
-ORDER = (CREATED, RUNNING, RESTARTING, SUSPENDED, STALLED, SUCCEEDED, FAILED)
+# Conditions are listed in this order (the order of the Condition names).
+ORDER: Final = tuple(Condition)
 
 
 def get(conditions: Sequence[Mapping[str, Any]] | None, type_: str) -> Mapping[str, Any] | None:
@@ -61,7 +56,7 @@ def set_condition(
         result.append(updated)
     if not found:
         created: dict[str, Any] = {
-            "type": type_,
+            "type": str(type_),
             "status": value,
             "reason": reason,
             "message": message,
@@ -70,7 +65,7 @@ def set_condition(
         if generation is not None:
             created["observedGeneration"] = generation
         result.append(created)
-    rank = {name: position for position, name in enumerate(ORDER)}
+    rank = {str(name): position for position, name in enumerate(ORDER)}
     result.sort(key=lambda entry: rank.get(str(entry.get("type")), len(ORDER)))
     return result
 

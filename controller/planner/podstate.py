@@ -1,7 +1,7 @@
-"""Reading a Pod dict the way the lifecycle needs it: rank, phase, scheduling, how it ended, and why.
+"""Reading a Pod dict the way the planner needs it: rank, phase, scheduling, how it ended, and why.
 
 Pod status is spread over phase, conditions, container states and the node it runs on; the
-lifecycle asks a handful of precise questions of it ("is this rank scheduled?", "did it fail, and is
+planner asks a handful of precise questions of it ("is this rank scheduled?", "did it fail, and is
 that the program's fault or the infrastructure's?"). Answering them here, once, keeps the decision
 code readable and lets tests feed it pod dicts straight from the API.
 """
@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from controller.runtime.clock import parse_time
-from crd.contract import REPLICA_INDEX_LABEL
+from crd.contract import NUM_WORKERS_ANNOTATION, REPLICA_INDEX_LABEL
 
 JsonDict = dict[str, Any]
 
@@ -23,12 +23,23 @@ JsonDict = dict[str, Any]
 DISRUPTION_CONDITION = "DisruptionTarget"
 
 
-def replica_index(pod: Mapping[str, Any]) -> int | None:
-    value = pod.get("metadata", {}).get("labels", {}).get(REPLICA_INDEX_LABEL)
+def _number(label: object) -> int | None:
+    """A label's or annotation's whole number, None when absent or not a number."""
     try:
-        return int(value) if value is not None else None
+        return int(str(label)) if label is not None else None
     except ValueError:
         return None
+
+
+def replica_index(pod: Mapping[str, Any]) -> int | None:
+    return _number(pod.get("metadata", {}).get("labels", {}).get(REPLICA_INDEX_LABEL))
+
+
+def built_for_another_size(pod: Mapping[str, Any], num_workers: int) -> bool:
+    """Whether the pod records (in its annotation) a numWorkers other than `num_workers`; an unreadable
+    record counts as another size, a pod without one (not built by the operator) as this size."""
+    recorded = pod.get("metadata", {}).get("annotations", {}).get(NUM_WORKERS_ANNOTATION)
+    return recorded is not None and _number(recorded) != num_workers
 
 
 def phase(pod: Mapping[str, Any]) -> str:

@@ -1,0 +1,183 @@
+"""Carries out a plan's writes to the job's objects, and brings back what the API server refused.
+
+Order: patches of supporting objects, then their creates (in parallel, except that a RoleBinding
+waits for its Role: the API server checks that whoever binds a Role holds its permissions, and
+cannot check a Role that does not exist yet), then the pods (they need the account and the
+ConfigMap), then pod deletes. Pod creates and deletes are announced to the expectations first and
+lowered again for every one that fails, so a reconcile never waits for a cache event that will not
+come.
+
+Refusals come back as `CreateFailure`s for the planner to judge: an object the API server will never
+take in this form (400 BadRequest, 413 too large, 422 Invalid) is `invalid`; one that something
+outside the job stands in the way of (403 Forbidden: a quota, a missing PriorityClass, a terminating
+namespace; 404; a name taken by an object the job does not own) is `blocked`. Anything else (a 5xx,
+a 429 or a lost connection the client gave up retrying) is raised: the worker retries the whole
+reconcile with backoff.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor, Future
+from typing import Any, Literal
+
+from controller.planner import CreateFailure, Delete, Plan
+from controller.planner.texts import event_message
+from controller.resources import PODS, TRAININGJOBS, resource_for
+from controller.runtime.client import KubeClient
+from controller.runtime.errors import (
+    AlreadyExists,
+    ApiError,
+    BadRequest,
+    Conflict,
+    Forbidden,
+    Invalid,
+    KubeError,
+    NotFound,
+)
+from controller.runtime.events import EventRecorder
+from controller.runtime.expectations import Expectations
+from controller.runtime.store import object_key
+
+logger = logging.getLogger(__name__)
+
+JsonDict = dict[str, Any]
+REQUEST_TOO_LARGE = 413
+
+
+class Writes:
+    """Writes a plan's objects with the API client on a shared thread pool."""
+
+    def __init__(
+        self, client: KubeClient, *, expectations: Expectations, events: EventRecorder, pool: Executor
+    ) -> None:
+        self._client = client
+        self._expectations = expectations
+        self._events = events
+        self._pool = pool
+
+    def execute(self, job: JsonDict, plan: Plan) -> list[CreateFailure]:
+        key = object_key(job)
+        namespace = _namespace(job)
+        for patch in plan.patches:
+            self._client.patch(resource_for(patch.api_version, patch.kind), namespace, patch.name, patch.body)
+            logger.info(
+                "patched %s %s", patch.kind, patch.name, extra={"action": "patch", "object": patch.name}
+            )
+        pods = [obj for obj in plan.creates if obj["kind"] == "Pod"]
+        others = [obj for obj in plan.creates if obj["kind"] != "Pod"]
+        bindings = [obj for obj in others if obj["kind"] == "RoleBinding"]
+        failures: list[CreateFailure] = []
+        for batch in ([obj for obj in others if obj["kind"] != "RoleBinding"], bindings):
+            failures += self._all(self._create, job, batch)
+        if failures:
+            return failures
+        if pods:
+            self._expectations.expect_creates(key, [pod["metadata"]["name"] for pod in pods])
+            failures += self._all(self._create_pod, job, pods)
+        deletes = [delete for delete in plan.deletes if delete.kind == "Pod"]
+        if deletes:
+            self._expectations.expect_deletes(key, [delete.uid for delete in deletes])
+            self._all(self._delete_pod, job, deletes)
+        return failures
+
+    def delete_job(self, job: JsonDict) -> None:
+        try:
+            self._client.delete(
+                TRAININGJOBS, _namespace(job), job["metadata"]["name"], uid=job["metadata"]["uid"]
+            )
+        except (NotFound, Conflict):
+            return
+        logger.info("deleted the job: ttlSecondsAfterFinished expired", extra={"action": "delete-job"})
+
+    def _all(
+        self, write: Callable[[JsonDict, Any], CreateFailure | None], job: JsonDict, items: Sequence[Any]
+    ) -> list[CreateFailure]:
+        """Runs `write` for every item on the pool, in a copy of this thread's context (so log lines
+        carry the job and the reconcile id); the failures, or the first error raised."""
+        futures: list[Future[CreateFailure | None]] = [
+            self._pool.submit(contextvars.copy_context().run, write, job, item) for item in items
+        ]
+        return [failure for failure in (future.result() for future in futures) if failure is not None]
+
+    def _create(self, job: JsonDict, obj: JsonDict) -> CreateFailure | None:
+        kind, name = obj["kind"], obj["metadata"]["name"]
+        resource = resource_for(obj["apiVersion"], kind)
+        try:
+            self._client.create(resource, _namespace(job), obj)
+        except AlreadyExists:
+            existing = self._client.get(resource, _namespace(job), name)
+            owners = existing.get("metadata", {}).get("ownerReferences") or []
+            if any(owner.get("uid") == job["metadata"]["uid"] for owner in owners):
+                return None
+            return self._refused(
+                job,
+                kind,
+                name,
+                "blocked",
+                f"{kind} {name} already exists and is not owned by this TrainingJob",
+            )
+        except (BadRequest, Invalid) as error:
+            return self._refused(job, kind, name, "invalid", f"{kind} {name}: {error.message}")
+        except (Forbidden, NotFound) as error:
+            return self._refused(job, kind, name, "blocked", f"creating {kind} {name}: {error.message}")
+        except ApiError as error:
+            if error.status != REQUEST_TOO_LARGE:
+                raise
+            return self._refused(job, kind, name, "invalid", f"{kind} {name}: {error.message}")
+        logger.info("created %s %s", kind, name, extra={"action": "create", "kind": kind, "object": name})
+        self._events.record(job, "Normal", "SuccessfulCreate", f"Created {kind.lower()}: {name}")
+        return None
+
+    def _refused(
+        self, job: JsonDict, kind: str, name: str, verdict: Literal["invalid", "blocked"], message: str
+    ) -> CreateFailure:
+        logger.warning("failed to create %s %s: %s", kind, name, message, extra={"action": "create-failed"})
+        self._events.record(job, "Warning", "FailedCreate", event_message(message))
+        return CreateFailure(kind, name, verdict, message)
+
+    def _create_pod(self, job: JsonDict, pod: JsonDict) -> CreateFailure | None:
+        key, name = object_key(job), pod["metadata"]["name"]
+        try:
+            failure = self._create(job, pod)
+        except KubeError:
+            # Not created (or not known to be): the cache will never show it, so stop waiting for it.
+            self._expectations.created(key, name)
+            raise
+        if failure is not None:
+            self._expectations.created(key, name)
+        return failure
+
+    def _delete_pod(self, job: JsonDict, delete: Delete) -> None:
+        key = object_key(job)
+        try:
+            self._client.delete(
+                PODS,
+                _namespace(job),
+                delete.name,
+                uid=delete.uid,
+                grace_period_seconds=0 if delete.force else None,
+            )
+        except (NotFound, Conflict):
+            self._expectations.deleted(key, delete.uid)
+            return
+        except KubeError:
+            self._expectations.deleted(key, delete.uid)
+            raise
+        verb = "force-deleted" if delete.force else "deleted"
+        logger.info(
+            "%s pod %s: %s",
+            verb,
+            delete.name,
+            delete.reason,
+            extra={"action": "delete", "object": delete.name},
+        )
+        self._events.record(
+            job, "Normal", "SuccessfulDelete", f"{verb.capitalize()} pod: {delete.name} ({delete.reason})"
+        )
+
+
+def _namespace(job: JsonDict) -> str:
+    return str(job["metadata"]["namespace"])

@@ -1,0 +1,402 @@
+"""What a TrainingJob needs next: its state machine, written as the order of the checks in `decide`.
+
+    (new) --Accept--> Pending --CreateRanks--> Pending --> Initializing --> Running --Finish--> Completed
+                         ^                        |             |              |
+                         +--NextAttempt-- Restarting <--------Restart---------+
+                             (after the backoff, once the old pods are gone)
+    any --Suspend--> Suspended --Resume--> Pending
+    any --Finish--> Failed (invalid spec, deadline, permanent failure, a limit exceeded)
+    Completed | Failed --(ttlSecondsAfterFinished)--> DeleteJob
+
+A Restart has a cause that decides what it is counted against: a failed rank (backoffLimit), a
+disruption: preemption, eviction, a lost node, a rank deleted by someone else (maxDisruptionRestarts),
+a gang that could not be scheduled in time, a stall (backoffLimit); a resize has none.
+
+`decide(facts, status, taken)` returns one decision; `plan` applies it (transitions.py). A decision
+marked `STEP` needs nothing from the cluster before the next one (the status changed, or pods were
+only asked to go), so `plan` then asks again with the new status; `taken` are the steps already
+applied in this reconcile. Every other decision ends the reconcile's path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from builders.names import pod_name
+from controller.planner import conditions as cond
+from controller.planner import podstate
+from controller.planner.facts import Facts, state_of
+from controller.planner.failures import Cause, Verdict, verdict
+from controller.planner.gang import Gang, root_cause
+from controller.planner.progress import ProgressUpdate, apply_report, success_reached
+from controller.planner.texts import format_duration, summary
+from controller.planner.timers import active_seconds, quiet_seconds, scheduling_wait, ttl_expires
+from controller.runtime.clock import parse_time
+from crd.contract import FINISHED_STATES, Condition, State
+
+JsonDict = dict[str, Any]
+Pods = tuple[JsonDict, ...]
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A Completed or Failed job: release its pods per cleanPodPolicy, wait out its TTL."""
+
+    STEP: ClassVar = False
+
+
+@dataclass(frozen=True)
+class DeleteJob:
+    """ttlSecondsAfterFinished has passed: delete the job (and, through ownership, all it has)."""
+
+    STEP: ClassVar = False
+
+
+@dataclass(frozen=True)
+class Finish:
+    """Completed or Failed, for `reason`; `stop` are the pods to delete now. Then it is Finished."""
+
+    STEP: ClassVar = True
+    state: State
+    reason: str
+    message: str
+    stop: Pods = ()
+
+
+@dataclass(frozen=True)
+class Accept:
+    """A new job: Pending while its objects and pods are created."""
+
+    STEP: ClassVar = True
+
+
+@dataclass(frozen=True)
+class Suspend:
+    """spec.suspend: delete the pods, stop the deadline clock, cancel a pending restart."""
+
+    STEP: ClassVar = False
+
+
+@dataclass(frozen=True)
+class Resume:
+    """spec.suspend is false again: a job that ran starts a new attempt (from its checkpoint)."""
+
+    STEP: ClassVar = True
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Nothing can move until pods are gone or a backoff has passed; `message` says which."""
+
+    STEP: ClassVar = False
+    message: str | None
+    stop: Pods = ()
+    stop_reason: str = ""
+
+
+@dataclass(frozen=True)
+class NextAttempt:
+    """The backoff has passed and the old gang is gone: the next attempt begins."""
+
+    STEP: ClassVar = True
+
+
+@dataclass(frozen=True)
+class RecordProgress:
+    """Rank 0 reported something new (`update`), or something unusable (`problem`)."""
+
+    STEP: ClassVar = True
+    update: ProgressUpdate | None
+    problem: str | None = None
+
+
+@dataclass(frozen=True)
+class RemoveExtraPods:
+    """Pods beyond the world size, or a second pod for a rank."""
+
+    STEP: ClassVar = True
+    pods: Pods
+
+
+@dataclass(frozen=True)
+class Restart:
+    """Tear the whole gang down; the next attempt starts after the backoff of `cause` (None: at once,
+    counted against no limit)."""
+
+    STEP: ClassVar = False
+    cause: Cause | None
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class CreateRanks:
+    """Create the pods of the missing ranks of the current attempt."""
+
+    STEP: ClassVar = False
+    indices: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class MarkCreated:
+    """Every rank of the attempt exists (Created)."""
+
+    STEP: ClassVar = True
+
+
+@dataclass(frozen=True)
+class Track:
+    """The gang exists: show how far it got, and a stall (`stalled`) when progress stopped."""
+
+    STEP: ClassVar = False
+    state: State
+    event_reason: str
+    message: str
+    condition_reason: str
+    stalled: str | None = None
+
+
+Decision = (
+    Finished
+    | DeleteJob
+    | Finish
+    | Accept
+    | Suspend
+    | Resume
+    | Wait
+    | NextAttempt
+    | RecordProgress
+    | RemoveExtraPods
+    | Restart
+    | CreateRanks
+    | MarkCreated
+    | Track
+)
+
+
+def decide(  # noqa: PLR0911 - one return per check of the state machine
+    facts: Facts, status: Mapping[str, Any], taken: Sequence[Decision] = ()
+) -> Decision:
+    """The job's next decision; the order of the checks is the state machine's."""
+    state = state_of(status)
+    gang = facts.gang(status)
+    spec = facts.spec
+    if state in FINISHED_STATES:
+        expires = ttl_expires(facts, status)
+        return DeleteJob() if expires is not None and facts.now >= expires else Finished()
+    if facts.spec_errors:
+        return fail(facts, "InvalidSpec", "invalid spec: " + "; ".join(facts.spec_errors[:10]), gang.all_pods)
+    refused = facts.failures("invalid")
+    if refused:
+        problems = summary(failure.message for failure in refused)
+        return fail(facts, "InvalidSpec", f"invalid spec: {problems}", gang.all_pods)
+    if state is None and not spec.suspend:
+        return Accept()
+    limit = spec.failure_policy.active_deadline_seconds
+    if limit and status.get("startTime") and active_seconds(facts, status) >= limit:
+        message = (
+            f"the job was active for {format_duration(active_seconds(facts, status))}, longer than "
+            f"failurePolicy.activeDeadlineSeconds ({limit}s)"
+        )
+        return fail(facts, "DeadlineExceeded", message, gang.all_pods, force_stop=True)
+    if spec.suspend:
+        return Suspend()
+    if state == State.SUSPENDED:
+        return Resume()
+    if status.get("restartAt") or state == State.RESTARTING:
+        return _restarting(facts, status, gang)
+    return _attempt(facts, status, gang, taken)
+
+
+def fail(
+    facts: Facts, reason: str, message: str, stop: Sequence[JsonDict], *, force_stop: bool = False
+) -> Finish:
+    """Failed, stopping `stop`, unless cleanPodPolicy None asks to keep every pod as it is (to inspect a
+    hung collective); `force_stop` (the deadline) stops them regardless."""
+    if facts.spec.clean_pod_policy == "None" and not force_stop:
+        stop = ()
+    return Finish(State.FAILED, reason, message, tuple(stop))
+
+
+def _restarting(facts: Facts, status: Mapping[str, Any], gang: Gang) -> Decision:
+    """A restart was decided: wait until the old gang is gone and the backoff has passed."""
+    remaining = len(gang.live) + len(gang.terminating)
+    if remaining:
+        return Wait(
+            f"waiting for {remaining} pod(s) of the previous attempt to terminate",
+            tuple(gang.live),
+            f"gang restart: {status.get('lastRestartReason', '')}",
+        )
+    restart_at = status.get("restartAt")
+    if restart_at and parse_time(restart_at) > facts.now:
+        # Only the backoff is left: say so (the message may still name the old pods).
+        restarting = cond.get(status.get("conditions"), Condition.RESTARTING)
+        explained = (
+            restarting is not None and restarting.get("status") == "True" and restarting.get("message")
+        )
+        return Wait(str(restarting["message"]) if restarting is not None and explained else None)
+    return NextAttempt()
+
+
+def progress(facts: Facts, status: Mapping[str, Any]) -> tuple[ProgressUpdate | None, str | None]:
+    """Rank 0's report applied to `status` (rate-limited unless rank 0 has exited: its last report has
+    nothing to flush it later), or the problem with it."""
+    report, problem = facts.report(status)
+    if report is None:
+        return None, problem
+    interval = 0.0 if facts.rank0_finished(status) else facts.settings.progress_min_interval
+    return apply_report(status, report, facts.spec, facts.now, interval), None
+
+
+def _attempt(  # noqa: PLR0911 - one return per check of the state machine
+    facts: Facts, status: Mapping[str, Any], gang: Gang, taken: Sequence[Decision]
+) -> Decision:
+    """The current gang: record its progress, notice its end, create it, watch it start."""
+    update, problem = progress(facts, status)
+    if problem and not any(isinstance(step, RecordProgress) for step in taken):
+        return RecordProgress(None, problem)
+    if update is not None and update.changed:
+        return RecordProgress(update)
+    finish = _success(facts, status, gang)
+    if finish is not None:
+        return finish
+    if gang.failures:
+        return _react_to_failure(facts, status, gang)
+    if gang.stale:
+        return Restart(None, "Resized", f"numWorkers changed to {gang.num_workers}")
+    created = cond.is_true(status.get("conditions"), Condition.CREATED)
+    if gang.missing and gang.formed and created:
+        names = ", ".join(pod_name(facts.job, index) for index in gang.missing)
+        return Restart(Cause.DISRUPTION, "PodDeleted", f"pod(s) {names} disappeared")
+    if gang.out_of_range and not any(isinstance(step, RemoveExtraPods) for step in taken):
+        return RemoveExtraPods(tuple(gang.out_of_range))
+    if gang.missing:
+        if gang.terminating:
+            return Wait(f"waiting for {len(gang.terminating)} pod(s) of a previous attempt to terminate")
+        return CreateRanks(tuple(gang.missing))
+    if not created:
+        return MarkCreated()
+    timeout = facts.spec.scheduling.schedule_timeout_seconds
+    waited = scheduling_wait(facts, status, gang)
+    if timeout is not None and waited is not None and waited >= timeout:
+        return Restart(
+            Cause.SCHEDULING,
+            "ScheduleTimeout",
+            f"{unschedulable_summary(gang)} after {format_duration(waited)} "
+            f"(scheduling.scheduleTimeoutSeconds {timeout}); releasing all pods",
+        )
+    return _track(facts, status, gang, deferred=update is not None and update.retry_in is not None)
+
+
+def _success(facts: Facts, status: Mapping[str, Any], gang: Gang) -> Finish | None:
+    reached = success_reached(status, facts.spec.success_policy)
+    if reached is not None:
+        reason, message = reached
+        return Finish(State.COMPLETED, reason, message, tuple(gang.holding))
+    rank0 = gang.ranks.get(0)
+    if (
+        facts.spec.success_policy.mode == "RankZero"
+        and rank0 is not None
+        and podstate.phase(rank0) == "Succeeded"
+    ):
+        # The other workers are stopped whatever cleanPodPolicy says (it keeps finished pods only).
+        return Finish(State.COMPLETED, "RankZeroSucceeded", "rank 0 succeeded", tuple(gang.holding))
+    if not gang.missing and gang.count("Succeeded") == gang.num_workers:
+        return Finish(State.COMPLETED, "AllWorkersSucceeded", f"all {gang.num_workers} workers succeeded")
+    return None
+
+
+def _react_to_failure(facts: Facts, status: Mapping[str, Any], gang: Gang) -> Finish | Restart:
+    """The failure that broke the gang, judged by failurePolicy: a restart, or the end of the job."""
+    policy = facts.spec.failure_policy
+    failure = root_cause(gang.failures, {pod["metadata"]["name"]: pod for pod in gang.all_pods})
+    described = failure.describe()
+    reason = (
+        "OOMKilled"
+        if failure.reason == "OOMKilled"
+        else ("Disruption" if failure.disruption else "PodFailed")
+    )
+    restarts = status.get("restarts") or {}
+    judged = verdict(failure, policy)
+    if judged is Verdict.PERMANENT:
+        why = "restartPolicy Never" if policy.restart_policy == "Never" else "a permanent exit code"
+        return fail(
+            facts, reason if reason == "OOMKilled" else "PodFailed", f"{described} ({why})", gang.holding
+        )
+    if judged is Verdict.DISRUPTION:
+        limit = policy.max_disruption_restarts
+        if int(restarts.get(Cause.DISRUPTION.value, 0)) >= limit:
+            message = (
+                f"{limit} restarts after disruptions (failurePolicy.maxDisruptionRestarts); last: {described}"
+            )
+            return fail(facts, "DisruptionLimitExceeded", message, gang.holding)
+        return Restart(Cause.DISRUPTION, failure.reason, described)
+    used = backoff_used(status)
+    if used >= policy.backoff_limit:
+        message = (
+            f"failed after {used} restart(s) (failurePolicy.backoffLimit {policy.backoff_limit}); "
+            f"last failure: {described}"
+        )
+        return fail(facts, "BackoffLimitExceeded", message, gang.holding)
+    return Restart(Cause.FAILURE, reason, described)
+
+
+def backoff_used(status: Mapping[str, Any]) -> int:
+    """Restarts counted against backoffLimit: after failures and after stalls."""
+    restarts = status.get("restarts") or {}
+    return int(restarts.get(Cause.FAILURE.value, 0)) + int(restarts.get(Cause.STALL.value, 0))
+
+
+def unschedulable_summary(gang: Gang) -> str:
+    unscheduled = gang.unscheduled
+    known = [message for message in map(podstate.unschedulable_message, unscheduled) if message]
+    if known:
+        return f"{len(unscheduled)}/{gang.num_workers} pods unschedulable: {known[0]}"
+    return f"{len(unscheduled)}/{gang.num_workers} pods waiting to be scheduled"
+
+
+def _track(facts: Facts, status: Mapping[str, Any], gang: Gang, *, deferred: bool) -> Decision:
+    """How far the complete gang got; once it has been running, whether it stalled."""
+    total = gang.num_workers
+    running = gang.count("Running", "Succeeded")
+    if gang.unscheduled:
+        message = unschedulable_summary(gang)
+        unschedulable = any(podstate.unschedulable_message(pod) for pod in gang.unscheduled)
+        reason = "PodsUnschedulable" if unschedulable else "PodsPending"
+        return Track(State.PENDING, reason, message, reason)
+    if running < total:
+        return Track(State.INITIALIZING, "PodsScheduled", f"{running}/{total} pods running", "PodsStarting")
+    stalled = None
+    if cond.is_true(status.get("conditions"), Condition.RUNNING) and not deferred:
+        # A deferred report is progress too: lastProgressTime only lags behind the rate limit
+        # (--progress-interval), which may be longer than the deadline.
+        stalled = _stall(facts, status)
+    if isinstance(stalled, Finish | Restart):
+        return stalled
+    return Track(State.RUNNING, "Running", f"{total}/{total} workers running", "AllWorkersRunning", stalled)
+
+
+def _stall(facts: Facts, status: Mapping[str, Any]) -> Finish | Restart | str | None:
+    """A running gang past monitoring.progressDeadlineSeconds without progress: the stall's message,
+    or what restartOnStall makes of it."""
+    monitoring = facts.spec.monitoring
+    deadline = monitoring.progress_deadline_seconds
+    quiet = quiet_seconds(facts, status)
+    if not deadline or quiet < deadline:
+        return None
+    if cond.is_true(status.get("conditions"), Condition.STALLED) and not monitoring.restart_on_stall:
+        return None
+    last = status.get("currentEpoch")
+    detail = f" (last report: epoch {last})" if last is not None else " (no report yet)"
+    message = (
+        f"no progress reported for {format_duration(quiet)}, over "
+        f"monitoring.progressDeadlineSeconds ({deadline}s){detail}"
+    )
+    if not monitoring.restart_on_stall:
+        return message
+    if backoff_used(status) >= facts.spec.failure_policy.backoff_limit:
+        gang = facts.gang(status)
+        return fail(facts, "BackoffLimitExceeded", f"{message}; backoffLimit exhausted", gang.holding)
+    return Restart(Cause.STALL, "Stalled", message)

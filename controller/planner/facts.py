@@ -1,0 +1,100 @@
+"""One reconcile's view of a TrainingJob: the observation read once, in the terms decisions use.
+
+`Facts` holds the typed job (crd.spec), the time (and the time as status writes it), what is wrong
+with the spec beyond the API server's checks (plan.spec_errors), the create failures the reconciler
+reported, and the job's pods seen as a gang. Decisions and transitions read it and never change it;
+the only thing that varies within one reconcile is the status, which is passed beside it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from builders.podgroup import GangScheduler
+from controller.planner import podstate
+from controller.planner.gang import Gang, observe
+from controller.planner.model import CreateFailure, Observed, Settings
+from controller.planner.progress import Report, parse_report
+from controller.planner.timers import ceil_to_second
+from controller.runtime.clock import parse_time, rfc3339
+from crd.contract import PROGRESS_ANNOTATION, State
+from crd.spec import Spec, TrainingJob
+
+JsonDict = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Facts:
+    job: TrainingJob
+    observed: Observed
+    settings: Settings
+    # What is wrong with the spec beyond the API server's checks, as "field: problem" lines.
+    spec_errors: tuple[str, ...]
+    _gangs: dict[int, Gang] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def spec(self) -> Spec:
+        return self.job.spec
+
+    @property
+    def now(self) -> datetime:
+        return self.observed.now
+
+    @property
+    def stamp(self) -> str:
+        """The time as status records it: whole seconds, rounded up, so that a time written now and
+        read back later never makes a timer (backoff, deadline, schedule timeout, stall, TTL) fire early."""
+        return rfc3339(ceil_to_second(self.observed.now))
+
+    @property
+    def gang_scheduler(self) -> GangScheduler | None:
+        """The gang scheduler whose PodGroup the job's pods join: the cluster's, if the job asks."""
+        return self.observed.gang_scheduler if self.spec.scheduling.gang_scheduling else None
+
+    def gang(self, status: Mapping[str, Any]) -> Gang:
+        """The gang of the status's attempt (deleted pods of earlier attempts explain nothing about it)."""
+        attempt = attempt_of(status)
+        if attempt not in self._gangs:
+            observed = self.observed
+            self._gangs[attempt] = observe(
+                observed.pods,
+                self.spec.num_workers,
+                observed.nodes,
+                observed.nodes_known,
+                now=observed.now,
+                node_grace=self.settings.node_lost_after,
+                vanished=observed.vanished,
+                attempt=attempt,
+            )
+        return self._gangs[attempt]
+
+    def report(self, status: Mapping[str, Any]) -> tuple[Report | None, str | None]:
+        """Rank 0's progress report (parse_report's answer), with the pod named in a problem."""
+        rank0 = self.gang(status).ranks.get(0)
+        if rank0 is None:
+            return None, None
+        report, problem = parse_report(rank0["metadata"].get("annotations", {}).get(PROGRESS_ANNOTATION))
+        return report, f"{rank0['metadata']['name']}: {problem}" if problem else None
+
+    def rank0_finished(self, status: Mapping[str, Any]) -> bool:
+        rank0 = self.gang(status).ranks.get(0)
+        return rank0 is not None and podstate.phase(rank0) in ("Succeeded", "Failed")
+
+    def failures(self, verdict: str) -> list[CreateFailure]:
+        return [failure for failure in self.observed.create_failures if failure.verdict == verdict]
+
+    def elapsed(self, since: str) -> float:
+        """Seconds from a status time to now."""
+        return (self.now - parse_time(since)).total_seconds()
+
+
+def attempt_of(status: Mapping[str, Any]) -> int:
+    return int(status.get("attempt", 0))
+
+
+def state_of(status: Mapping[str, Any]) -> State | None:
+    state = status.get("state")
+    return State(state) if state in list(State) else None

@@ -1,0 +1,99 @@
+"""What goes into the planner and what comes out of it.
+
+In: `Observed`, everything the caches show about one TrainingJob at one instant (the job as stored,
+its pods and other owned objects, node readiness, the pods deleted a moment ago, the gang scheduler
+the cluster runs, and the create failures of the last attempt to carry out a plan), plus the
+operator-wide `Settings`.
+
+Out: a `Plan`, the status the job should have and the writes that get the cluster there. The
+reconciler carries it out and never changes it; when a create fails, it asks again with the
+failures in `Observed.create_failures` and writes the status that answer holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from builders.podgroup import GangScheduler
+from controller.planner.supporting import Patch
+
+JsonDict = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Operator-wide knobs (flags), as opposed to per-job spec fields."""
+
+    force_delete_after: float = 60.0
+    progress_min_interval: float = 5.0
+    # A NotReady node counts as lost (its pods' gang restarts) this long after it turned NotReady.
+    node_lost_after: float = 30.0
+
+
+@dataclass(frozen=True)
+class CreateFailure:
+    """An object the API server would not create, and whether another try could succeed.
+
+    `invalid`: the object itself is refused (400 BadRequest, 422 Invalid, 413 too large): permanent
+    for this spec. `blocked`: something outside the job stands in the way (a quota, a missing
+    PriorityClass, a name taken by an object the job does not own, a forbidden namespace).
+    """
+
+    kind: str
+    name: str
+    verdict: Literal["invalid", "blocked"]
+    message: str
+
+
+@dataclass(frozen=True)
+class Observed:
+    job: JsonDict
+    pods: Sequence[JsonDict]
+    owned: Mapping[tuple[str, str], JsonDict]
+    nodes: Mapping[str, JsonDict]
+    now: datetime
+    nodes_known: bool = True
+    # The gang scheduler the cluster runs (discovery); used for jobs that ask for gang scheduling.
+    gang_scheduler: GangScheduler | None = None
+    # Last states of the job's pods deleted recently that ended with a disruption or a failure.
+    vanished: Sequence[JsonDict] = ()
+    # What went wrong carrying out the plan made from this same observation.
+    create_failures: Sequence[CreateFailure] = ()
+
+
+@dataclass(frozen=True)
+class Delete:
+    kind: str
+    name: str
+    uid: str
+    reason: str
+    force: bool = False
+
+
+@dataclass(frozen=True)
+class Event:
+    type: Literal["Normal", "Warning"]
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The status to write and the writes to make, in order: patches of supporting objects, creates
+    (supporting objects, then pods), pod deletes; then the job itself when its TTL expired.
+
+    `objects_first`: the job is blocked by a refused create and the plan tries the creates again, so
+    the reconciler makes them before writing status and writes only what the outcome changes (a
+    failure that keeps recurring then writes nothing)."""
+
+    status: JsonDict
+    creates: list[JsonDict] = field(default_factory=list)
+    patches: list[Patch] = field(default_factory=list)
+    deletes: list[Delete] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    requeue_after: float | None = None
+    delete_job: bool = False
+    objects_first: bool = False

@@ -1,0 +1,169 @@
+"""The planner's entry point: from what the caches show to the status a job should have and the writes
+that get the cluster there, with no I/O, so every rule is tested by calling `plan` directly.
+
+Three steps:
+
+1. decide and apply: `decide` (decide.py) names the next decision, a pure transition
+   (transitions.py) applies it to the status; steps repeat until a decision that waits on the
+   cluster. The supporting objects (ConfigMap, Services, RBAC, claim, PodGroup) are compared with
+   the cache on the way (supporting.py), and pods stuck on lost nodes are force-deleted.
+2. create failures reported by the reconciler come back as data (`Observed.create_failures`): an
+   invalid object fails the job (InvalidSpec, through the same Finish as any failure), a blocked one
+   shows on the Created condition and the message.
+3. the fields derived from the pods (workers, resources), observedGeneration and the time of the
+   next look (timers.py) are computed once, from the final status.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any, Final
+
+from controller.planner import texts
+from controller.planner.decide import Decision, Finish, decide, progress
+from controller.planner.facts import Facts
+from controller.planner.model import Delete, Event, Observed, Plan, Settings
+from controller.planner.supporting import Patch, desired_objects, diff_objects
+from controller.planner.timers import ceil_to_second, wake_up
+from controller.planner.transitions import (
+    Change,
+    Moment,
+    Step,
+    apply,
+    blocked,
+    finish_status,
+    force_delete_stuck,
+    moment,
+    show_blocked,
+)
+from controller.runtime import boundedjson
+from controller.runtime.clock import rfc3339
+from crd.contract import FINISHED_STATES, State
+from crd.spec import SpecError, parse
+from crd.validation import validate
+
+JsonDict = dict[str, Any]
+# A reconcile takes at most this many decisions (the longest path: Resume, RecordProgress,
+# RemoveExtraPods, then CreateRanks; or Accept, Finish, DeleteJob); more would be a loop.
+MAX_DECISIONS: Final = 8
+
+
+def plan(observed: Observed, settings: Settings | None = None) -> Plan:
+    status: JsonDict = copy.deepcopy(observed.job.get("status") or {})
+    try:
+        job = parse(observed.job)
+    except SpecError as error:
+        return _unreadable(observed, status, error)
+    facts = Facts(job, observed, settings or Settings(), spec_errors(observed.job))
+    result = _Result(status)
+    for _ in range(MAX_DECISIONS):
+        decision = decide(facts, result.status, result.taken)
+        result.add(decision, apply(facts, result.status, decision))
+        if not decision.STEP:
+            break
+    else:
+        raise RuntimeError(f"no decision ends the reconcile after {result.taken}")
+    creates: list[JsonDict] = []
+    patches: list[Patch] = []
+    if status.get("state") not in FINISHED_STATES and not facts.spec_errors:
+        creates, patches = diff_objects(desired_objects(job, facts.gang_scheduler), observed.owned)
+    result.deletes_also(force_delete_stuck(facts, result.status))
+    final = result.status
+    refused = facts.failures("blocked")
+    if refused and not any(isinstance(step, Finish) for step in result.taken):
+        final = show_blocked(moment(facts), final, (failure.message for failure in refused))
+    gang = facts.gang(final)
+    final = _derived(final, facts)
+    events = list(result.events)
+    if not status.get("state") and job.spec.scheduling.gang_scheduling and observed.gang_scheduler is None:
+        events.append(
+            Event(
+                "Warning",
+                "GangSchedulingUnavailable",
+                "scheduling.gangScheduling is set but neither scheduler-plugins' nor Volcano's PodGroup CRD "
+                "is installed; scheduling pods individually",
+            )
+        )
+    all_creates = [*creates, *result.creates]
+    deletes = list(result.deletes.values())
+    update, _ = progress(facts, final)
+    return Plan(
+        status=final,
+        creates=all_creates,
+        patches=patches,
+        deletes=deletes,
+        events=events,
+        requeue_after=wake_up(facts, final, gang, update.retry_in if update is not None else None),
+        delete_job=result.delete_job,
+        objects_first=blocked(status) and bool(all_creates) and not deletes,
+    )
+
+
+def spec_errors(job: Mapping[str, Any]) -> tuple[str, ...]:
+    """What is wrong with the spec beyond what the API server checks: where the bounded decoder cut it
+    (values nested deeper than the operator reads, which it refuses rather than guesses at), then
+    crd.validation's findings."""
+    cut = [
+        f"spec.{path}: nested deeper than {boundedjson.DEFAULT_MAX_DEPTH} levels, "
+        "which the operator does not read"
+        for path in boundedjson.truncated_paths(job.get("spec") or {})
+    ]
+    return (*cut, *(str(error) for error in validate(dict(job))))
+
+
+class _Result:
+    """The decisions a reconcile took, and what they add up to."""
+
+    def __init__(self, status: JsonDict) -> None:
+        self.status = status
+        self.taken: list[Decision] = []
+        self.creates: list[JsonDict] = []
+        # By pod UID: a pod stopped for one reason is not deleted again for another.
+        self.deletes: dict[str, Delete] = {}
+        self.events: list[Event] = []
+        self.delete_job = False
+
+    def add(self, decision: Decision, step: Step) -> None:
+        self.taken.append(decision)
+        self.status = step.status
+        self.creates.extend(step.creates)
+        self.deletes_also(step.deletes)
+        self.events.extend(step.events)
+        self.delete_job = self.delete_job or step.delete_job
+
+    def deletes_also(self, deletes: tuple[Delete, ...]) -> None:
+        for delete in deletes:
+            self.deletes.setdefault(delete.uid, delete)
+
+
+def _derived(status: Mapping[str, Any], facts: Facts) -> JsonDict:
+    """The fields that only restate what the pods and the spec say, computed once per reconcile."""
+    gang = facts.gang(status)
+    derived = dict(status)
+    if facts.job.generation is not None:
+        derived["observedGeneration"] = facts.job.generation
+    derived["workers"] = gang.workers()
+    derived["resources"] = {"gpus": gang.allocated * facts.spec.gpus_per_worker, "workers": gang.allocated}
+    if derived.get("startTime"):
+        # A job whose first gang started counts attempts and restarts from there.
+        derived.setdefault("attempt", 0)
+        derived.setdefault("restartCount", 0)
+    return derived
+
+
+def _unreadable(observed: Observed, status: JsonDict, error: SpecError) -> Plan:
+    """A spec the operator cannot read at all (a value of the wrong type, stored under an older, looser
+    schema): the job fails with InvalidSpec and its pods are left alone (nothing about them can be
+    judged without a spec). Once failed, nothing more is done."""
+    if status.get("state") in FINISHED_STATES:
+        return Plan(status=status)
+    generation = observed.job.get("metadata", {}).get("generation")
+    now = observed.now
+    change = Change(
+        Moment(now, rfc3339(ceil_to_second(now)), generation if isinstance(generation, int) else None), status
+    )
+    finish_status(change, State.FAILED, "InvalidSpec", texts.message(f"invalid spec: {error}"))
+    if change.moment.generation is not None:
+        change.status["observedGeneration"] = change.moment.generation
+    return Plan(status=change.status, events=list(change.events))

@@ -1,0 +1,392 @@
+"""One pure function per decision (decide.py): what it does to the status, and the writes it brings.
+
+Each takes the reconcile's facts, the status as it stands and the decision, and returns a `Step`: a
+new status (the input is never changed), the pods to create and delete, the Events to record. The
+state moves only through `Change.move_to`, which records an Event when the state changes; every text
+written goes through controller.planner.texts, so it fits the field it is written to. The fields
+derived from the pods (workers, resources, observedGeneration) are not written here but once, at the
+end of the plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from builders.pods import build_pod
+from controller.planner import conditions as cond
+from controller.planner import texts
+from controller.planner.decide import (
+    Accept,
+    CreateRanks,
+    Decision,
+    DeleteJob,
+    Finish,
+    Finished,
+    MarkCreated,
+    NextAttempt,
+    RecordProgress,
+    RemoveExtraPods,
+    Restart,
+    Resume,
+    Suspend,
+    Track,
+    Wait,
+)
+from controller.planner.facts import Facts, attempt_of, state_of
+from controller.planner.failures import Cause, restart_delay
+from controller.planner.model import Delete, Event
+from controller.planner.texts import format_duration
+from controller.planner.timers import ceil_to_second, later, stuck_terminating, terminating_for
+from controller.runtime.clock import parse_time, rfc3339
+from crd.contract import Condition, State
+
+JsonDict = dict[str, Any]
+FAILED_CREATE = "FailedCreate"
+
+
+@dataclass(frozen=True)
+class Moment:
+    """When a status change is made, and from which generation of the spec."""
+
+    now: datetime
+    stamp: str
+    generation: int | None
+
+
+@dataclass(frozen=True)
+class Step:
+    status: JsonDict
+    creates: tuple[JsonDict, ...] = ()
+    deletes: tuple[Delete, ...] = ()
+    events: tuple[Event, ...] = ()
+    delete_job: bool = False
+
+
+class Change:
+    """One transition's edit of a copy of the status, and the Events and deletes it brings."""
+
+    def __init__(self, moment: Moment, status: Mapping[str, Any]) -> None:
+        self.moment = moment
+        self.status: JsonDict = dict(status)
+        self.events: list[Event] = []
+        self.deletes: list[Delete] = []
+
+    def move_to(self, state: State, message: str, reason: str, *, warning: bool = False) -> None:
+        """Moves to `state` (an Event when it changes) and sets the one-line status message."""
+        if state_of(self.status) != state:
+            self.note("Warning" if warning else "Normal", reason, f"{state}: {message}")
+        self.status["state"] = str(state)
+        self.status["message"] = texts.message(message)
+
+    def note(self, type_: Literal["Normal", "Warning"], reason: str, message: str) -> None:
+        self.events.append(Event(type_, texts.reason(reason), texts.event_message(message)))
+
+    def set(self, type_: Condition, value: bool, reason: str, message: str) -> None:
+        self.status["conditions"] = cond.set_condition(
+            self.status.get("conditions"),
+            type_,
+            value,
+            reason=texts.reason(reason),
+            message=texts.message(message),
+            now=self.moment.stamp,
+            generation=self.moment.generation,
+        )
+
+    def clear(self, type_: Condition, reason: str, message: str) -> None:
+        """Sets `type_` False only if it is present (a condition that never held need not be written)."""
+        if cond.get(self.status.get("conditions"), type_) is not None:
+            self.set(type_, False, reason, message)
+
+    def stop(self, pods: Iterable[JsonDict], why: str) -> None:
+        for pod in pods:
+            meta = pod["metadata"]
+            self.deletes.append(Delete("Pod", meta["name"], meta["uid"], why))
+
+    def pause_deadline_clock(self) -> None:
+        """Adds the current run to activeSeconds; the deadline clock stands still until runningSince is
+        set again."""
+        since = self.status.pop("runningSince", None)
+        if since:
+            elapsed = (self.moment.now - parse_time(since)).total_seconds()
+            self.status["activeSeconds"] = int(float(self.status.get("activeSeconds") or 0) + elapsed)
+
+    def step(self, *, creates: Iterable[JsonDict] = (), delete_job: bool = False) -> Step:
+        return Step(self.status, tuple(creates), tuple(self.deletes), tuple(self.events), delete_job)
+
+
+def apply(  # noqa: PLR0911, PLR0912 - one case per decision
+    facts: Facts, status: Mapping[str, Any], decision: Decision
+) -> Step:
+    match decision:
+        case Finished():
+            return release(facts, status)
+        case DeleteJob():
+            return delete_job(facts, status)
+        case Finish():
+            return finish(facts, status, decision)
+        case Accept():
+            return accept(facts, status)
+        case Suspend():
+            return suspend(facts, status)
+        case Resume():
+            return resume(facts, status)
+        case Wait():
+            return wait(facts, status, decision)
+        case NextAttempt():
+            return next_attempt(facts, status)
+        case RecordProgress():
+            return record_progress(facts, status, decision)
+        case RemoveExtraPods():
+            return remove_extra_pods(facts, status, decision)
+        case Restart():
+            return restart(facts, status, decision)
+        case CreateRanks():
+            return create_ranks(facts, status, decision)
+        case MarkCreated():
+            return mark_created(facts, status)
+        case Track():
+            return track(facts, status, decision)
+
+
+def moment(facts: Facts) -> Moment:
+    return Moment(facts.now, facts.stamp, facts.job.generation)
+
+
+# -------------------------------------------------------------------------------------- the end
+
+
+def finish_status(change: Change, state: State, reason: str, message: str) -> None:
+    """Completed or Failed: completion time and duration, the deadline clock stopped, the conditions
+    of a running or restarting job cleared."""
+    failed = state == State.FAILED
+    change.move_to(state, message, reason, warning=failed)
+    status = change.status
+    status["completionTime"] = change.moment.stamp
+    started = status.get("startTime")
+    if started:
+        status["duration"] = format_duration((change.moment.now - parse_time(started)).total_seconds())
+    change.pause_deadline_clock()
+    status.pop("restartAt", None)
+    if failed:
+        status["failureReason"] = texts.reason(reason)
+        change.set(Condition.FAILED, True, reason, message)
+    else:
+        change.set(Condition.SUCCEEDED, True, reason, message)
+    change.set(Condition.RUNNING, False, reason, message)
+    change.clear(Condition.RESTARTING, reason, message)
+    change.clear(Condition.STALLED, reason, f"the job is {state}")
+
+
+def finish(facts: Facts, status: Mapping[str, Any], decision: Finish) -> Step:
+    change = Change(moment(facts), status)
+    finish_status(change, decision.state, decision.reason, decision.message)
+    change.stop(decision.stop, f"job {decision.state}: {decision.reason}")
+    return change.step()
+
+
+def release(facts: Facts, status: Mapping[str, Any]) -> Step:
+    """A finished job's pods go as cleanPodPolicy says: All of them, or the Running ones (which hold
+    nodes and GPUs for nothing); None keeps them all."""
+    change = Change(moment(facts), status)
+    gang = facts.gang(status)
+    state = status.get("state")
+    policy = facts.spec.clean_pod_policy
+    if policy == "All":
+        change.stop(gang.live, f"job {state}; cleanPodPolicy All")
+    elif policy == "Running":
+        change.stop(gang.holding, f"job {state}; cleanPodPolicy Running")
+    return change.step()
+
+
+def delete_job(facts: Facts, status: Mapping[str, Any]) -> Step:
+    released = release(facts, status)
+    ttl = facts.spec.ttl_seconds_after_finished
+    expired = Event("Normal", "TTLExpired", f"deleting the job {ttl}s after it finished")
+    return Step(released.status, deletes=released.deletes, events=(expired,), delete_job=True)
+
+
+# ------------------------------------------------------------------------------ suspend, resume
+
+
+def suspend(facts: Facts, status: Mapping[str, Any]) -> Step:
+    change = Change(moment(facts), status)
+    gang = facts.gang(status)
+    if state_of(status) != State.SUSPENDED:
+        change.pause_deadline_clock()
+        change.set(Condition.SUSPENDED, True, "Suspended", "spec.suspend is true")
+        change.set(Condition.RUNNING, False, "Suspended", "spec.suspend is true")
+    change.status.pop("restartAt", None)
+    change.clear(Condition.RESTARTING, "Suspended", "spec.suspend is true")
+    change.stop(gang.live, "job suspended")
+    remaining = len(gang.live) + len(gang.terminating)
+    message = "suspended" if not remaining else f"suspending: {remaining} pod(s) still terminating"
+    change.move_to(State.SUSPENDED, message, "Suspended")
+    return change.step()
+
+
+def resume(facts: Facts, status: Mapping[str, Any]) -> Step:
+    change = Change(moment(facts), status)
+    change.set(Condition.SUSPENDED, False, "Resumed", "spec.suspend is false")
+    change.set(Condition.CREATED, False, "Resuming", "recreating the gang after suspension")
+    if status.get("startTime"):
+        # A job that ran before resumes with a new attempt; one suspended from creation starts at 0.
+        change.status["runningSince"] = facts.stamp
+        change.status["attempt"] = attempt_of(status) + 1
+        change.status.pop("attemptStartTime", None)
+    message = "resuming from the latest checkpoint" if resume_from(facts, status) else "resuming"
+    change.move_to(State.PENDING, message, "Resumed")
+    return change.step()
+
+
+def resume_from(facts: Facts, status: Mapping[str, Any]) -> str | None:
+    """The checkpoint the next attempt starts from: the latest reported, else spec.checkpoint.resumeFrom."""
+    latest = (status.get("checkpoint") or {}).get("latest")
+    return str(latest) if latest else facts.spec.checkpoint.resume_from
+
+
+# ------------------------------------------------------------------------------------- the gang
+
+
+def accept(facts: Facts, status: Mapping[str, Any]) -> Step:
+    change = Change(moment(facts), status)
+    change.move_to(State.PENDING, "creating the job's resources", "Pending")
+    change.set(Condition.CREATED, False, "Creating", "creating the job's resources")
+    return change.step()
+
+
+def create_ranks(facts: Facts, status: Mapping[str, Any], decision: CreateRanks) -> Step:
+    change = Change(moment(facts), status)
+    attempt = attempt_of(status)
+    resume = resume_from(facts, status)
+    pods = [
+        build_pod(facts.job, index, attempt=attempt, resume_from=resume, gang=facts.gang_scheduler)
+        for index in decision.indices
+    ]
+    if not status.get("startTime"):
+        change.status["startTime"] = facts.stamp
+        change.status["runningSince"] = facts.stamp
+    # Stamped once per attempt (cleared when the next one begins), not on every retry of a create that
+    # failed: that would rewrite status on each retry and restart the schedule timeout.
+    change.status.setdefault("attemptStartTime", facts.stamp)
+    message = f"creating {len(pods)} pod(s) for attempt {attempt}"
+    if resume:
+        message += f", resuming from {resume}"
+    change.set(Condition.CREATED, False, "Creating", message)
+    change.clear(Condition.RESTARTING, "GangRestarted", f"attempt {attempt} started")
+    change.clear(Condition.STALLED, "GangRestarted", f"attempt {attempt} started")
+    change.move_to(State.PENDING, message, "Creating")
+    return change.step(creates=pods)
+
+
+def mark_created(facts: Facts, status: Mapping[str, Any]) -> Step:
+    change = Change(moment(facts), status)
+    created = f"{facts.spec.num_workers} pod(s) of attempt {attempt_of(status)} created"
+    change.set(Condition.CREATED, True, "PodsCreated", created)
+    return change.step()
+
+
+def remove_extra_pods(facts: Facts, status: Mapping[str, Any], decision: RemoveExtraPods) -> Step:
+    change = Change(moment(facts), status)
+    change.stop(decision.pods, "replica index out of range")
+    return change.step()
+
+
+def record_progress(facts: Facts, status: Mapping[str, Any], decision: RecordProgress) -> Step:
+    change = Change(moment(facts), decision.update.status if decision.update is not None else status)
+    if decision.problem is not None:
+        change.note("Warning", "InvalidProgressReport", decision.problem)
+    if decision.update is not None and cond.is_true(status.get("conditions"), Condition.STALLED):
+        change.set(Condition.STALLED, False, "ProgressResumed", "the trainer reports progress again")
+    return change.step()
+
+
+def track(facts: Facts, status: Mapping[str, Any], decision: Track) -> Step:
+    change = Change(moment(facts), status)
+    running = decision.state == State.RUNNING
+    change.set(Condition.RUNNING, running, decision.condition_reason, decision.message)
+    change.move_to(decision.state, decision.message, decision.event_reason)
+    if decision.stalled is not None:
+        change.note("Warning", "Stalled", decision.stalled)
+        change.set(Condition.STALLED, True, "ProgressDeadlineExceeded", decision.stalled)
+    return change.step()
+
+
+def wait(facts: Facts, status: Mapping[str, Any], decision: Wait) -> Step:
+    change = Change(moment(facts), status)
+    if decision.message is not None:
+        change.status["message"] = texts.message(decision.message)
+    change.stop(decision.stop, decision.stop_reason)
+    return change.step()
+
+
+# ------------------------------------------------------------------------------------- restarts
+
+
+def restart(facts: Facts, status: Mapping[str, Any], decision: Restart) -> Step:
+    """Tears the whole gang down; the next attempt starts after the backoff delay of the cause (none
+    for a resize) and once every old pod is gone."""
+    change = Change(moment(facts), status)
+    restarts = dict(status.get("restarts") or {})
+    delay = 0.0
+    if decision.cause is not None:
+        previous = int(restarts.get(decision.cause.value, 0))
+        restarts[decision.cause.value] = previous + 1
+        seed = f"{facts.job.uid}/{status.get('restartCount', 0)}"
+        delay = restart_delay(facts.spec.failure_policy.restart_backoff, previous, seed)
+    change.status["restarts"] = restarts
+    change.status["restartCount"] = int(status.get("restartCount", 0)) + 1
+    change.status["lastRestartReason"] = texts.reason(decision.reason)
+    # Kubernetes times have whole seconds: round up so the restart never comes before the delay.
+    change.status["restartAt"] = rfc3339(ceil_to_second(later(facts.now, delay)))
+    if decision.cause is Cause.STALL:
+        change.set(Condition.STALLED, True, "ProgressDeadlineExceeded", decision.message)
+    text = f"{decision.message}; restarting the whole gang in {format_duration(delay)}"
+    change.set(Condition.RESTARTING, True, decision.reason, text)
+    change.set(Condition.RUNNING, False, "Restarting", text)
+    change.set(Condition.CREATED, False, "Restarting", "waiting for the previous attempt's pods to go")
+    change.move_to(State.RESTARTING, text, decision.reason, warning=True)
+    change.stop(facts.gang(status).live, f"gang restart: {decision.reason}")
+    return change.step()
+
+
+def next_attempt(facts: Facts, status: Mapping[str, Any]) -> Step:
+    change = Change(moment(facts), status)
+    change.status.pop("restartAt", None)
+    change.status["attempt"] = attempt_of(status) + 1
+    change.status.pop("attemptStartTime", None)
+    change.move_to(State.PENDING, f"starting attempt {change.status['attempt']}", "Restarted")
+    return change.step()
+
+
+# -------------------------------------------------------------------------------- housekeeping
+
+
+def force_delete_stuck(facts: Facts, status: Mapping[str, Any]) -> tuple[Delete, ...]:
+    """Pods whose node died never finish terminating (no kubelet confirms it); after a grace period
+    (Settings.force_delete_after) they are force-deleted so the gang can restart."""
+    deletes = []
+    for pod in stuck_terminating(facts, facts.gang(status)):
+        if terminating_for(facts, pod) >= facts.settings.force_delete_after:
+            meta = pod["metadata"]
+            why = f"stuck terminating on lost node {pod['spec']['nodeName']}"
+            deletes.append(Delete("Pod", meta["name"], meta["uid"], why, force=True))
+    return tuple(deletes)
+
+
+def show_blocked(moment: Moment, status: Mapping[str, Any], problems: Iterable[str]) -> JsonDict:
+    """Objects of the job could not be created for a reason outside it (a quota, a missing
+    PriorityClass, a name taken by an object it does not own): Created False, FailedCreate."""
+    change = Change(moment, status)
+    text = texts.summary(problems)
+    change.status["message"] = texts.message(text)
+    change.set(Condition.CREATED, False, FAILED_CREATE, text)
+    return change.status
+
+
+def blocked(status: Mapping[str, Any]) -> bool:
+    """Whether the last reconcile could not create the job's objects (Created=False, FailedCreate)."""
+    created = cond.get(status.get("conditions"), Condition.CREATED)
+    return created is not None and created.get("status") == "False" and created.get("reason") == FAILED_CREATE

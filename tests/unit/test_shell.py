@@ -1,0 +1,313 @@
+"""The reconciler and the manager in process (tests/unit/shell_scene.py): the order of their writes, what
+they do with refused creates and failed calls, and the manager's wiring of the delete handler to the
+reconciler. Each test reads the requests the fake API server received, in order."""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from controller.manager import Manager, Options
+from controller.metrics import Metrics
+from controller.planner.supporting import desired_objects
+from controller.planner.texts import MESSAGE_LIMIT
+from controller.resources import PODS
+from controller.runtime.client import KubeClient
+from controller.runtime.errors import ServerError
+from controller.runtime.events import MESSAGE_LIMIT_BYTES
+from crd.spec import parse
+from tests.unit.fakeapi import FakeApi, Reply, Stream, event, items_list, running, status
+from tests.unit.lifecycle_world import NAMESPACE, make_job, world
+from tests.unit.shell_scene import JOB_PATH, PODS_PATH, Scene, stored
+
+DEADLINE_SECONDS = 10.0
+SERVICES = f"/api/v1/namespaces/{NAMESPACE}/services"
+CONFIGMAPS = f"/api/v1/namespaces/{NAMESPACE}/configmaps"
+ACCOUNTS = f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts"
+ROLES = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{NAMESPACE}/roles"
+BINDINGS = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{NAMESPACE}/rolebindings"
+W0, W1 = f"{PODS_PATH}/mnist-worker-0", f"{PODS_PATH}/mnist-worker-1"
+FORBIDDEN = 'pods "mnist-worker-0" is forbidden: exceeded quota: gpus'
+
+
+@pytest.fixture
+def api() -> Iterator[FakeApi]:
+    with running() as fake:
+        yield fake
+
+
+def refusal(code: int, reason: str, message: str) -> Reply:
+    return Reply(code, status(code, reason, message))
+
+
+def created() -> Reply:
+    return Reply(201, {})
+
+
+def expected(scene: Scene, *writes: str) -> list[tuple[str, str]]:
+    """Writes by name: "status" (the job's status PATCH) or "pod" (a pod POST)."""
+    requests = {"status": ("PATCH", scene.status_path), "pod": ("POST", PODS_PATH)}
+    return [requests[write] for write in writes]
+
+
+def condition(status_: dict[str, Any], type_: str) -> dict[str, Any]:
+    return next(entry for entry in status_["conditions"] if entry["type"] == type_)
+
+
+# ------------------------------------------------------------------------------------ write order
+
+
+def test_status_comes_first_then_the_objects_and_a_role_binding_after_its_role(api: FakeApi) -> None:
+    scene = Scene(api, make_job(), executor=ThreadPoolExecutor(8))
+    for path in (SERVICES, CONFIGMAPS, ACCOUNTS, ROLES, BINDINGS, PODS_PATH):
+        scene.always("POST", path, created())
+
+    result, actions = scene.reconcile()
+
+    assert actions[0] == ("PATCH", scene.status_path)
+    posted = [path for method, path in actions[1:] if method == "POST"]
+    assert sorted(posted) == sorted(
+        [CONFIGMAPS, ACCOUNTS, ROLES, BINDINGS, SERVICES, SERVICES, PODS_PATH, PODS_PATH]
+    )
+    # The RoleBinding waits for every other supporting object (its Role in particular); pods come last.
+    assert posted.index(BINDINGS) == 5
+    assert posted[6:] == [PODS_PATH, PODS_PATH]
+    assert len(actions) == 9
+    assert not result.rate_limited
+
+
+def test_a_blocked_job_tries_its_objects_first_and_writes_status_only_when_the_outcome_changes(
+    api: FakeApi,
+) -> None:
+    scene = Scene(api, make_job()).with_supporting_objects()
+    scene.answer("POST", PODS_PATH, *[refusal(403, "Forbidden", FORBIDDEN)] * 4)
+
+    first, actions = scene.reconcile()
+    assert actions == expected(scene, "status", "pod", "pod", "status")
+    assert first.rate_limited
+    blocked = scene.status()
+    assert (condition(blocked, "Created")["status"], condition(blocked, "Created")["reason"]) == (
+        "False",
+        "FailedCreate",
+    )
+    assert FORBIDDEN in blocked["message"]
+    assert blocked["state"] == "Pending"
+
+    scene.deliver_status()
+    again, actions = scene.reconcile()
+    assert actions == expected(scene, "pod", "pod")  # the same refusal: nothing to write
+    assert again.rate_limited
+
+    other = "pods is forbidden: the namespace is being terminated"
+    scene.answer("POST", PODS_PATH, *[refusal(403, "Forbidden", other)] * 2)
+    _, actions = scene.reconcile()
+    assert actions == expected(scene, "pod", "pod", "status")
+    assert other in scene.status()["message"]
+
+    scene.deliver_status()
+    scene.answer("POST", PODS_PATH, created(), created())
+    unblocked, actions = scene.reconcile()
+    assert actions == expected(scene, "pod", "pod", "status")
+    assert not unblocked.rate_limited
+    assert condition(scene.status(), "Created")["reason"] == "Creating"
+
+
+def test_an_existing_pod_of_the_job_counts_as_created(api: FakeApi) -> None:
+    scene = Scene(api, make_job()).with_supporting_objects()
+    ours = {
+        "metadata": {"name": "mnist-worker-0", "ownerReferences": [{"uid": scene.job["metadata"]["uid"]}]}
+    }
+    scene.answer("POST", PODS_PATH, refusal(409, "AlreadyExists", "exists"), created())
+    scene.answer("GET", W0, Reply(200, ours))
+
+    result, actions = scene.reconcile()
+
+    assert actions == expected(scene, "status", "pod", "pod")
+    assert not result.rate_limited
+    assert condition(scene.status(), "Created")["reason"] == "Creating"
+
+
+def test_an_existing_pod_of_someone_else_blocks_the_job(api: FakeApi) -> None:
+    scene = Scene(api, make_job()).with_supporting_objects()
+    scene.answer("POST", PODS_PATH, refusal(409, "AlreadyExists", "exists"), created())
+    scene.answer("GET", W0, Reply(200, {"metadata": {"name": "mnist-worker-0"}}))
+
+    result, actions = scene.reconcile()
+
+    assert actions == expected(scene, "status", "pod", "pod", "status")
+    assert result.rate_limited
+    assert (
+        scene.status()["message"] == "Pod mnist-worker-0 already exists and is not owned by this TrainingJob"
+    )
+
+
+# ---------------------------------------------------------------------------------- refused objects
+
+
+@pytest.mark.parametrize(
+    ("code", "reason"), [(400, "BadRequest"), (413, "RequestEntityTooLarge"), (422, "Invalid")]
+)
+def test_an_object_the_api_server_refuses_fails_the_job_in_one_status_write(
+    api: FakeApi, code: int, reason: str
+) -> None:
+    message = 'Pod in version "v1" cannot be handled as a Pod: json: cannot unmarshal string into affinity'
+    scene = Scene(api, make_job({"spec.ttlSecondsAfterFinished": 600})).with_supporting_objects()
+    scene.always("POST", PODS_PATH, refusal(code, reason, message))
+
+    result, actions = scene.reconcile()
+
+    assert actions == expected(scene, "status", "pod", "pod", "status")
+    failed = scene.status()
+    assert failed["state"] == "Failed"
+    assert failed["failureReason"] == "InvalidSpec"
+    assert failed["message"] == f"invalid spec: Pod mnist-worker-0: {message}; Pod mnist-worker-1: {message}"
+    assert (condition(failed, "Failed")["status"], condition(failed, "Failed")["reason"]) == (
+        "True",
+        "InvalidSpec",
+    )
+    assert (condition(failed, "Running")["status"], condition(failed, "Running")["reason"]) == (
+        "False",
+        "InvalidSpec",
+    )
+    # Finished like any failed job: completion time and duration, the workers column, the deadline
+    # clock stopped; the start the first write recorded stays.
+    assert failed["completionTime"]
+    assert failed["startTime"]
+    assert failed["duration"] == "0s"
+    assert failed["workers"] == {"pending": 0, "active": 0, "succeeded": 0, "failed": 0}
+    assert "runningSince" not in failed
+    assert not result.rate_limited
+    assert result.requeue_after == pytest.approx(600, abs=1)  # ttlSecondsAfterFinished
+    reasons = [body["reason"] for body in scene.recorded_events()]
+    assert reasons.count("FailedCreate") == 2
+    assert "InvalidSpec" in reasons
+    assert scene.metrics.invalid_spec.labels(namespace=NAMESPACE)._value.get() == 1
+
+    scene.deliver_status()
+    _, actions = scene.reconcile()
+    assert actions == []  # failed for good: no retry, no write
+
+
+def test_a_huge_api_error_is_cut_to_fit_status_and_events(api: FakeApi) -> None:
+    unknown = "x" * 40_000
+    message = f'Pod "mnist-worker-0" is invalid: spec.affinity.{unknown}: Unsupported value'
+    scene = Scene(api, make_job()).with_supporting_objects()
+    scene.always("POST", PODS_PATH, refusal(422, "Invalid", message))
+
+    scene.reconcile()
+
+    failed = scene.status()
+    assert failed["state"] == "Failed"
+    assert len(failed["message"]) <= MESSAGE_LIMIT
+    assert failed["message"].endswith("...")
+    assert all(len(entry["message"]) <= MESSAGE_LIMIT for entry in failed["conditions"])
+    events = scene.recorded_events()
+    assert events
+    assert all(len(body["message"].encode()) <= MESSAGE_LIMIT_BYTES for body in events)
+    assert any(body["message"].endswith("...") for body in events if body["reason"] == "FailedCreate")
+
+
+# ------------------------------------------------------------------------------------ failed calls
+
+
+def test_expectations_are_lowered_when_a_pod_create_fails(api: FakeApi) -> None:
+    scene = Scene(api, make_job()).with_supporting_objects()
+    scene.always("POST", PODS_PATH, refusal(500, "InternalError", "etcd timeout"))
+
+    with pytest.raises(ServerError):
+        scene.reconcile()
+
+    assert scene.expectations.satisfied(scene.key)
+    assert scene.expectations.pending(scene.key) is None
+
+
+def test_expectations_are_lowered_when_a_pod_delete_fails(api: FakeApi) -> None:
+    running_job = world()
+    running_job.run_to_running()
+    running_job.update_spec(suspend=True)
+    scene = Scene(api, running_job.job).with_supporting_objects()
+    for pod in running_job.pods.values():
+        scene.caches.pods.add(pod)
+    scene.always("DELETE", W0, refusal(500, "InternalError", "etcd timeout"))
+    scene.always("DELETE", W1, Reply(200, {}))
+
+    with pytest.raises(ServerError):
+        scene.reconcile()
+
+    writes = [(request.method, request.path) for request in api.requests() if request.method != "GET"]
+    assert writes == [("PATCH", scene.status_path), ("DELETE", W0), ("DELETE", W1)]
+    # The delete that went through waits for the cache to show it; the failed one is not waited for.
+    pending = scene.expectations.pending(scene.key)
+    assert pending is not None
+    assert pending.deletes == {running_job.pod(1)["metadata"]["uid"]}
+
+
+# ------------------------------------------------------------------------------------- the manager
+
+
+def manager_for(api: FakeApi) -> Manager:
+    client = KubeClient(api.api_client(), qps=0, burst=0, max_attempts=1)
+    return Manager(
+        client,
+        client,
+        Options(metrics_addr="127.0.0.1:0", leader_elect=False),
+        Metrics(CollectorRegistry(), process_metrics=False),
+    )
+
+
+def test_building_the_manager_talks_to_nothing(api: FakeApi) -> None:
+    manager_for(api)
+    assert api.requests() == []
+
+
+def test_a_pod_preempted_and_deleted_before_the_reconcile_is_a_disruption(api: FakeApi) -> None:
+    # The manager's pod-delete handler keeps the last state of a pod deleted with DisruptionTarget; the
+    # reconciler must read that record: without it the missing rank is an unexplained deletion.
+    scene = world({"spec.failurePolicy.backoffLimit": 0})
+    scene.run_to_running()
+    before = copy.deepcopy(list(scene.pods.values()))
+    scene.disrupt(1, "PreemptionByScheduler")
+    last_state = copy.deepcopy(scene.pod(1))
+    manager = manager_for(api)
+    job = dict(scene.job, metadata={**scene.job["metadata"], "resourceVersion": "7"})
+    manager.watches.caches.jobs.add(job)
+    for number, obj in enumerate(desired_objects(parse(job), None)):
+        manager.watches.caches.owned[obj["kind"]].add(stored(obj, number))
+    api.script(
+        "GET",
+        "/api/v1/pods",
+        Reply(200, items_list(before, "10")),
+        Stream((event("DELETED", last_state),), stall=True),
+    )
+    api.default("GET", "/api/v1/pods", Stream(stall=True))
+    status_path = f"{JOB_PATH}/mnist/status"
+    api.default("PATCH", status_path, Reply(200, {"metadata": {"resourceVersion": "8"}}))
+    api.default("DELETE", W0, Reply(200, {}))
+    pods = next(informer for informer in manager.watches.informers if informer.resource == PODS)
+    stop = threading.Event()
+    thread = threading.Thread(target=pods.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + DEADLINE_SECONDS
+        while not len(manager.tombstones) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(manager.tombstones) == 1, "the delete handler did not record the preempted pod"
+    finally:
+        stop.set()
+        pods.stop()
+        thread.join(DEADLINE_SECONDS)
+
+    manager.reconciler.reconcile(f"{NAMESPACE}/mnist")
+
+    (patch,) = api.requests("PATCH", status_path)
+    written = patch.json()["status"]
+    assert written["state"] == "Restarting"
+    assert written["lastRestartReason"] == "PreemptionByScheduler"
+    assert written["restarts"] == {"disruption": 1}
