@@ -4,8 +4,13 @@ Order: patches of supporting objects, then their creates (in parallel, except th
 waits for its Role: the API server checks that whoever binds a Role holds its permissions, and
 cannot check a Role that does not exist yet), then the pods (they need the account and the
 ConfigMap), then pod deletes. Pod creates and deletes are announced to the expectations first and
-lowered again for every one that fails, so a reconcile never waits for a cache event that will not
-come.
+lowered again for every one that fails or is not tried, so a reconcile never waits for a cache event
+that will not come.
+
+Pods are created in batches of 1, 2, 4, ... (the Job controller's slow start): when a batch is
+refused for a reason that holds for every pod of the job (a quota, a missing ServiceAccount or
+PriorityClass, an invalid field), the rest are not tried, so a blocked 100-worker job costs one
+refused request per retry, not a hundred.
 
 Refusals come back as `CreateFailure`s for the planner to judge: an object the API server will never
 take in this form (400 BadRequest, 413 too large, 422 Invalid) is `invalid`; one that something
@@ -75,8 +80,7 @@ class Writes:
         if failures:
             return failures
         if pods:
-            self._expectations.expect_creates(key, [pod["metadata"]["name"] for pod in pods])
-            failures += self._all(self._create_pod, job, pods)
+            failures += self._create_pods(job, pods)
         deletes = [delete for delete in plan.deletes if delete.kind == "Pod"]
         if deletes:
             self._expectations.expect_deletes(key, [delete.uid for delete in deletes])
@@ -112,13 +116,8 @@ class Writes:
             owners = existing.get("metadata", {}).get("ownerReferences") or []
             if any(owner.get("uid") == job["metadata"]["uid"] for owner in owners):
                 return None
-            return self._refused(
-                job,
-                kind,
-                name,
-                "blocked",
-                f"{kind} {name} already exists and is not owned by this TrainingJob",
-            )
+            taken = f"{kind} {name} already exists and is not owned by this TrainingJob"
+            return self._refused(job, kind, name, "blocked", taken, alone=True)
         except (BadRequest, Invalid) as error:
             return self._refused(job, kind, name, "invalid", f"{kind} {name}: {error.message}")
         except (Forbidden, NotFound) as error:
@@ -132,11 +131,41 @@ class Writes:
         return None
 
     def _refused(
-        self, job: JsonDict, kind: str, name: str, verdict: Literal["invalid", "blocked"], message: str
+        self,
+        job: JsonDict,
+        kind: str,
+        name: str,
+        verdict: Literal["invalid", "blocked"],
+        message: str,
+        *,
+        alone: bool = False,
     ) -> CreateFailure:
         logger.warning("failed to create %s %s: %s", kind, name, message, extra={"action": "create-failed"})
         self._events.record(job, "Warning", "FailedCreate", event_message(message))
-        return CreateFailure(kind, name, verdict, message)
+        return CreateFailure(kind, name, verdict, message, alone)
+
+    def _create_pods(self, job: JsonDict, pods: list[JsonDict]) -> list[CreateFailure]:
+        """Creates `pods` in batches of doubling size until a batch is refused for every pod's reason."""
+        key = object_key(job)
+        self._expectations.expect_creates(key, [pod["metadata"]["name"] for pod in pods])
+        failures: list[CreateFailure] = []
+        size, start = 1, 0
+        while start < len(pods):
+            batch = pods[start : start + size]
+            start += size
+            try:
+                refused = self._all(self._create_pod, job, batch)
+            except KubeError:
+                for pod in pods[start:]:  # not tried: the cache will never show them
+                    self._expectations.created(key, pod["metadata"]["name"])
+                raise
+            failures += refused
+            if any(not failure.alone for failure in refused):
+                for pod in pods[start:]:  # not tried: the cache will never show them
+                    self._expectations.created(key, pod["metadata"]["name"])
+                break
+            size *= 2
+        return failures
 
     def _create_pod(self, job: JsonDict, pod: JsonDict) -> CreateFailure | None:
         key, name = object_key(job), pod["metadata"]["name"]

@@ -46,6 +46,8 @@ class CreateFailure:
     name: str
     verdict: Literal["invalid", "blocked"]
     message: str
+    # Only this object is refused (another object holds its name); objects like it may still be created.
+    alone: bool = False
 
 
 @dataclass(frozen=True)

@@ -87,10 +87,13 @@ def test_a_blocked_job_tries_its_objects_first_and_writes_status_only_when_the_o
     api: FakeApi,
 ) -> None:
     scene = Scene(api, make_job()).with_supporting_objects()
-    scene.answer("POST", PODS_PATH, *[refusal(403, "Forbidden", FORBIDDEN)] * 4)
+    scene.answer(
+        "POST", PODS_PATH, refusal(403, "Forbidden", FORBIDDEN), refusal(403, "Forbidden", FORBIDDEN)
+    )
 
     first, actions = scene.reconcile()
-    assert actions == expected(scene, "status", "pod", "pod", "status")
+    # The first pod is refused for a reason every pod shares: the second is not tried (slow start).
+    assert actions == expected(scene, "status", "pod", "status")
     assert first.rate_limited
     blocked = scene.status()
     assert (condition(blocked, "Created")["status"], condition(blocked, "Created")["reason"]) == (
@@ -99,16 +102,17 @@ def test_a_blocked_job_tries_its_objects_first_and_writes_status_only_when_the_o
     )
     assert FORBIDDEN in blocked["message"]
     assert blocked["state"] == "Pending"
+    assert scene.expectations.satisfied(scene.key)
 
     scene.deliver_status()
     again, actions = scene.reconcile()
-    assert actions == expected(scene, "pod", "pod")  # the same refusal: nothing to write
+    assert actions == expected(scene, "pod")  # the same refusal: nothing to write
     assert again.rate_limited
 
     other = "pods is forbidden: the namespace is being terminated"
-    scene.answer("POST", PODS_PATH, *[refusal(403, "Forbidden", other)] * 2)
+    scene.answer("POST", PODS_PATH, refusal(403, "Forbidden", other))
     _, actions = scene.reconcile()
-    assert actions == expected(scene, "pod", "pod", "status")
+    assert actions == expected(scene, "pod", "status")
     assert other in scene.status()["message"]
 
     scene.deliver_status()
@@ -117,6 +121,24 @@ def test_a_blocked_job_tries_its_objects_first_and_writes_status_only_when_the_o
     assert actions == expected(scene, "pod", "pod", "status")
     assert not unblocked.rate_limited
     assert condition(scene.status(), "Created")["reason"] == "Creating"
+
+
+def test_pods_are_created_in_doubling_batches_until_one_is_refused(api: FakeApi) -> None:
+    scene = Scene(api, make_job(workers=8)).with_supporting_objects()
+    quota = "exceeded quota: pods"
+    scene.answer(
+        "POST", PODS_PATH, *[created()] * 3, created(), refusal(403, "Forbidden", quota), created(), created()
+    )
+
+    result, actions = scene.reconcile()
+
+    # Batches of 1, 2 and 4: the third has a refusal, so the last pod is not tried.
+    assert actions == expected(scene, "status", *["pod"] * 7, "status")
+    assert result.rate_limited
+    pending = scene.expectations.pending(scene.key)
+    assert pending is not None
+    assert len(pending.creates) == 6  # the created pods, until the cache shows them
+    assert "mnist-worker-7" not in pending.creates
 
 
 def test_an_existing_pod_of_the_job_counts_as_created(api: FakeApi) -> None:
@@ -163,11 +185,11 @@ def test_an_object_the_api_server_refuses_fails_the_job_in_one_status_write(
 
     result, actions = scene.reconcile()
 
-    assert actions == expected(scene, "status", "pod", "pod", "status")
+    assert actions == expected(scene, "status", "pod", "status")
     failed = scene.status()
     assert failed["state"] == "Failed"
     assert failed["failureReason"] == "InvalidSpec"
-    assert failed["message"] == f"invalid spec: Pod mnist-worker-0: {message}; Pod mnist-worker-1: {message}"
+    assert failed["message"] == f"invalid spec: Pod mnist-worker-0: {message}"
     assert (condition(failed, "Failed")["status"], condition(failed, "Failed")["reason"]) == (
         "True",
         "InvalidSpec",
@@ -186,7 +208,7 @@ def test_an_object_the_api_server_refuses_fails_the_job_in_one_status_write(
     assert not result.rate_limited
     assert result.requeue_after == pytest.approx(600, abs=1)  # ttlSecondsAfterFinished
     reasons = [body["reason"] for body in scene.recorded_events()]
-    assert reasons.count("FailedCreate") == 2
+    assert reasons.count("FailedCreate") == 1
     assert "InvalidSpec" in reasons
     assert scene.metrics.invalid_spec.labels(namespace=NAMESPACE)._value.get() == 1
 
