@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cluster import wait_for
 from tests.e2e.conftest import OPERATOR_NAMESPACE
 from tests.e2e.operator import OperatorProcess
 
@@ -100,7 +101,8 @@ def test_flags_from_the_environment_with_go_durations(
     ).start()
     try:
         operator.wait_ready()
-        assert operator.is_leader()
+        # Ready means the caches synced; the workers start a moment later (the metric comes first).
+        wait_for("the operator leads without a lease", operator.is_leader, timeout=30)
         messages = [str(entry.get("message")) for entry in operator.logs()]
     finally:
         operator.stop()
