@@ -83,6 +83,9 @@ APP_NAME_VALUE: Final = "trainingjob"
 NUM_WORKERS_ANNOTATION: Final = f"{GROUP}/num-workers"
 WORLD_SIZE_ANNOTATION: Final = f"{GROUP}/world-size"
 SPEC_GENERATION_ANNOTATION: Final = f"{GROUP}/spec-generation"
+# An elastic job's pods record "minWorkers:maxWorkers" instead of a world size: theirs changes while
+# they run (a scale or a lost worker never makes a pod stale), and no gang start waits for all of them.
+ELASTIC_ANNOTATION: Final = f"{GROUP}/elastic-workers"
 
 # Suffixes of the other per-job object names (see builders/names.py).
 CONFIG_SUFFIX: Final = "-config"
@@ -93,7 +96,9 @@ CHECKPOINTS_SUFFIX: Final = "-checkpoints"
 CONTAINER_NAME: Final = "trainer"
 DIST_PORT_NAME: Final = "dist"
 METRICS_PORT_NAME: Final = "metrics"
-OPERATOR_PORT_NAMES: Final = (DIST_PORT_NAME, METRICS_PORT_NAME)
+# Elastic jobs: the port of torchrun's c10d rendezvous store, hosted by replica 0's agent.
+RDZV_PORT_NAME: Final = "rdzv"
+OPERATOR_PORT_NAMES: Final = (DIST_PORT_NAME, METRICS_PORT_NAME, RDZV_PORT_NAME)
 
 # The volumes the operator defines in every worker Pod (the last two only with checkpoint storage that
 # needs them). spec.podTemplate may mount them in its containers but not define volumes of these names.
@@ -107,8 +112,15 @@ OPERATOR_VOLUMES: Final = (CONFIG_VOLUME, SHM_VOLUME, CHECKPOINT_VOLUME, GCS_CRE
 CONFIG_MOUNT_PATH: Final = "/etc/trainingjob"
 CONFIG_FILE: Final = "config.json"
 TRAINER_FILE: Final = "train.py"
-# Without spec.command, pods run the operator's reference trainer from the ConfigMap.
+# Without spec.command, pods run the operator's reference trainer from the ConfigMap; elastic jobs run it
+# under torchrun's elastic agent (`python -m torch.distributed.run` is torchrun without relying on the
+# image's PATH), which reads its settings from the PET_* variables.
 DEFAULT_COMMAND: Final = ("python", f"{CONFIG_MOUNT_PATH}/{TRAINER_FILE}")
+ELASTIC_DEFAULT_COMMAND: Final = ("python", "-m", "torch.distributed.run", *DEFAULT_COMMAND[1:])
+# torchrun's own default port for the c10d rendezvous (--rdzv-endpoint without a port).
+DEFAULT_RDZV_PORT: Final = 29400
+# The frameworks whose launcher can change the set of processes of a running job (spec.elastic).
+ELASTIC_FRAMEWORKS: Final = ("pytorch",)
 # Shared memory for PyTorch DataLoader workers (the container runtime's default /dev/shm is 64 MiB).
 SHM_MOUNT_PATH: Final = "/dev/shm"  # noqa: S108 - a mount point in the pod, not a temp file
 # The GCS service-account key Secret is mounted here; the Secret must hold the key under GCS_KEY_FILE.
@@ -168,6 +180,11 @@ RESERVED_ENV_NAMES: Final = (
     "PET_NPROC_PER_NODE",
     "PET_MASTER_ADDR",
     "PET_MASTER_PORT",
+    "PET_RDZV_BACKEND",
+    "PET_RDZV_ENDPOINT",
+    "PET_RDZV_ID",
+    "PET_RDZV_CONF",
+    "PET_MAX_RESTARTS",
     "TORCH_DISTRIBUTED_BACKEND",
     "DIST_BACKEND",
     # TensorFlow
@@ -199,6 +216,7 @@ RESERVED_ENV_PREFIXES: Final = ("HP_", "TRAININGJOB_")
 # replaces the operator's): NCCL/Gloo tuning knobs, Python, experiment trackers, cloud credentials.
 OVERRIDABLE_ENV_NAMES: Final = (
     "PYTHONUNBUFFERED",
+    "TORCH_DISABLE_SHARE_RDZV_TCP_STORE",
     "NCCL_IB_DISABLE",
     "NCCL_SOCKET_IFNAME",
     "GLOO_SOCKET_IFNAME",

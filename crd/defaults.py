@@ -11,7 +11,8 @@ were just defaulted to `{}`.
 
 Operator defaults are those the schema cannot state because they depend on other fields:
 - spec.image: the framework's default image (crd.contract.DEFAULT_IMAGES);
-- spec.command: the reference trainer (crd.contract.DEFAULT_COMMAND);
+- spec.command: the reference trainer (crd.contract.DEFAULT_COMMAND), under torchrun for an elastic job
+  (crd.contract.ELASTIC_DEFAULT_COMMAND);
 - spec.networking.backend: nccl with GPUs, gloo without;
 - spec.checkpoint.storage.pvc.create: `{}` (then its schema defaults: size, accessModes) when checkpoint
   storage is in use with type pvc and no existing claim is named, so the operator creates the claim;
@@ -87,7 +88,9 @@ def with_defaults(job: dict[str, Any]) -> dict[str, Any]:
 def _default_container(spec: dict[str, Any]) -> None:
     framework = spec.get("framework", "pytorch")
     spec.setdefault("image", contract.DEFAULT_IMAGES[framework])
-    spec.setdefault("command", list(contract.DEFAULT_COMMAND))
+    elastic = spec.get("elastic") is not None
+    command = contract.ELASTIC_DEFAULT_COMMAND if elastic else contract.DEFAULT_COMMAND
+    spec.setdefault("command", list(command))
 
 
 def _default_backend(spec: dict[str, Any]) -> None:

@@ -81,6 +81,16 @@ def printer_columns() -> list[dict[str, Any]]:
     ]
 
 
+def scale_subresource() -> dict[str, str]:
+    """`kubectl scale tj/NAME --replicas=N` (and a HorizontalPodAutoscaler) sets spec.numWorkers; the
+    rules on the spec apply to it as to any update, so an elastic job's stays within its bounds."""
+    return {
+        "specReplicasPath": ".spec.numWorkers",
+        "statusReplicasPath": ".status.replicas",
+        "labelSelectorPath": ".status.selector",
+    }
+
+
 def custom_resource_definition() -> dict[str, Any]:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
@@ -105,7 +115,7 @@ def custom_resource_definition() -> dict[str, Any]:
                     "name": contract.VERSION,
                     "served": True,
                     "storage": True,
-                    "subresources": {"status": {}},
+                    "subresources": {"status": {}, "scale": scale_subresource()},
                     "additionalPrinterColumns": printer_columns(),
                     "schema": {"openAPIV3Schema": open_api_schema()},
                 }

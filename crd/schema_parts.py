@@ -68,7 +68,8 @@ def env_var() -> Schema:
     return obj(
         "An environment variable for the trainer container. Entries are added after the operator's own "
         "variables and may override the NCCL_*/GLOO_* tuning knobs and third-party settings "
-        "(PYTHONUNBUFFERED, MLFLOW_*, WANDB_*, AWS_*, GOOGLE_APPLICATION_CREDENTIALS), but not the names "
+        "(PYTHONUNBUFFERED, TORCH_DISABLE_SHARE_RDZV_TCP_STORE, MLFLOW_*, WANDB_*, AWS_*, "
+        "GOOGLE_APPLICATION_CREDENTIALS), but not the names "
         f"the operator owns: {', '.join(contract.RESERVED_ENV_NAMES)} and {prefix_text}.",
         {
             "name": string(

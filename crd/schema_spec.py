@@ -24,6 +24,7 @@ from crd.openapi import (
     string,
     string_map,
 )
+from crd.schema_elastic import elastic, elastic_rules
 from crd.schema_parts import (
     DNS_SUBDOMAIN_PATTERN,
     IDENTIFIER_PATTERN,
@@ -350,8 +351,10 @@ def spec() -> Schema:
                 rules=[immutable("dataset")],
             ),
             "numWorkers": integer(
-                "Number of worker pods (torchrun nodes). Changing it restarts all workers with the new world "
-                "size.",
+                "Number of worker pods (torchrun nodes); the scale subresource's replicas (kubectl scale). "
+                "Changing it restarts all workers with the new world size, except in an elastic job, where "
+                "it stays within [elastic.minWorkers, elastic.maxWorkers] and workers are added or removed "
+                "while the others keep training.",
                 minimum=1,
                 maximum=contract.MAX_WORKERS,
             ),
@@ -381,7 +384,9 @@ def spec() -> Schema:
             ),
             "command": string_list(
                 "Container entrypoint. Unset: the operator's reference trainer, "
-                f"{' '.join(contract.DEFAULT_COMMAND)}. Set it to run the image's own entrypoint. Immutable."
+                f"{' '.join(contract.DEFAULT_COMMAND)}, or with elastic "
+                f"{' '.join(contract.ELASTIC_DEFAULT_COMMAND)}. Set it to run the image's own entrypoint. "
+                "Immutable."
             ),
             "args": string_list("Arguments to the entrypoint. Immutable."),
             "env": array(
@@ -425,6 +430,7 @@ def spec() -> Schema:
             "failurePolicy": failure_policy(),
             "successPolicy": success_policy(),
             "podTemplate": pod_template(),
+            "elastic": elastic(),
         },
         required=["model", "dataset", "numWorkers"],
         rules=[
@@ -451,5 +457,6 @@ def spec() -> Schema:
                 field_path=".monitoring.metricsPort",
             ),
             *spec_rules(),
+            *elastic_rules(),
         ],
     )

@@ -11,6 +11,7 @@ a field the controller writes must be added here first.
 
 from __future__ import annotations
 
+from crd import contract
 from crd.contract import Condition, State
 from crd.openapi import Schema, array, integer, map_of, number, obj, string
 
@@ -126,6 +127,32 @@ def status() -> Schema:
             "failureReason": string("Why the job failed, when it did.", max_length=REASON_LENGTH),
             "restartCount": _count("Gang restarts of any cause."),
             "lastRestartReason": string("Reason of the latest restart.", max_length=REASON_LENGTH),
+            "replicas": _count(
+                "Worker pods of the current attempt that exist and are not being deleted (the scale "
+                "subresource's status replicas)."
+            ),
+            "selector": string(
+                "Label selector of the job's worker pods (the scale subresource's, for a "
+                "HorizontalPodAutoscaler).",
+                max_length=1024,
+            ),
+            "elastic": obj(
+                "What happened to an elastic job's world (spec.elastic) without a gang restart.",
+                {
+                    "shrinks": _count(
+                        "Workers lost to a disruption (preemption, eviction, node loss, a deleted pod) "
+                        "while the others carried on: not failures, not counted in restarts."
+                    ),
+                    "grows": _count("Lost workers whose replacement runs and rejoined the others."),
+                    "replacing": array(
+                        "Replica indices of lost workers whose replacement does not run yet.",
+                        {"type": "integer", "minimum": 0},
+                        max_items=contract.MAX_WORKERS,
+                        list_type="set",
+                    ),
+                    "lastShrinkReason": string("Why the last worker was lost.", max_length=REASON_LENGTH),
+                },
+            ),
             "restarts": obj(
                 "Gang restarts by cause.",
                 {

@@ -363,6 +363,49 @@ class SuccessPolicy(_Section):
 
 
 @dataclass(frozen=True)
+class Rendezvous(_Section):
+    """spec.elastic.rendezvous: torchrun's c10d rendezvous."""
+
+    SCHEMA_PATH: ClassVar = ("spec", "elastic", "rendezvous")
+    port: int
+    join_timeout_seconds: int
+    last_call_timeout_seconds: int
+
+    @classmethod
+    def read(cls, fields: _Fields) -> Self:
+        return cls(
+            port=fields.integer("port"),
+            join_timeout_seconds=fields.integer("joinTimeoutSeconds"),
+            last_call_timeout_seconds=fields.integer("lastCallTimeoutSeconds"),
+        )
+
+
+@dataclass(frozen=True)
+class Elastic(_Section):
+    """spec.elastic: the bounds of an elastic job's world, in pods (torchrun nodes)."""
+
+    SCHEMA_PATH: ClassVar = ("spec", "elastic")
+    min_workers: int
+    max_workers: int
+    max_restarts: int
+    rendezvous: Rendezvous
+
+    @classmethod
+    def read(cls, fields: _Fields) -> Self:
+        return cls(
+            min_workers=fields.integer("minWorkers"),
+            max_workers=fields.integer("maxWorkers"),
+            max_restarts=fields.integer("maxRestarts"),
+            rendezvous=Rendezvous.read(fields.section("rendezvous")),
+        )
+
+    @property
+    def nnodes(self) -> str:
+        """torchrun's --nnodes for this range: MIN:MAX."""
+        return f"{self.min_workers}:{self.max_workers}"
+
+
+@dataclass(frozen=True)
 class Spec:
     model: str
     dataset: str
@@ -387,6 +430,8 @@ class Spec:
     success_policy: SuccessPolicy
     # spec.podTemplate as written (merged onto every worker pod by builders/podtemplate.py), or None.
     pod_template: Mapping[str, Any] | None
+    # spec.elastic, or None for a job whose world is fixed while it runs.
+    elastic: Elastic | None = None
 
     @classmethod
     def read(cls, fields: _Fields) -> Spec:
@@ -413,6 +458,7 @@ class Spec:
             failure_policy=FailurePolicy.read(fields.section("failurePolicy")),
             success_policy=SuccessPolicy.read(fields.section("successPolicy")),
             pod_template=fields.mapping("podTemplate") or None,
+            elastic=None if fields.raw.get("elastic") is None else Elastic.read(fields.section("elastic")),
         )
 
     @property

@@ -26,6 +26,7 @@ import yaml
 
 from crd import contract
 from tests.unit.crd_case_model import DELETE, InvalidCase, base_job, case, job, transition
+from tests.unit.crd_cases_elastic import elastic_invalid_cases, elastic_valid_manifests, elastic_valid_updates
 from tests.unit.crd_cases_embedded import embedded_type_cases, podtemplate_manifests
 
 EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "examples"
@@ -503,11 +504,13 @@ def invalid_cases() -> list[InvalidCase]:
         *_cel_cases(),
         *_transition_cases(),
         *embedded_type_cases(),
+        *elastic_invalid_cases(),
     ]
 
 
 def example_manifests() -> dict[str, dict[str, Any]]:
-    """The examples of examples/ (the product README's four, and the restricted one), by file name."""
+    """The examples of examples/ (the product README's four, the restricted one and the elastic one), by
+    file name."""
     return {
         path.name: yaml.safe_load(path.read_text())
         for path in sorted(EXAMPLES_DIR.glob("trainingjob-*.yaml"))
@@ -592,7 +595,7 @@ def valid_manifests() -> dict[str, dict[str, Any]]:
             {"spec.scheduling.gangScheduling": True, "spec.scheduling.scheduleTimeoutSeconds": 300}
         ),
     }
-    return {**example_manifests(), **extra, **podtemplate_manifests()}
+    return {**example_manifests(), **extra, **podtemplate_manifests(), **elastic_valid_manifests()}
 
 
 def valid_updates() -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
@@ -610,6 +613,7 @@ def valid_updates() -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
         ("backoffLimit-raised", job(), job({"spec.failurePolicy.backoffLimit": 10})),
         ("ttl-set", job(), job({"spec.ttlSecondsAfterFinished": 3600})),
         ("monitoring-enabled", job(), job({"spec.monitoring.enabled": True})),
+        *elastic_valid_updates(),
     ]
 
 

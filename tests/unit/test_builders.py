@@ -532,4 +532,5 @@ def test_seed_examples_build_the_expected_object_set() -> None:
         "trainingjob-resume.yaml": base,
         "trainingjob-simple.yaml": base,
         "trainingjob-restricted.yaml": base,
+        "trainingjob-elastic.yaml": base,
     }

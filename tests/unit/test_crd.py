@@ -138,7 +138,14 @@ def test_crd_identity_and_printer_columns() -> None:
     }
     (version,) = crd["spec"]["versions"]
     assert (version["name"], version["served"], version["storage"]) == ("v1", True, True)
-    assert version["subresources"] == {"status": {}}
+    assert version["subresources"] == {
+        "status": {},
+        "scale": {
+            "specReplicasPath": ".spec.numWorkers",
+            "statusReplicasPath": ".status.replicas",
+            "labelSelectorPath": ".status.selector",
+        },
+    }
     columns = [(c["name"].upper(), c["type"], c["jsonPath"]) for c in version["additionalPrinterColumns"]]
     assert columns == [
         ("STATE", "string", ".status.state"),
@@ -265,6 +272,7 @@ def test_immutable_fields() -> None:
             "checkpoint.storage",
             "networking",
             "podTemplate",
+            "elastic",
         )
     }
     assert all(
@@ -578,6 +586,7 @@ def test_examples_are_the_readme_examples_and_the_restricted_one() -> None:
         "gpt-resume",
         "advanced-training",
         "restricted-training",
+        "bert-elastic",
     }
     for manifest in examples.values():
         assert manifest["apiVersion"] == contract.API_VERSION
