@@ -10,6 +10,10 @@ WORLD_SIZE and RANK count processes, PET_NNODES/PET_NODE_RANK and JAX_* count po
 
 Only the chosen framework's family (PET_* for pytorch, TF_CONFIG for tensorflow, JAX_* for jax) is
 injected: TF_CONFIG in particular changes the behaviour of any TensorFlow code in the process.
+
+An elastic job (spec.elastic, pytorch only) gets torchrun's dynamic rendezvous instead of a fixed
+world: PET_NNODES=MIN:MAX, the c10d rendezvous on worker 0 behind the master Service, an id per gang
+attempt, and no WORLD_SIZE, RANK or PET_NODE_RANK, which torchrun assigns to each process of each round.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from typing import Any, TypeAlias
 from builders.names import master_service_name, pod_dns_name
 from builders.storage import CheckpointStorage, checkpoint_storage, resume_path
 from crd import contract
-from crd.spec import TrainingJob
+from crd.spec import Elastic, TrainingJob
 
 EnvVar: TypeAlias = dict[str, Any]
 
@@ -58,6 +62,18 @@ def is_reserved(name: str) -> bool:
     return name in contract.RESERVED_ENV_NAMES or name.startswith(contract.RESERVED_ENV_PREFIXES)
 
 
+def workers_env(job: TrainingJob) -> list[EnvVar]:
+    """The job's size in pods: numWorkers, or an elastic job's bounds (its numWorkers changes while the
+    pods run, so no pod carries it)."""
+    elastic = job.spec.elastic
+    if elastic is None:
+        return [var("TRAININGJOB_NUM_WORKERS", job.spec.num_workers)]
+    return [
+        var("TRAININGJOB_MIN_WORKERS", elastic.min_workers),
+        var("TRAININGJOB_MAX_WORKERS", elastic.max_workers),
+    ]
+
+
 def identity_env(job: TrainingJob, index: int, attempt: int) -> list[EnvVar]:
     spec = job.spec
     return [
@@ -65,7 +81,7 @@ def identity_env(job: TrainingJob, index: int, attempt: int) -> list[EnvVar]:
         field_ref("TRAININGJOB_NAMESPACE", "metadata.namespace"),
         field_ref("POD_NAME", "metadata.name"),
         var("TRAININGJOB_REPLICA_INDEX", index),
-        var("TRAININGJOB_NUM_WORKERS", spec.num_workers),
+        *workers_env(job),
         var("TRAININGJOB_ATTEMPT", attempt),
         var("TRAININGJOB_CONFIG", f"{contract.CONFIG_MOUNT_PATH}/{contract.CONFIG_FILE}"),
         var("TRAININGJOB_PROGRESS_ANNOTATION", contract.PROGRESS_ANNOTATION),
@@ -77,13 +93,16 @@ def identity_env(job: TrainingJob, index: int, attempt: int) -> list[EnvVar]:
 
 
 def topology_env(job: TrainingJob, index: int) -> list[EnvVar]:
-    """Rendezvous variables every framework gets, with torch.distributed's process counting."""
+    """Rendezvous variables every framework gets, with torch.distributed's process counting (an elastic
+    job's WORLD_SIZE and RANK come from torchrun, per process and per rendezvous round)."""
     spec = job.spec
+    world = [var("WORLD_SIZE", spec.world_size), var("RANK", index * spec.processes_per_pod)]
+    if spec.elastic is not None:
+        world = []
     return [
         var("MASTER_ADDR", master_service_name(job)),
         var("MASTER_PORT", spec.networking.master_port),
-        var("WORLD_SIZE", spec.world_size),
-        var("RANK", index * spec.processes_per_pod),
+        *world,
         var("LOCAL_WORLD_SIZE", spec.processes_per_pod),
     ]
 
@@ -99,6 +118,41 @@ def pytorch_env(job: TrainingJob, index: int) -> list[EnvVar]:
         var("PET_MASTER_PORT", spec.networking.master_port),
         var("TORCH_DISTRIBUTED_BACKEND", backend),
         var("DIST_BACKEND", backend),
+    ]
+
+
+def rendezvous_id(job: TrainingJob, attempt: int) -> str:
+    """torchrun's --rdzv-id: one per gang attempt, so agents of an attempt never join an older round."""
+    return f"{job.uid or job.name}-{attempt}"
+
+
+def elastic_env(job: TrainingJob, elastic: Elastic, index: int, attempt: int) -> list[EnvVar]:
+    """torchrun's elastic launch: worker 0's agent hosts the c10d store (is_host, reached through the
+    master Service, which resolves to worker 0); every other agent connects to it, waiting as long as a
+    round may take to join (read_timeout), since pods start at different times."""
+    spec = job.spec
+    rendezvous = elastic.rendezvous
+    conf = {
+        "is_host": "true" if index == 0 else "false",
+        "join_timeout": rendezvous.join_timeout_seconds,
+        "last_call_timeout": rendezvous.last_call_timeout_seconds,
+        "read_timeout": rendezvous.join_timeout_seconds,
+    }
+    backend = spec.networking.backend
+    return [
+        var("PET_NNODES", elastic.nnodes),
+        var("PET_NPROC_PER_NODE", spec.processes_per_pod),
+        var("PET_RDZV_BACKEND", "c10d"),
+        var("PET_RDZV_ENDPOINT", f"{master_service_name(job)}:{rendezvous.port}"),
+        var("PET_RDZV_ID", rendezvous_id(job, attempt)),
+        var("PET_RDZV_CONF", ",".join(f"{key}={value}" for key, value in conf.items())),
+        var("PET_MAX_RESTARTS", elastic.max_restarts),
+        var("TORCH_DISTRIBUTED_BACKEND", backend),
+        var("DIST_BACKEND", backend),
+        # torchrun's own switch: the processes of each round get a store of their own, set up anew for
+        # that round. Shared with the agent (torch's default since 2.4), an agent that joins a running
+        # world waits forever for the address of a store that is announced only in the first round.
+        var("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1"),
     ]
 
 
@@ -122,6 +176,13 @@ def jax_env(job: TrainingJob, index: int) -> list[EnvVar]:
 
 
 FRAMEWORK_ENV = {"pytorch": pytorch_env, "tensorflow": tensorflow_env, "jax": jax_env}
+
+
+def framework_env(job: TrainingJob, index: int, attempt: int) -> list[EnvVar]:
+    elastic = job.spec.elastic
+    if elastic is not None:
+        return elastic_env(job, elastic, index, attempt)
+    return FRAMEWORK_ENV[job.spec.framework](job, index)
 
 
 def communication_env(job: TrainingJob) -> list[EnvVar]:
@@ -230,7 +291,7 @@ def distributed_env(
     operator_env = [
         *identity_env(job, index, attempt),
         *topology_env(job, index),
-        *FRAMEWORK_ENV[job.spec.framework](job, index),
+        *framework_env(job, index, attempt),
         *communication_env(job),
         *hyperparameter_env(job),
         *monitoring_env(job, storage),

@@ -66,6 +66,9 @@ def container_ports(job: TrainingJob) -> list[dict[str, Any]]:
                 "protocol": "TCP",
             }
         )
+    if spec.elastic is not None:
+        port = spec.elastic.rendezvous.port
+        ports.append({"name": contract.RDZV_PORT_NAME, "containerPort": port, "protocol": "TCP"})
     return ports
 
 
@@ -172,10 +175,16 @@ def pod_labels(index: int, attempt: int) -> dict[str, str]:
 
 
 def pod_annotations(job: TrainingJob) -> dict[str, str]:
-    annotations = {
-        contract.NUM_WORKERS_ANNOTATION: str(job.spec.num_workers),
-        contract.WORLD_SIZE_ANNOTATION: str(job.spec.world_size),
-    }
+    """The world the pod was built for: numWorkers and WORLD_SIZE, or an elastic job's bounds (its world
+    changes while the pod runs)."""
+    elastic = job.spec.elastic
+    if elastic is not None:
+        annotations = {contract.ELASTIC_ANNOTATION: elastic.nnodes}
+    else:
+        annotations = {
+            contract.NUM_WORKERS_ANNOTATION: str(job.spec.num_workers),
+            contract.WORLD_SIZE_ANNOTATION: str(job.spec.world_size),
+        }
     if job.generation is not None:
         annotations[contract.SPEC_GENERATION_ANNOTATION] = str(job.generation)
     return annotations

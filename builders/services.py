@@ -5,7 +5,8 @@ name resolves to the pod IP as soon as the pod has one, before any readiness: wo
 rendezvous while rank 0 is still starting, and must be able to resolve it.
 - <job>-headless selects every worker; as the pods' subdomain it gives each one the DNS name
   <job>-worker-<i>.<job>-headless (TF_CONFIG uses these).
-- <job>-master selects replica index 0 only; MASTER_ADDR and JAX_COORDINATOR_ADDRESS name it, and
+- <job>-master selects replica index 0 only; MASTER_ADDR, JAX_COORDINATOR_ADDRESS and an elastic job's
+  PET_RDZV_ENDPOINT (worker 0's agent hosts torchrun's rendezvous store) name it, and
   it resolves straight to rank 0's pod IP (a ClusterIP would add kube-proxy NAT and wait for
   readiness, and the rendezvous port is not a load-balanced service).
 """
@@ -52,5 +53,7 @@ def build_master_service(job: TrainingJob) -> dict[str, Any]:
     ports = [_port(contract.DIST_PORT_NAME, spec.networking.master_port)]
     if spec.monitoring.enabled:
         ports.append(_port(contract.METRICS_PORT_NAME, spec.monitoring.metrics_port))
+    if spec.elastic is not None:
+        ports.append(_port(contract.RDZV_PORT_NAME, spec.elastic.rendezvous.port))
     selector = {**selector_labels(job), contract.REPLICA_INDEX_LABEL: "0"}
     return _headless(job, master_service_name(job), selector, ports)

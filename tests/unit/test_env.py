@@ -341,8 +341,10 @@ MAXIMAL = {
 }
 
 
-def _maximal_names(framework: str, storage: dict[str, Any]) -> set[str]:
+def _maximal_names(framework: str, storage: dict[str, Any], elastic: bool = False) -> set[str]:
     changes = {**MAXIMAL, "spec.framework": framework, STORAGE: storage}
+    if elastic:
+        changes["spec.elastic"] = {"minWorkers": 1, "maxWorkers": 4}
     return set(env_of(changes, 1, resume_from="s3://b/x" if storage.get("type") == "s3" else "gs://b/x"))
 
 
@@ -352,7 +354,10 @@ def test_every_injected_name_is_reserved_or_overridable_and_every_reserved_name_
         "s3": {"bucket": "b", "endpoint": "http://m", "region": "r", "credentialsSecret": "c"},
     }
     gcs = {"type": "gcs", "gcs": {"bucket": "b", "credentialsSecret": "c"}}
-    injected = set().union(*(_maximal_names(fw, st) for fw in contract.FRAMEWORKS for st in (s3, gcs)))
+    injected = set().union(
+        *(_maximal_names(fw, st) for fw in contract.FRAMEWORKS for st in (s3, gcs)),
+        *(_maximal_names(fw, st, elastic=True) for fw in contract.ELASTIC_FRAMEWORKS for st in (s3, gcs)),
+    )
     assert {n for n in injected if not is_reserved(n)} == set(contract.OVERRIDABLE_ENV_NAMES)
     assert set(contract.RESERVED_ENV_NAMES) <= injected
     assert not set(contract.RESERVED_ENV_NAMES) & set(contract.OVERRIDABLE_ENV_NAMES)
@@ -374,3 +379,47 @@ def test_env_builder_does_not_mutate_the_job() -> None:
     entries = distributed_env(manifest, 0)
     entries[-1]["valueFrom"]["secretKeyRef"]["name"] = "changed"
     assert manifest == snapshot
+
+
+# ---------------------------------------------------------------------------------------------------
+# Elastic PyTorch: torchrun's c10d rendezvous instead of a fixed world
+
+ELASTIC: dict[str, Any] = {
+    "spec.numWorkers": 3,
+    "spec.gpusPerWorker": 2,
+    "spec.elastic": {"minWorkers": 2, "maxWorkers": 5},
+}
+
+
+def test_an_elastic_job_gets_torchruns_rendezvous_and_no_fixed_world() -> None:
+    worker0, worker2 = env_of(ELASTIC, 0, attempt=3), env_of(ELASTIC, 2, attempt=3)
+    for env in (worker0, worker2):
+        assert env["PET_NNODES"] == "2:5"
+        assert env["PET_NPROC_PER_NODE"] == env["LOCAL_WORLD_SIZE"] == "2"
+        assert env["PET_RDZV_BACKEND"] == "c10d"
+        # The master Service resolves to worker 0, whose agent hosts the store (29400: torchrun's port).
+        assert env["PET_RDZV_ENDPOINT"] == "case-job-master:29400"
+        assert env["PET_RDZV_ID"] == "uid-1-3"
+        assert env["PET_MAX_RESTARTS"] == "3"
+        assert (env["TRAININGJOB_MIN_WORKERS"], env["TRAININGJOB_MAX_WORKERS"]) == ("2", "5")
+        # torchrun assigns ranks and the world size per round; numWorkers changes under running pods.
+        for name in ("WORLD_SIZE", "RANK", "PET_NODE_RANK", "PET_MASTER_ADDR", "TRAININGJOB_NUM_WORKERS"):
+            assert name not in env, name
+    conf = "join_timeout=600,last_call_timeout=30,read_timeout=600"
+    assert worker0["PET_RDZV_CONF"] == f"is_host=true,{conf}"
+    assert worker2["PET_RDZV_CONF"] == f"is_host=false,{conf}"
+
+
+def test_the_rendezvous_settings_reach_torchrun() -> None:
+    settings = {"port": 29600, "joinTimeoutSeconds": 120, "lastCallTimeoutSeconds": 5}
+    env = env_of(
+        {**ELASTIC, "spec.elastic": {**ELASTIC["spec.elastic"], "maxRestarts": 7, "rendezvous": settings}}
+    )
+    assert env["PET_RDZV_ENDPOINT"] == "case-job-master:29600"
+    assert env["PET_RDZV_CONF"] == "is_host=true,join_timeout=120,last_call_timeout=5,read_timeout=120"
+    assert env["PET_MAX_RESTARTS"] == "7"
+
+
+def test_each_attempt_has_its_own_rendezvous_id() -> None:
+    ids = {env_of(ELASTIC, 1, attempt=attempt)["PET_RDZV_ID"] for attempt in range(3)}
+    assert ids == {"uid-1-0", "uid-1-1", "uid-1-2"}
