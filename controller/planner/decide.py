@@ -12,6 +12,9 @@ A Restart has a cause that decides what it is counted against: a failed rank (ba
 disruption: preemption, eviction, a lost node, a rank deleted by someone else (maxDisruptionRestarts),
 a gang that could not be scheduled in time, a stall (backoffLimit); a resize has none.
 
+An elastic job (spec.elastic) shrinks instead where it can: its decisions, Shrink, Rejoined and
+AddWorkers, and when it falls back to a gang restart, are planner/elastic.py's.
+
 `decide(facts, status, taken)` returns one decision; `plan` applies it (transitions.py). A decision
 marked `STEP` needs nothing from the cluster before the next one (the status changed, or pods were
 only asked to go), so `plan` then asks again with the new status; `taken` are the steps already
@@ -26,9 +29,10 @@ from typing import Any, ClassVar
 
 from builders.names import pod_name
 from controller.planner import conditions as cond
-from controller.planner import podstate
+from controller.planner import elastic, podstate
+from controller.planner.elastic import AddWorkers, Rejoined, Shrink
 from controller.planner.facts import Facts, state_of
-from controller.planner.failures import Cause, Verdict, verdict
+from controller.planner.failures import Cause, PodFailure, Verdict, verdict
 from controller.planner.gang import Gang, root_cause
 from controller.planner.progress import ProgressUpdate, apply_report, success_reached
 from controller.planner.texts import format_duration, summary
@@ -173,6 +177,9 @@ Decision = (
     | CreateRanks
     | MarkCreated
     | Track
+    | Shrink
+    | Rejoined
+    | AddWorkers
 )
 
 
@@ -262,20 +269,19 @@ def _attempt(  # noqa: PLR0911 - one return per check of the state machine
     finish = _success(facts, status, gang)
     if finish is not None:
         return finish
-    if gang.failures:
-        return _react_to_failure(facts, status, gang)
+    reaction = _reaction(facts, status, gang)
+    if reaction is not None:
+        return reaction
     if gang.stale:
         return Restart(None, "Resized", f"numWorkers changed to {gang.num_workers}")
     created = cond.is_true(status.get("conditions"), Condition.CREATED)
-    if gang.missing and gang.formed and created:
+    if gang.missing and gang.formed and created and facts.spec.elastic is None:
         names = ", ".join(pod_name(facts.job, index) for index in gang.missing)
         return Restart(Cause.DISRUPTION, "PodDeleted", f"pod(s) {names} disappeared")
     if gang.out_of_range and not any(isinstance(step, RemoveExtraPods) for step in taken):
         return RemoveExtraPods(tuple(gang.out_of_range))
     if gang.missing:
-        if gang.terminating:
-            return Wait(f"waiting for {len(gang.terminating)} pod(s) of a previous attempt to terminate")
-        return CreateRanks(tuple(gang.missing))
+        return _create_missing(facts, status, gang)
     if not created:
         return MarkCreated()
     timeout = facts.spec.scheduling.schedule_timeout_seconds
@@ -290,29 +296,60 @@ def _attempt(  # noqa: PLR0911 - one return per check of the state machine
     return _track(facts, status, gang, deferred=update is not None and update.retry_in is not None)
 
 
+def _reaction(facts: Facts, status: Mapping[str, Any], gang: Gang) -> Decision | None:
+    """What a broken gang needs: failurePolicy's verdict; for an elastic job, a shrink (or the news that
+    a replacement runs) where it can, else that same verdict."""
+    if facts.spec.elastic is None:
+        return _react_to_failure(facts, status, gang) if gang.failures else None
+    reaction = elastic.react(facts, status, gang)
+    if isinstance(reaction, elastic.Fallback):
+        return _react_to_failure(facts, status, gang, reaction.failures, reaction.note)
+    return reaction
+
+
+def _create_missing(facts: Facts, status: Mapping[str, Any], gang: Gang) -> Decision:
+    """Pods for the missing ranks, once no pod of a previous attempt is left; a running elastic job
+    adds its missing workers while the others train."""
+    if facts.spec.elastic is not None and state_of(status) == State.RUNNING:
+        added = elastic.add_workers(facts, gang)
+        return added if added is not None else Wait(elastic.replacement_wait(facts, gang))
+    if gang.terminating:
+        return Wait(f"waiting for {len(gang.terminating)} pod(s) of a previous attempt to terminate")
+    return CreateRanks(tuple(gang.missing))
+
+
 def _success(facts: Facts, status: Mapping[str, Any], gang: Gang) -> Finish | None:
     reached = success_reached(status, facts.spec.success_policy)
     if reached is not None:
         reason, message = reached
         return Finish(State.COMPLETED, reason, message, tuple(gang.holding))
     rank0 = gang.ranks.get(0)
-    if (
-        facts.spec.success_policy.mode == "RankZero"
-        and rank0 is not None
-        and podstate.phase(rank0) == "Succeeded"
-    ):
+    rank0_succeeded = rank0 is not None and podstate.phase(rank0) == "Succeeded"
+    if facts.spec.success_policy.mode == "RankZero" and rank0_succeeded:
         # The other workers are stopped whatever cleanPodPolicy says (it keeps finished pods only).
         return Finish(State.COMPLETED, "RankZeroSucceeded", "rank 0 succeeded", tuple(gang.holding))
+    if facts.spec.elastic is not None and rank0_succeeded:
+        # torchrun's agents wait for each other before they exit: worker 0's agent ends after the whole
+        # world finished. A replacement that did not make it into the last round never will.
+        message = "worker 0 succeeded: the elastic world finished training"
+        return Finish(State.COMPLETED, "AllWorkersSucceeded", message, tuple(gang.holding))
     if not gang.missing and gang.count("Succeeded") == gang.num_workers:
         return Finish(State.COMPLETED, "AllWorkersSucceeded", f"all {gang.num_workers} workers succeeded")
     return None
 
 
-def _react_to_failure(facts: Facts, status: Mapping[str, Any], gang: Gang) -> Finish | Restart:
-    """The failure that broke the gang, judged by failurePolicy: a restart, or the end of the job."""
+def _react_to_failure(
+    facts: Facts,
+    status: Mapping[str, Any],
+    gang: Gang,
+    failures: Sequence[PodFailure] | None = None,
+    note: str | None = None,
+) -> Finish | Restart:
+    """The failure that broke the gang (among `failures`, all of the gang's by default), judged by
+    failurePolicy: a restart, or the end of the job. `note` adds why an elastic job could not shrink."""
     policy = facts.spec.failure_policy
-    failure = root_cause(gang.failures, {pod["metadata"]["name"]: pod for pod in gang.all_pods})
-    described = failure.describe()
+    failure = root_cause(failures or gang.failures, {pod["metadata"]["name"]: pod for pod in gang.all_pods})
+    described = failure.describe() + (f"; {note}" if note else "")
     reason = (
         "OOMKilled"
         if failure.reason == "OOMKilled"
@@ -361,12 +398,13 @@ def _track(facts: Facts, status: Mapping[str, Any], gang: Gang, *, deferred: boo
     """How far the complete gang got; once it has been running, whether it stalled."""
     total = gang.num_workers
     running = gang.count("Running", "Succeeded")
-    if gang.unscheduled:
+    elastic_running = elastic.running_message(facts, gang)
+    if gang.unscheduled and elastic_running is None:
         message = unschedulable_summary(gang)
         unschedulable = any(podstate.unschedulable_message(pod) for pod in gang.unscheduled)
         reason = "PodsUnschedulable" if unschedulable else "PodsPending"
         return Track(State.PENDING, reason, message, reason)
-    if running < total:
+    if running < total and elastic_running is None:
         return Track(State.INITIALIZING, "PodsScheduled", f"{running}/{total} pods running", "PodsStarting")
     stalled = None
     if cond.is_true(status.get("conditions"), Condition.RUNNING) and not deferred:
@@ -375,6 +413,8 @@ def _track(facts: Facts, status: Mapping[str, Any], gang: Gang, *, deferred: boo
         stalled = _stall(facts, status)
     if isinstance(stalled, Finish | Restart):
         return stalled
+    if elastic_running is not None and running < total:
+        return Track(State.RUNNING, "Running", elastic_running, "MinWorkersRunning", stalled)
     return Track(State.RUNNING, "Running", f"{total}/{total} workers running", "AllWorkersRunning", stalled)
 
 

@@ -71,17 +71,35 @@ class Facts:
             )
         return self._gangs[attempt]
 
+    def reporter(self, status: Mapping[str, Any]) -> JsonDict | None:
+        """The pod whose progress report counts: worker 0's, where rank 0 runs. In an elastic job
+        torchrun assigns ranks anew in every rendezvous round, so rank 0 may have moved: there it is
+        the pod with the newest report (worker 0's while none has one)."""
+        ranks = self.gang(status).ranks
+        if self.spec.elastic is None or len(ranks) < 2:
+            return ranks.get(0)
+        newest: tuple[str, int, int] | None = None
+        chosen = ranks.get(0)
+        for index, pod in ranks.items():
+            report, _ = parse_report(pod["metadata"].get("annotations", {}).get(PROGRESS_ANNOTATION))
+            if report is None:
+                continue
+            key = (report.time or "", report.step or 0, -index)
+            if newest is None or key > newest:
+                newest, chosen = key, pod
+        return chosen
+
     def report(self, status: Mapping[str, Any]) -> tuple[Report | None, str | None]:
         """Rank 0's progress report (parse_report's answer), with the pod named in a problem."""
-        rank0 = self.gang(status).ranks.get(0)
-        if rank0 is None:
+        pod = self.reporter(status)
+        if pod is None:
             return None, None
-        report, problem = parse_report(rank0["metadata"].get("annotations", {}).get(PROGRESS_ANNOTATION))
-        return report, f"{rank0['metadata']['name']}: {problem}" if problem else None
+        report, problem = parse_report(pod["metadata"].get("annotations", {}).get(PROGRESS_ANNOTATION))
+        return report, f"{pod['metadata']['name']}: {problem}" if problem else None
 
     def rank0_finished(self, status: Mapping[str, Any]) -> bool:
-        rank0 = self.gang(status).ranks.get(0)
-        return rank0 is not None and podstate.phase(rank0) in ("Succeeded", "Failed")
+        pod = self.reporter(status)
+        return pod is not None and podstate.phase(pod) in ("Succeeded", "Failed")
 
     def failures(self, verdict: str) -> list[CreateFailure]:
         return [failure for failure in self.observed.create_failures if failure.verdict == verdict]

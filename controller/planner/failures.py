@@ -51,6 +51,8 @@ class PodFailure:
     reason: str
     message: str
     disruption: bool
+    # The pod is on its way out (terminating) or already deleted (its last state): not a live rank.
+    gone: bool = False
 
     def describe(self) -> str:
         parts = [f"pod {self.pod}"]

@@ -8,7 +8,7 @@ a `Gang` once per reconcile (and attempt).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -98,7 +98,7 @@ def observe(
             if podstate.disruption_reason(pod) is not None:
                 failure = classify(pod, None, False)
                 if failure is not None:
-                    gang.failures.append(failure)
+                    gang.failures.append(replace(failure, gone=True))
             continue
         index = podstate.replica_index(pod)
         if index is None or not 0 <= index < num_workers or index in gang.ranks:
@@ -124,7 +124,7 @@ def observe(
             continue
         failure = classify(pod, None, False)
         if failure is not None:
-            gang.failures.append(failure)
+            gang.failures.append(replace(failure, gone=True))
     return gang
 
 

@@ -20,6 +20,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any, Final
 
+from builders.meta import selector_labels
 from controller.planner import texts
 from controller.planner.decide import Decision, Finish, decide, progress
 from controller.planner.facts import Facts
@@ -145,6 +146,9 @@ def _derived(status: Mapping[str, Any], facts: Facts) -> JsonDict:
         derived["observedGeneration"] = facts.job.generation
     derived["workers"] = gang.workers()
     derived["resources"] = {"gpus": gang.allocated * facts.spec.gpus_per_worker, "workers": gang.allocated}
+    # The scale subresource's view (kubectl scale, a HorizontalPodAutoscaler): pods and their selector.
+    derived["replicas"] = len(gang.ranks)
+    derived["selector"] = ",".join(f"{key}={value}" for key, value in selector_labels(facts.job).items())
     if derived.get("startTime"):
         # A job whose first gang started counts attempts and restarts from there.
         derived.setdefault("attempt", 0)

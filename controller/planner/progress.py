@@ -34,6 +34,8 @@ class Report:
     metrics: dict[str, float] = field(default_factory=dict)
     checkpoint: str | None = None
     checkpoint_time: str | None = None
+    # When the reporter wrote it (its own clock): which of several pods' reports is the newest.
+    time: str | None = None
 
 
 def _count(value: Any) -> int | None:
@@ -74,6 +76,7 @@ def parse_report(text: str | None) -> tuple[Report | None, str | None]:
         metrics=metrics,
         checkpoint=checkpoint[:1024] if isinstance(checkpoint, str) and checkpoint else None,
         checkpoint_time=checkpoint_time if isinstance(checkpoint_time, str) else None,
+        time=_valid_time(raw["time"]) if isinstance(raw.get("time"), str) else None,
     ), None
 
 

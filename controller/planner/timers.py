@@ -150,9 +150,13 @@ def _lost_nodes(facts: Facts, gang: Gang) -> Iterator[float | None]:
 
 
 def scheduling_wait(facts: Facts, status: Mapping[str, Any], gang: Gang) -> float | None:
-    """Seconds the current attempt has waited for a scheduler, when scheduleTimeoutSeconds applies."""
+    """Seconds the current attempt has waited for a scheduler, when scheduleTimeoutSeconds applies (to
+    an elastic job only while fewer than minWorkers are placed: it trains without the others)."""
     started = status.get("attemptStartTime")
     if not facts.spec.scheduling.schedule_timeout_seconds or not gang.unscheduled or not started:
+        return None
+    elastic = facts.spec.elastic
+    if elastic is not None and len(gang.ranks) - len(gang.unscheduled) >= elastic.min_workers:
         return None
     return facts.elapsed(started)
 

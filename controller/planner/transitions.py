@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
+from builders.names import pod_name
 from builders.pods import build_pod
 from controller.planner import conditions as cond
 from controller.planner import texts
@@ -35,6 +36,7 @@ from controller.planner.decide import (
     Track,
     Wait,
 )
+from controller.planner.elastic import AddWorkers, Rejoined, Shrink, replacing
 from controller.planner.facts import Facts, attempt_of, state_of
 from controller.planner.failures import Cause, restart_delay
 from controller.planner.model import Delete, Event
@@ -149,6 +151,12 @@ def apply(  # noqa: PLR0911, PLR0912 - one case per decision
             return mark_created(facts, status)
         case Track():
             return track(facts, status, decision)
+        case Shrink():
+            return shrink(facts, status, decision)
+        case Rejoined():
+            return rejoined(facts, status, decision)
+        case AddWorkers():
+            return add_workers(facts, status, decision)
 
 
 def moment(facts: Facts) -> Moment:
@@ -233,6 +241,7 @@ def resume(facts: Facts, status: Mapping[str, Any]) -> Step:
     change.set(Condition.CREATED, False, "Resuming", "recreating the gang after suspension")
     if status.get("startTime"):
         # A job that ran before resumes with a new attempt; one suspended from creation starts at 0.
+        forget_replacements(change)
         change.status["runningSince"] = facts.stamp
         change.status["attempt"] = attempt_of(status) + 1
         change.status.pop("attemptStartTime", None)
@@ -257,14 +266,20 @@ def accept(facts: Facts, status: Mapping[str, Any]) -> Step:
     return change.step()
 
 
+def build_ranks(facts: Facts, status: Mapping[str, Any], indices: Iterable[int]) -> list[JsonDict]:
+    """The pods of `indices` for the status's attempt, resuming from the latest checkpoint."""
+    attempt, resume = attempt_of(status), resume_from(facts, status)
+    return [
+        build_pod(facts.job, index, attempt=attempt, resume_from=resume, gang=facts.gang_scheduler)
+        for index in indices
+    ]
+
+
 def create_ranks(facts: Facts, status: Mapping[str, Any], decision: CreateRanks) -> Step:
     change = Change(moment(facts), status)
     attempt = attempt_of(status)
     resume = resume_from(facts, status)
-    pods = [
-        build_pod(facts.job, index, attempt=attempt, resume_from=resume, gang=facts.gang_scheduler)
-        for index in decision.indices
-    ]
+    pods = build_ranks(facts, status, decision.indices)
     if not status.get("startTime"):
         change.status["startTime"] = facts.stamp
         change.status["runningSince"] = facts.stamp
@@ -354,11 +369,66 @@ def restart(facts: Facts, status: Mapping[str, Any], decision: Restart) -> Step:
 
 def next_attempt(facts: Facts, status: Mapping[str, Any]) -> Step:
     change = Change(moment(facts), status)
+    forget_replacements(change)
     change.status.pop("restartAt", None)
     change.status["attempt"] = attempt_of(status) + 1
     change.status.pop("attemptStartTime", None)
     change.move_to(State.PENDING, f"starting attempt {change.status['attempt']}", "Restarted")
     return change.step()
+
+
+# ------------------------------------------------------------------------------ elastic jobs
+
+
+def _elastic_status(change: Change) -> JsonDict:
+    elastic: JsonDict = dict(change.status.get("elastic") or {})
+    change.status["elastic"] = elastic
+    return elastic
+
+
+def shrink(facts: Facts, status: Mapping[str, Any], decision: Shrink) -> Step:
+    """Workers lost while the others run on: counted as shrinks, their indices replaced later."""
+    change = Change(moment(facts), status)
+    if decision.lost:
+        elastic = _elastic_status(change)
+        elastic["shrinks"] = int(elastic.get("shrinks", 0)) + len(decision.lost)
+        elastic["replacing"] = sorted(replacing(status) | set(decision.lost))
+        elastic["lastShrinkReason"] = texts.reason(decision.reason)
+        change.status["message"] = texts.message(decision.message)
+        change.note("Warning", "WorkerLost", decision.message)
+    change.stop(decision.stop, "elastic: worker lost")
+    return change.step()
+
+
+def rejoined(facts: Facts, status: Mapping[str, Any], decision: Rejoined) -> Step:
+    """Replacements that run again: counted as grows."""
+    change = Change(moment(facts), status)
+    elastic = _elastic_status(change)
+    if decision.indices:
+        elastic["grows"] = int(elastic.get("grows", 0)) + len(decision.indices)
+        names = ", ".join(pod_name(facts.job, index) for index in decision.indices)
+        running = facts.gang(status).count("Running")
+        change.note("Normal", "WorkerRejoined", f"{names} running again: {running} workers running")
+    elastic["replacing"] = sorted(replacing(status) - set(decision.indices) - set(decision.dropped))
+    return change.step()
+
+
+def add_workers(facts: Facts, status: Mapping[str, Any], decision: AddWorkers) -> Step:
+    """Pods for missing workers of an elastic job while the others run: the state stays Running."""
+    change = Change(moment(facts), status)
+    pods = build_ranks(facts, status, decision.indices)
+    names = ", ".join(pod_name(facts.job, index) for index in decision.indices)
+    lost = replacing(status) & set(decision.indices)
+    why = "to replace lost workers" if lost else f"numWorkers is {facts.spec.num_workers}"
+    change.set(Condition.CREATED, False, "Creating", f"creating {names} ({why})")
+    return change.step(creates=pods)
+
+
+def forget_replacements(change: Change) -> None:
+    """A new attempt recreates every worker: nothing is being replaced any more."""
+    elastic = change.status.get("elastic")
+    if elastic and elastic.get("replacing"):
+        change.status["elastic"] = {key: value for key, value in elastic.items() if key != "replacing"}
 
 
 # -------------------------------------------------------------------------------- housekeeping
