@@ -6,6 +6,9 @@ torch.distributed rendezvous from the injected environment, trains a small class
 data with gradients all-reduced across every process (DistributedDataParallel), reports progress from
 rank 0, writes a checkpoint every CHECKPOINT_FREQUENCY epochs and after the last one (keeping
 CHECKPOINT_RETENTION of them) and, after a restart, continues from RESUME_FROM instead of starting over.
+In an elastic job (TRAININGJOB_MAX_WORKERS is set; torchrun starts the processes) it continues from the
+newest checkpoint under CHECKPOINT_DIR instead: torchrun starts the processes of a pod again after every
+change of the world, and the pod's RESUME_FROM is only as recent as the pod.
 
 The operator ships this file in the job's ConfigMap together with the progress helper
 (trainingjob_progress.py, imported from this file's own directory), mounted at /etc/trainingjob.
@@ -145,6 +148,7 @@ class Config:
     step_seconds: float
     progress_interval: float
     simulate: bool
+    elastic: bool  # an elastic job: resume from the newest checkpoint under CHECKPOINT_DIR
 
     @property
     def total_steps(self) -> int:
@@ -186,6 +190,7 @@ class Config:
             step_seconds=_float(env, "TRAIN_STEP_SECONDS", 0.0),
             progress_interval=_float(env, "TRAIN_PROGRESS_INTERVAL", progress.DEFAULT_MIN_INTERVAL),
             simulate=env.get("TRAIN_SIMULATE", "").strip().lower() in {"1", "true", "yes"},
+            elastic=bool(env.get("TRAININGJOB_MAX_WORKERS", "").strip()),
         )
 
 
@@ -574,8 +579,19 @@ def save_checkpoint(config: Config, engine: Engine, *, epoch: int, step: int) ->
     return path
 
 
+def resume_point(config: Config) -> str | None:
+    """What this run resumes from: RESUME_FROM, or in an elastic job the newest checkpoint under
+    CHECKPOINT_DIR when there is one (only rank 0 reads it; the torch engine hands it to the others)."""
+    directory = config.checkpoint_dir
+    if config.elastic and directory and not progress.is_remote(directory):
+        latest = progress.latest_checkpoint_dir(directory)
+        if latest is not None:
+            return latest
+    return config.resume_from
+
+
 def train(config: Config, engine: Engine, reporter: progress.Reporter) -> int:
-    epoch, step, resumed = engine.resume(config.resume_from)
+    epoch, step, resumed = engine.resume(resume_point(config))
     if resumed is not None and config.resume_origin:
         resumed = config.resume_origin
     if resumed is not None:
