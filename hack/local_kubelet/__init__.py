@@ -15,7 +15,9 @@ exactly what it does and does not do):
   running and stopped after the regular containers, the trainer and classic sidecars together), each
   under a shim that writes its log; a container runs if its command is `python SCRIPT` with the
   script in one of the pod's volumes (the reference trainer, or your code from a ConfigMap or a
-  claim), else a sidecar or init container gets a stand-in and the trainer's pod is left alone;
+  claim), and a trainer under torchrun too (loopback_torchrun.py: torchrun with its stores on
+  127.0.0.1), else a sidecar or init container gets a stand-in and the trainer's pod is left alone;
+  an elastic job's pods start one by one;
 - the pod's volumes become local directories shared as in a cluster (a claim per claim, an emptyDir
   per pod, hostPath under the state directory), configMap, secret and projected contents written from
   the API, and every mount path in the environment, the command and the working directory is
@@ -24,7 +26,8 @@ exactly what it does and does not do):
   only PATH and the locale, so no admin credentials reach a container; the trainer's progress goes to
   the real API server with the pod's own ServiceAccount token (minted bound to the pod, renewed);
 - the trainer runs its pure-Python simulation (TRAIN_SIMULATE=1), MASTER_ADDR 127.0.0.1 and one free
-  MASTER_PORT per job attempt;
+  MASTER_PORT per job attempt; under torchrun it runs real torch, with its rendezvous on 127.0.0.1 and
+  another free port per attempt, and Gloo on the loopback;
 - the pod's status is reported as a kubelet reports it (phase, conditions, containerStatuses and
   initContainerStatuses) whenever it changes;
 - it serves the kubelet API's container log endpoint on the port the nodes name in their status, over
@@ -43,6 +46,7 @@ Its modules, by concern: pods (what a Pod says), env (the environment a kubelet 
 local), volumes (volumes as local directories, tokens), launch (from a pod to its containers' command
 lines), containers (the kubelet's rules for a pod's containers and the status it reports), processes
 (the container processes and their records), shim (one container's process and log writer),
-logfiles (container logs on disk, read back as the kubelet API serves them), logserver (that API's
-log endpoint), status (reports to the API server), kubelet (the loop), __main__.
+loopback_torchrun (torchrun with every store it starts on 127.0.0.1), logfiles (container logs on
+disk, read back as the kubelet API serves them), logserver (that API's log endpoint), status (reports
+to the API server), kubelet (the loop), __main__.
 """

@@ -94,17 +94,27 @@ def local_env(
     ca_file: Path | None,
     notes: list[str],
     trainer: bool = True,
+    torchrun_port: int | None = None,
 ) -> dict[str, str]:
     """What a container's process gets: of this process's environment only PATH and the locale (no
     KUBECONFIG, no admin credentials), then the container's own with mount paths made local. The
     trainer also gets the rendezvous on 127.0.0.1:`port`, the simulation, and the progress helper's API
-    address, token and CA."""
+    address, token and CA. A trainer under torchrun (`torchrun_port` set) runs real torch instead of
+    the simulation, with torchrun's rendezvous on 127.0.0.1:`torchrun_port` and every peer on the
+    loopback interface."""
     env = {key: os.environ[key] for key in PASSED_ENV if key in os.environ}
     env["HOME"] = str(home)
     env.update({key: remap(value, mounts) for key, value in resolved.items()})
     if not trainer:
         return env
-    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), TRAIN_SIMULATE="1")
+    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    if torchrun_port is None:
+        env["TRAIN_SIMULATE"] = "1"
+    else:
+        # Every agent and process is on this machine: the rendezvous, the address agents publish for
+        # their processes' store (PET_LOCAL_ADDR) and Gloo's sockets are all on the loopback.
+        env.update(PET_RDZV_ENDPOINT=f"127.0.0.1:{torchrun_port}", PET_LOCAL_ADDR="127.0.0.1")
+        env["GLOO_SOCKET_IFNAME"] = "lo"
     for key, value in (("PET_MASTER_ADDR", "127.0.0.1"), ("PET_MASTER_PORT", str(port))):
         if key in env:
             env[key] = value

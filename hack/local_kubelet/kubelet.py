@@ -29,7 +29,7 @@ from controller.runtime.store import Store
 from crd import contract
 from hack.common import JsonDict
 from hack.local_kubelet.containers import ContainerRun, PodRun, pod_status
-from hack.local_kubelet.launch import AttemptKey, LocalSettings, PodLaunch, prepare
+from hack.local_kubelet.launch import AttemptKey, AttemptPorts, LocalSettings, PodLaunch, prepare
 from hack.local_kubelet.logfiles import PodLogs
 from hack.local_kubelet.pods import (
     DEFAULT_GRACE_SECONDS,
@@ -89,7 +89,7 @@ class Kubelet:
     started: dict[str, Started] = field(default_factory=dict)  # by pod uid, until its end is reported
     done: set[str] = field(default_factory=set)  # uids started and ended, or skipped
     retry_at: dict[str, tuple[int, float]] = field(default_factory=dict)
-    ports: dict[AttemptKey, int] = field(default_factory=dict)
+    ports: dict[AttemptKey, AttemptPorts] = field(default_factory=dict)
     stop: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:

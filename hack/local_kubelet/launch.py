@@ -5,8 +5,11 @@ and where a pod the local kubelet cannot run is refused with the reason: no job 
 container, a trainer command that cannot run here. What runs: a container whose command is
 `python [flags] SCRIPT [args]` with SCRIPT in one of the pod's volumes (the reference trainer at
 /etc/trainingjob/train.py, or your own code from a ConfigMap or a claim), started with the kubelet's
-interpreter (`--python`), its arguments remapped. Any other command (an image's own program: a proxy,
-a log shipper, `torchrun`, `sh -c`) cannot run on this machine; for a sidecar or a classic extra
+interpreter (`--python`), its arguments remapped; and a trainer launched by torchrun (`torchrun ARGS`
+or `python -m torch.distributed.run ARGS`, an elastic job's default) whose training script is in one
+of the pod's volumes, run by the same interpreter's torch through loopback_torchrun.py, which keeps
+every store torchrun starts on 127.0.0.1. Any other command (an image's own program: a proxy, a log
+shipper, `sh -c`) cannot run on this machine; for a sidecar or a classic extra
 container a stand-in runs instead, which sleeps until the pod is stopped (exit 0), and for an init
 container a stand-in that completes at once (exit 0), each saying so in its log. The trainer itself
 is never replaced by a stand-in: its pod is left as kwok marked it.
@@ -19,7 +22,7 @@ from pathlib import Path, PurePosixPath
 from typing import Final
 
 from crd import contract
-from hack.common import JsonDict, free_port
+from hack.common import JsonDict, free_ports
 from hack.local_kubelet.env import local_env, resolve_env
 from hack.local_kubelet.pods import (
     Role,
@@ -29,6 +32,7 @@ from hack.local_kubelet.pods import (
     expand,
     job_of,
     python_script_args,
+    torchrun_args,
 )
 from hack.local_kubelet.volumes import LocalVolumes, Mount, PodVolumes, TokenFile, remap
 
@@ -44,9 +48,24 @@ STAND_IN_DONE: Final = "import sys; print(sys.argv[1], flush=True)"
 
 
 NOT_RUNNABLE: Final = (
-    "only `python SCRIPT` with the script in one of the pod's volumes can run locally (the reference "
-    f"trainer is python {contract.CONFIG_MOUNT_PATH}/{contract.TRAINER_FILE})"
+    "only `python SCRIPT` and torchrun with the script in one of the pod's volumes can run locally (the "
+    f"reference trainer is python {contract.CONFIG_MOUNT_PATH}/{contract.TRAINER_FILE})"
 )
+# torchrun with its stores on 127.0.0.1, run with the trainers' interpreter.
+LOOPBACK_TORCHRUN: Final = Path(__file__).resolve().parent / "loopback_torchrun.py"
+
+
+@dataclass(frozen=True)
+class AttemptPorts:
+    """The local ports every pod of one attempt of a job shares: MASTER_PORT, torchrun's rendezvous."""
+
+    master: int
+    rendezvous: int
+
+    @classmethod
+    def free(cls) -> AttemptPorts:
+        master, rendezvous = free_ports(2)
+        return cls(master, rendezvous)
 
 
 def command_tokens(container: JsonDict, env: dict[str, str]) -> list[str]:
@@ -70,6 +89,7 @@ class ContainerLaunch:
     stand_in: bool
     trainer: bool
     fallback_to_logs: bool
+    torchrun: bool = False
 
 
 @dataclass(frozen=True)
@@ -115,6 +135,25 @@ def local_script(
     return flags, local, arguments
 
 
+def local_torchrun(tokens: list[str], working_dir: str, mounts: list[Mount]) -> list[str] | None:
+    """For torchrun whose training script (the first argument that is a file of the pod's volumes here)
+    is local: torchrun's arguments with that script and every mount path made local; else None."""
+    parsed = torchrun_args(tokens)
+    if parsed is None:
+        return None
+    local_args: list[str] = []
+    script: Path | None = None
+    for argument in parsed:
+        in_pod = PurePosixPath(working_dir or "/") / argument
+        local = Path(remap(str(in_pod), mounts))
+        if script is None and not argument.startswith("-") and local != Path(str(in_pod)) and local.is_file():
+            script = local
+            local_args.append(str(local))
+        else:
+            local_args.append(remap(argument, mounts))
+    return local_args if script is not None else None
+
+
 def container_launch(
     pod: JsonDict,
     *,
@@ -123,7 +162,7 @@ def container_launch(
     volumes: PodVolumes,
     local: LocalVolumes,
     settings: LocalSettings,
-    port: int,
+    ports: AttemptPorts,
 ) -> ContainerLaunch:
     name = str(container.get("name"))
     trainer = role is Role.MAIN and name == contract.CONTAINER_NAME
@@ -134,11 +173,14 @@ def container_launch(
     described = " ".join(tokens) or "(the image's default command)"
     working_dir = str(container.get("workingDir") or "")
     script = local_script(tokens, working_dir, mounts)
+    torchrun = local_torchrun(tokens, working_dir, mounts) if trainer and script is None else None
     home = volumes.pod_dir / "home"
     home.mkdir(parents=True, exist_ok=True)
     if script is not None:
         flags, path, arguments = script
         command = [settings.python, *flags, str(path), *(remap(a, mounts) for a in arguments)]
+    elif torchrun is not None:
+        command = [settings.python, str(LOOPBACK_TORCHRUN), *torchrun]
     elif trainer:
         raise SkipPod(f"command {described!r}: {NOT_RUNNABLE}; it is not a file of the pod's volumes here")
     else:
@@ -157,11 +199,12 @@ def container_launch(
         resolved,
         mounts,
         home=home,
-        port=port,
+        port=ports.master,
         api_url=settings.api_url,
         ca_file=settings.ca_file,
         notes=notes,
         trainer=trainer,
+        torchrun_port=None if torchrun is None else ports.rendezvous,
     )
     return ContainerLaunch(
         name=name,
@@ -172,18 +215,19 @@ def container_launch(
         cwd=cwd,
         notes=notes,
         described=described,
-        stand_in=script is None,
+        stand_in=script is None and torchrun is None,
         trainer=trainer,
         fallback_to_logs=container.get("terminationMessagePolicy") == "FallbackToLogsOnError",
+        torchrun=torchrun is not None,
     )
 
 
 def prepare(
-    pod: JsonDict, volumes: LocalVolumes, settings: LocalSettings, ports: dict[AttemptKey, int]
+    pod: JsonDict, volumes: LocalVolumes, settings: LocalSettings, ports: dict[AttemptKey, AttemptPorts]
 ) -> PodLaunch:
     """Everything the pod's containers need: volumes written, environments resolved and remapped,
-    tokens minted. Every rank of one attempt of a job gets the same MASTER_PORT (a free one, kept in
-    `ports`)."""
+    tokens minted. Every rank of one attempt of a job gets the same MASTER_PORT and torchrun rendezvous
+    port (free ones, kept in `ports`)."""
     metadata = pod["metadata"]
     uid, namespace, name = str(metadata["uid"]), str(metadata["namespace"]), str(metadata["name"])
     job, attempt = job_of(pod), attempt_of(pod)
@@ -196,10 +240,11 @@ def prepare(
     if trainer is None:
         raise SkipPod(f"no container named {contract.CONTAINER_NAME}")
     tokens = command_tokens(trainer, resolve_env(pod, trainer, volumes.lookup)[0])
-    if python_script_args(tokens) is None:  # said before any volume is written or token minted
+    runnable = python_script_args(tokens) is not None or torchrun_args(tokens) is not None
+    if not runnable:  # said before any volume is written or token minted
         raise SkipPod(f"command {' '.join(tokens) or '(the image default)'!r}: {NOT_RUNNABLE}")
     pod_volumes = volumes.prepare(pod)
-    port = ports.setdefault((namespace, job, attempt), free_port())
+    attempt_ports = ports.setdefault((namespace, job, attempt), AttemptPorts.free())
     containers = [
         container_launch(
             pod,
@@ -208,7 +253,7 @@ def prepare(
             volumes=pod_volumes,
             local=volumes,
             settings=settings,
-            port=port,
+            ports=attempt_ports,
         )
         for role, container in ordered
     ]
@@ -218,7 +263,7 @@ def prepare(
         name=name,
         job=job,
         attempt=attempt,
-        port=port,
+        port=attempt_ports.master,
         containers=containers,
         tokens=pod_volumes.tokens,
         notes=pod_volumes.notes,

@@ -1,6 +1,6 @@
 """What the local kubelet reads from a Pod: is it Running, which job and attempt, is its gang ready,
-how long its grace period, its containers in start order, whether a command is a python script, the
-downward API's values, $(VAR) expansion.
+how long its grace period, its containers in start order, whether a command is a python script or
+torchrun, the downward API's values, $(VAR) expansion.
 
 Why apart: these are pure decisions over the Pod JSON, tested without a cluster
 (tests/hack/test_local_kubelet.py), and every other module of the local kubelet relies on them. A Pod
@@ -65,6 +65,25 @@ def python_script_args(tokens: list[str]) -> tuple[list[str], str, list[str]] | 
     return None
 
 
+TORCHRUN_MODULE: Final = "torch.distributed.run"
+
+
+def torchrun_args(tokens: list[str]) -> list[str] | None:
+    """For `torchrun ARGS` or `python [-u ...] -m torch.distributed.run ARGS`: torchrun's arguments (its
+    options, the training script and the script's arguments). None for any other command."""
+    if tokens and os.path.basename(tokens[0]) == "torchrun":
+        return tokens[1:]
+    if not tokens or not PYTHON_NAME.match(os.path.basename(tokens[0])):
+        return None
+    for index, argument in enumerate(tokens[1:], start=1):
+        if PYTHON_FLAG.match(argument):
+            continue
+        if argument == "-m" and tokens[index + 1 : index + 2] == [TORCHRUN_MODULE]:
+            return tokens[index + 2 :]
+        return None
+    return None
+
+
 class Role(StrEnum):
     """A container's part in its pod, which decides when it starts and what its end means."""
 
@@ -120,7 +139,12 @@ def attempt_of(pod: JsonDict) -> str:
 
 
 def gang_size(pod: JsonDict) -> int:
+    """How many pods of its attempt must run before this one starts: the job's numWorkers, or 1 for an
+    elastic job's pod (torchrun's rendezvous waits for its peers itself, and a replacement joins a
+    running world alone)."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    if contract.ELASTIC_ANNOTATION in annotations:
+        return 1
     try:
         return max(1, int(annotations.get(contract.NUM_WORKERS_ANNOTATION, "1")))
     except ValueError:

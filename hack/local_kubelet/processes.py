@@ -109,7 +109,12 @@ class Supervisor:
             header.append(f"not runnable here: a stand-in runs ({' '.join(container.command[3:])})")
         else:
             header.append(f"command: {' '.join(container.command)}")
-        if container.trainer:
+        if container.torchrun:
+            header.append(
+                f"torchrun with its stores on 127.0.0.1, {container.env.get('PET_RDZV_ENDPOINT')} for the "
+                "rendezvous; real torch from this interpreter, Gloo on the loopback"
+            )
+        elif container.trainer:
             header.append(
                 f"MASTER_ADDR=127.0.0.1 MASTER_PORT={launch.port}; TRAIN_SIMULATE=1 (the reference "
                 "trainer's pure-Python simulation: no torch, nothing listens)"

@@ -248,8 +248,8 @@ def test_a_trainer_that_cannot_run_here_leaves_its_pod_running_without_a_log(
     wait_for(
         "the kubelet to decline the pod",
         lambda: (
-            "custom-worker-0: not started: command 'sleep 3600': only `python SCRIPT` with the script in "
-            "one of the pod's volumes can run locally" in kubelet.log()
+            "custom-worker-0: not started: command 'sleep 3600': only `python SCRIPT` and torchrun with the "
+            "script in one of the pod's volumes can run locally" in kubelet.log()
         ),
         90,
     )

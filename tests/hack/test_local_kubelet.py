@@ -20,7 +20,14 @@ from crd import contract
 from crd.spec import parse
 from hack.local_kubelet.env import resolve_env
 from hack.local_kubelet.kubelet import Kubelet, PodEvent
-from hack.local_kubelet.pods import expand, field_value, gang_size, is_running, python_script_args
+from hack.local_kubelet.pods import (
+    expand,
+    field_value,
+    gang_size,
+    is_running,
+    python_script_args,
+    torchrun_args,
+)
 from hack.local_kubelet.volumes import Mount, remap
 from hack.podstatus import exit_code_of, log_tail_message, terminated_status_patch
 from tests.unit import fakeapi
@@ -152,6 +159,24 @@ def test_only_python_scripts_can_run(
     assert python_script_args(tokens) == expected
 
 
+@pytest.mark.parametrize(
+    ("tokens", "expected"),
+    [
+        (list(contract.ELASTIC_DEFAULT_COMMAND), ["/etc/trainingjob/train.py"]),
+        (["torchrun", "--nproc-per-node=2", "/code/t.py", "-x"], ["--nproc-per-node=2", "/code/t.py", "-x"]),
+        (["/usr/local/bin/torchrun", "t.py"], ["t.py"]),
+        (["python3", "-u", "-m", "torch.distributed.run", "t.py"], ["t.py"]),
+        (["python", "-m", "torch.distributed.launch", "t.py"], None),
+        (["python", "/etc/trainingjob/train.py"], None),
+        (["python", "-m"], None),
+        (["bash", "-c", "torchrun t.py"], None),
+        ([], None),
+    ],
+)
+def test_torchrun_commands_give_torchruns_arguments(tokens: list[str], expected: list[str] | None) -> None:
+    assert torchrun_args(tokens) == expected
+
+
 def test_a_pod_runs_once_kwok_marked_it_running() -> None:
     pod = pod_of(job({}))
     assert not is_running(pod)  # no container status yet
@@ -160,6 +185,9 @@ def test_a_pod_runs_once_kwok_marked_it_running() -> None:
     pod["metadata"]["deletionTimestamp"] = "t"
     assert not is_running(pod)
     assert gang_size(pod_of(job({"spec.numWorkers": 3}))) == 3
+    # An elastic job's pods start alone: torchrun's rendezvous waits for the others, if it must.
+    elastic = {"spec.numWorkers": 3, "spec.elastic": {"minWorkers": 2, "maxWorkers": 3}}
+    assert gang_size(pod_of(job(elastic))) == 1
 
 
 def test_a_process_end_becomes_what_a_kubelet_reports() -> None:
@@ -241,7 +269,8 @@ def test_odd_pods_never_stop_the_kubelet(tmp_path: Path, caplog: pytest.LogCaptu
     assert "weird-status" not in kubelet.done  # not Running as far as it can tell: it waits
     messages = "\n".join(record.getMessage() for record in caplog.records)
     assert (
-        "command 'sleep 3600': only `python SCRIPT` with the script in one of the pod's volumes" in messages
+        "command 'sleep 3600': only `python SCRIPT` and torchrun with the script in one of the pod's volumes"
+        in messages
     )
     assert f"ConfigMap {no_config['metadata']['labels'][contract.JOB_NAME_LABEL]}-config" in messages
     assert not (tmp_path / "logs").exists()  # nothing was started

@@ -21,7 +21,15 @@ from builders.pods import build_pod
 from controller.runtime.client import KubeClient
 from crd import contract
 from crd.spec import parse
-from hack.local_kubelet.launch import STAND_IN_DONE, STAND_IN_SLEEP, LocalSettings, prepare
+from hack.local_kubelet.launch import (
+    LOOPBACK_TORCHRUN,
+    STAND_IN_DONE,
+    STAND_IN_SLEEP,
+    AttemptKey,
+    AttemptPorts,
+    LocalSettings,
+    prepare,
+)
 from hack.local_kubelet.pods import Role, SkipPod
 from hack.local_kubelet.volumes import LocalVolumes, Mount, TokenFile, remap
 from tests.unit import fakeapi
@@ -257,11 +265,13 @@ def test_python_scripts_of_the_pods_volumes_run_and_other_commands_get_a_stand_i
 
 def test_a_trainer_that_cannot_run_here_leaves_the_pod_alone(tmp_path: Path) -> None:
     volumes = TableVolumes(tmp_path, objects())
-    with pytest.raises(SkipPod, match=r"command 'torchrun /code/train\.py': only `python SCRIPT`"):
-        prepare(worker(command=["torchrun", "/code/train.py"]), volumes, settings(), {})
+    with pytest.raises(SkipPod, match=r"command 'sh -c python /code/train\.py': only `python SCRIPT`"):
+        prepare(worker(command=["sh", "-c", "python /code/train.py"]), volumes, settings(), {})
     assert not (tmp_path / "ml").exists()  # refused before any volume was written
     with pytest.raises(SkipPod, match=r"command 'python /code/train\.py': only .* it is not a file"):
         prepare(worker(command=["python", "/code/train.py"]), volumes, settings(), {})
+    with pytest.raises(SkipPod, match=r"command 'torchrun /code/train\.py': only .* it is not a file"):
+        prepare(worker(command=["torchrun", "/code/train.py"]), volumes, settings(), {})
     own_code = {
         "spec": {
             "volumes": [{"name": "code", "configMap": {"name": "code"}}],
@@ -271,3 +281,56 @@ def test_a_trainer_that_cannot_run_here_leaves_the_pod_alone(tmp_path: Path) -> 
     runs = TableVolumes(tmp_path, objects(ConfigMap__code={"data": {"train.py": "print(2)\n"}}))
     launch = prepare(worker(own_code, command=["python", "/code/train.py"]), runs, settings(), {})
     assert launch.container("trainer").command[-1].endswith("/volumes/code/train.py")
+
+
+def elastic_worker(index: int, uid: str) -> JsonDict:
+    manifest = job(
+        {"spec.numWorkers": 3, "spec.gpusPerWorker": 0, "spec.elastic": {"minWorkers": 2, "maxWorkers": 3}}
+    )
+    manifest["metadata"].update(namespace="ml", uid="job-uid", generation=1)
+    pod = build_pod(parse(manifest), index, attempt=0, resume_from=None)
+    pod["metadata"]["uid"] = uid
+    pod["status"] = {"phase": "Running"}
+    return pod
+
+
+def test_an_elastic_trainer_runs_under_torchrun_with_its_rendezvous_on_the_loopback(tmp_path: Path) -> None:
+    volumes = TableVolumes(tmp_path, objects())
+    ports: dict[AttemptKey, AttemptPorts] = {}
+    first = prepare(elastic_worker(0, "uid-0"), volumes, settings(), ports)
+    second = prepare(elastic_worker(2, "uid-2"), volumes, settings(), ports)
+    [attempt] = ports.values()
+    trainer = first.container("trainer")
+    config = tmp_path / "ml" / "pods" / "case-job-worker-0-uid-0" / "volumes" / "config"
+    # `python -m torch.distributed.run /etc/trainingjob/train.py`, with the local script and torch.
+    assert trainer.command == [
+        "/usr/bin/python3",
+        str(LOOPBACK_TORCHRUN),
+        str(config / contract.TRAINER_FILE),
+    ]
+    assert (trainer.torchrun, trainer.stand_in) == (True, False)
+    for launch in (first, second):
+        env = launch.container("trainer").env
+        assert env["PET_RDZV_ENDPOINT"] == f"127.0.0.1:{attempt.rendezvous}"
+        assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == ("127.0.0.1", str(attempt.master))
+        assert (env["PET_LOCAL_ADDR"], env["GLOO_SOCKET_IFNAME"]) == ("127.0.0.1", "lo")
+        assert "TRAIN_SIMULATE" not in env  # real torch
+        assert env["PET_NNODES"] == "2:3"
+    assert first.container("trainer").env["PET_RDZV_CONF"].startswith("is_host=true,")
+    assert second.container("trainer").env["PET_RDZV_CONF"].startswith("is_host=false,")
+    assert attempt.master != attempt.rendezvous
+
+
+def test_torchrun_options_stay_and_paths_in_volumes_are_made_local(tmp_path: Path) -> None:
+    volumes = TableVolumes(tmp_path, objects())
+    command = ["torchrun", "--nproc-per-node", "1", "/etc/trainingjob/train.py", "--out=/etc/trainingjob/x"]
+    launch = prepare(worker(command=command), volumes, settings(), {})
+    config = tmp_path / "ml" / "pods" / "case-job-worker-0-uid-1" / "volumes" / "config"
+    assert launch.container("trainer").command == [
+        "/usr/bin/python3",
+        str(LOOPBACK_TORCHRUN),
+        "--nproc-per-node",
+        "1",
+        str(config / contract.TRAINER_FILE),
+        f"--out={config / 'x'}",
+    ]
