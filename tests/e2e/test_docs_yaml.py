@@ -4,7 +4,8 @@ Documentation that shows a manifest promises that it works: each ```yaml block o
 docs/*.md is applied, unchanged, with `kubectl apply` to the dev cluster and must be created (the
 blocks are whole manifests, so a reader can apply them as they are). The restricted-namespace block
 of docs/pod-template.md is examples/trainingjob-restricted.yaml word for word, which
-tests/e2e/test_pod_security.py runs in a namespace enforcing "restricted".
+tests/e2e/test_pod_security.py runs in a namespace enforcing "restricted"; the block of docs/elastic.md
+is examples/trainingjob-elastic.yaml, which tests/e2e/test_elastic_e2e.py trains for real.
 """
 
 from __future__ import annotations
@@ -51,6 +52,12 @@ def test_the_restricted_block_is_the_example() -> None:
     manifest = yaml.safe_load(example)
     blocks = [yaml.safe_load(text) for text in yaml_blocks((REPO / "docs" / "pod-template.md").read_text())]
     assert manifest in blocks
+
+
+def test_the_elastic_block_is_the_example() -> None:
+    example = (REPO / "examples" / "trainingjob-elastic.yaml").read_text(encoding="utf-8")
+    blocks = yaml_blocks((REPO / "docs" / "elastic.md").read_text(encoding="utf-8"))
+    assert example in blocks  # word for word, comments included
 
 
 @pytest.mark.parametrize("text", BLOCKS)

@@ -23,6 +23,7 @@ from tests.e2e.jobs import (
     PatientKubectl,
     assert_healthy,
     extra_nodes,
+    get_job,
     pods_of,
     priority_class,
     wait,
@@ -31,7 +32,14 @@ from tests.e2e.jobs import (
 from tests.e2e.operator import OperatorProcess
 
 EXAMPLES = REPO / "examples"
-SIMPLE_EXAMPLES = ["trainingjob-simple.yaml", "trainingjob-distributed.yaml", "trainingjob-resume.yaml"]
+SIMPLE_EXAMPLES = [
+    "trainingjob-simple.yaml",
+    "trainingjob-distributed.yaml",
+    "trainingjob-resume.yaml",
+    # Elastic: Running once minWorkers run; run_example waits for every worker. It trains for real in
+    # tests/e2e/test_elastic_e2e.py.
+    "trainingjob-elastic.yaml",
+]
 # Run in a namespace enforcing the "restricted" Pod Security Standard by tests/e2e/test_pod_security.py.
 RESTRICTED_EXAMPLE = "trainingjob-restricted.yaml"
 
@@ -65,7 +73,14 @@ def run_example(kubectl: Kubectl, namespace: str, operator: OperatorProcess, pat
     assert result.stderr == ""  # no warnings either
     assert result.stdout.strip() == f"trainingjob.{contract.GROUP}/{name} created"
     workers = int(manifest["spec"]["numWorkers"])
-    job = wait_for_state(kubectl, namespace, name, "Running", timeout=120)
+    wait_for_state(kubectl, namespace, name, "Running", timeout=120)
+
+    def every_worker_running() -> dict[str, Any] | None:
+        found = get_job(kubectl, namespace, name)
+        return found if found["status"]["workers"]["active"] == workers else None
+
+    # An elastic job is Running once minWorkers run; the others may still be starting.
+    job = wait(f"all {workers} workers of {name} running", every_worker_running, timeout=120)
     assert job["status"]["workers"]["active"] == workers
     gpus = int(manifest["spec"].get("gpusPerWorker", 1))
     assert job["status"]["resources"] == {"gpus": workers * gpus, "workers": workers}
