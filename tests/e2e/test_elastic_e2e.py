@@ -1,0 +1,316 @@
+"""Elastic training for real: torch under torchrun on the local kubelet, a worker lost and replaced.
+
+Why: an elastic job is only as good as torchrun's rendezvous and the operator's part in it together.
+Here the elastic example (examples/trainingjob-elastic.yaml, made small: 3 CPU workers, 2 at least)
+runs the reference trainer under `python -m torch.distributed.run` with the real torch of the test's
+virtualenv, Gloo on the loopback (the local kubelet, hack/local_kubelet, runs each pod as processes
+and keeps every store torchrun starts on 127.0.0.1). Then:
+
+1. 3 workers train;
+2. worker 2 is evicted (a disruption); its node, the job's own, is cordoned first, so its replacement
+   waits for the scheduler: the other two re-rendezvous and train on from the latest checkpoint, with
+   no gang restart and nothing counted as a failure;
+3. the node is uncordoned: the replacement runs, its agent joins, and the world is 3 again;
+4. the job completes with every epoch trained.
+
+Then `kubectl scale` on kwok's pods: within the bounds it adds and removes workers without a restart,
+outside them it is refused; on a job that is not elastic it restarts the gang with the new size.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import yaml
+
+from crd import contract
+from tests.cluster import REPO, Kubectl
+from tests.e2e.conftest import StartOperator
+from tests.e2e.jobs import events_of, extra_nodes, get_job, pods_of, status_of, wait, wait_for_state
+from tests.e2e.localkubelet import LocalKubelet, container_processes, local_kubelet, wait_for_trainers
+from tests.hack.clusters import listening_addresses
+
+JsonDict = dict[str, Any]
+__all__ = ["local_kubelet"]  # the fixture
+
+pytest.importorskip("torch.distributed", reason="needs the train extra: pip install -e .[train]")
+
+NAME = "elastic"
+EPOCHS = 24
+LABEL = "tj-e2e-elastic"
+# An epoch takes about 2.5 s. When the replacement may be scheduled, some 20 epochs (50 s) are left:
+# about three times what its agent needed to start and join on 2 busy cores (under 20 s), so the
+# world of 2 cannot finish the job before the world is whole again.
+PACE = {
+    "TRAIN_STEPS_PER_EPOCH": "4",
+    "TRAIN_STEP_SECONDS": "0.5",
+    "TRAIN_PROGRESS_INTERVAL": "0",
+    "TRAIN_DIST_TIMEOUT": "120",
+}
+WORLD = re.compile(r"rank=(\d+) INFO train: joining the rendezvous at \S+ as rank \d+ of (\d+)")
+RESUMED = re.compile(r"resuming from epoch (\d+) \(checkpoint ")
+NFS_SERVER = "nfs.storage.svc.cluster.local"
+
+
+@pytest.fixture
+def own_node(cluster: Kubectl) -> Iterator[str]:
+    """A kwok node only this test's pods go to (its label, its taint), so the test can cordon it."""
+    taint = {"key": LABEL, "value": "true", "effect": "NoSchedule"}
+    with extra_nodes(cluster, 1, gpus=8, labels={LABEL: "true"}, taint=taint, prefix=LABEL) as names:
+        yield names[0]
+
+
+def manifest() -> JsonDict:
+    """The elastic example, made small: 3 CPU workers (at least 2), a short last call, few epochs."""
+    job: JsonDict = yaml.safe_load((REPO / "examples" / "trainingjob-elastic.yaml").read_text())
+    job["metadata"]["name"] = NAME
+    spec = job["spec"]
+    spec.update(numWorkers=3, gpusPerWorker=0)
+    spec["elastic"] = {
+        "minWorkers": 2,
+        "maxWorkers": 3,
+        "maxRestarts": 3,
+        "rendezvous": {"lastCallTimeoutSeconds": 2, "joinTimeoutSeconds": 240},
+    }
+    spec["hyperparameters"]["epochs"] = EPOCHS
+    spec["checkpoint"]["storage"]["nfs"]["path"] = f"/exports/{NAME}"
+    spec["env"] = [{"name": key, "value": value} for key, value in PACE.items()]
+    spec["scheduling"]["nodeSelector"] = {LABEL: "true"}
+    spec["scheduling"]["tolerations"].append({"key": LABEL, "operator": "Exists", "effect": "NoSchedule"})
+    return job
+
+
+def evict(cluster: Kubectl, namespace: str, pod: str) -> None:
+    """The eviction API, as `kubectl drain` and cluster autoscalers use it: DisruptionTarget, then
+    deletion."""
+    eviction = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": pod, "namespace": namespace},
+    }
+    path = f"/api/v1/namespaces/{namespace}/pods/{pod}/eviction"
+    cluster.run("create", "--raw", path, "-f", "-", stdin=json.dumps(eviction))
+
+
+def listeners_are_local(kubelet: LocalKubelet) -> None:
+    """Every process the local kubelet started (agents, training processes) listens on 127.0.0.1 only."""
+    for process in container_processes(kubelet.state_dir).values():
+        addresses = {address for address, _ in listening_addresses(process.pid)}
+        assert addresses <= {"127.0.0.1"}, (process.pid, addresses)
+
+
+def changes(sizes: list[int]) -> list[int]:
+    """The world sizes with repeats of the same size (a restart into the same world) folded."""
+    return [size for size, _ in itertools.groupby(sizes)]
+
+
+class Job:
+    """The test's view of the job: its status, the world sizes its pods' processes joined."""
+
+    def __init__(self, cluster: Kubectl, namespace: str, kubelet: LocalKubelet) -> None:
+        self.cluster, self.namespace, self.kubelet = cluster, namespace, kubelet
+
+    def status(self) -> JsonDict:
+        return status_of(self.cluster, self.namespace, NAME)
+
+    def epoch(self) -> int:
+        return int(self.status().get("currentEpoch") or 0)
+
+    def worlds(self, index: int) -> list[int]:
+        """The world sizes the training processes of worker `index` joined, in order."""
+        return [int(size) for _, size in WORLD.findall(self.kubelet.pod_log(f"{NAME}-worker-{index}"))]
+
+    def workers_column(self) -> str:
+        """The WORKERS column of `kubectl get tj`."""
+        header, row = self.cluster.run("get", "tj", NAME, "-n", self.namespace).splitlines()
+        return dict(zip(header.split(), row.split(), strict=True))["WORKERS"]
+
+
+@pytest.mark.slow
+def test_a_lost_worker_shrinks_the_world_and_its_replacement_grows_it_back(
+    cluster: Kubectl,
+    namespace: str,
+    start_operator: StartOperator,
+    local_kubelet: Callable[[], LocalKubelet],
+    own_node: str,
+) -> None:
+    start_operator("--progress-interval=0")
+    kubelet = local_kubelet()
+    job = Job(cluster, namespace, kubelet)
+    cluster.apply(manifest(), "-n", namespace)
+    lost = f"{NAME}-worker-2"
+
+    # 1. Three workers train under torchrun.
+    wait_for_trainers(namespace, 3)
+    wait("an epoch trained by 3 workers", lambda: job.epoch() >= 1, 240)
+    assert [job.worlds(index)[:1] for index in range(3)] == [[3]] * 3
+    assert job.workers_column() == "3"
+    listeners_are_local(kubelet)
+
+    # 2. Worker 2 is evicted while its replacement cannot be scheduled: the others go on without it.
+    cluster.run("cordon", own_node)
+    before = job.epoch()
+    evict(cluster, namespace, lost)
+    shrunk = wait("the shrink", lambda: (status := job.status()).get("elastic") and status, 120)
+    assert (shrunk["state"], shrunk["elastic"]["shrinks"]) == ("Running", 1)
+    assert shrunk["elastic"]["lastShrinkReason"] == "EvictionByEvictionAPI"
+
+    def trained_by_two() -> JsonDict | None:
+        status = job.status()
+        two = job.worlds(0)[-1:] == [2] and job.worlds(1)[-1:] == [2]
+        return status if two and int(status.get("currentEpoch") or 0) > before else None
+
+    status = wait("an epoch trained by the 2 workers left", trained_by_two, 240)
+    assert status["message"].startswith(f"2/3 workers running (elastic.minWorkers 2); waiting for {lost}")
+    assert job.workers_column() == "2"
+    [replacement] = [p for p in pods_of(cluster, namespace, NAME) if p["metadata"]["name"] == lost]
+    assert replacement["status"]["phase"] == "Pending"  # its node is cordoned
+    assert (status["restartCount"], status["attempt"], status.get("restarts")) == (0, 0, None)
+    # They resumed from the latest checkpoint, not from scratch.
+    resumed = [int(epoch) for epoch in RESUMED.findall(kubelet.pod_log(f"{NAME}-worker-0"))]
+    assert resumed, kubelet.pod_log(f"{NAME}-worker-0")[-3000:]
+    assert resumed[-1] >= before
+
+    # 3. The replacement can be scheduled again: it joins, and the world is whole.
+    cluster.run("uncordon", own_node)
+
+    def grown() -> JsonDict | None:
+        status = job.status()
+        back = (status.get("elastic") or {}).get("grows") == 1 and status["workers"]["active"] == 3
+        # The old worker 2 joined a world of 3 before; its replacement joins one too.
+        return status if back and job.worlds(2)[1:][-1:] == [3] else None
+
+    status = wait("the world grown back to 3", grown, 240)
+    assert (status["state"], status["elastic"]["replacing"]) == ("Running", [])
+
+    # 4. Every epoch trained, no gang restart, the loss counted where it belongs.
+    done = wait_for_state(cluster, namespace, NAME, "Completed", timeout=300)["status"]
+    assert (done["currentEpoch"], done["totalEpochs"], done["progress"]) == (EPOCHS, EPOCHS, "100%")
+    assert done["checkpoint"]["latest"].endswith(f"epoch-{EPOCHS}")
+    assert (kubelet.nfs_dir(NFS_SERVER, f"/exports/{NAME}") / f"epoch-{EPOCHS}").is_dir()
+    assert (done["restartCount"], done["attempt"], done.get("restarts")) == (0, 0, None)
+    assert done["elastic"] == {
+        "shrinks": 1,
+        "grows": 1,
+        "replacing": [],
+        "lastShrinkReason": "EvictionByEvictionAPI",
+    }
+    assert changes(job.worlds(0)) == changes(job.worlds(1)) == [3, 2, 3]
+    events = {event["reason"]: event for event in events_of(cluster, namespace, NAME)}
+    assert events["WorkerLost"]["type"] == "Warning"
+    assert "EvictionByEvictionAPI" in events["WorkerLost"]["message"]
+    assert f"{lost} running again: 3 workers running" in events["WorkerRejoined"]["message"]
+    assert contract.ELASTIC_ANNOTATION in replacement["metadata"]["annotations"]
+
+
+# ---------------------------------------------------------------------------------------------------
+# kubectl scale (kwok's pods: nothing trains, the scale subresource and the operator's answer to it)
+
+
+def scale(cluster: Kubectl, namespace: str, name: str, replicas: int) -> JsonDict:
+    """What `kubectl scale` and a HorizontalPodAutoscaler read: the TrainingJob's scale subresource."""
+    path = f"/apis/{contract.GROUP}/{contract.VERSION}/namespaces/{namespace}/trainingjobs/{name}/scale"
+    cluster.run("scale", f"tj/{name}", "-n", namespace, f"--replicas={replicas}")
+    answer: JsonDict = json.loads(cluster.run("get", "--raw", path))
+    return answer
+
+
+def pod_uids(cluster: Kubectl, namespace: str, name: str) -> dict[str, str]:
+    return {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods_of(cluster, namespace, name)}
+
+
+def running_workers(cluster: Kubectl, namespace: str, name: str, count: int) -> JsonDict:
+    def probe() -> JsonDict | None:
+        status = status_of(cluster, namespace, name)
+        running = status.get("state") == "Running" and (status.get("workers") or {}).get("active") == count
+        return status if running and status.get("replicas") == count else None
+
+    return wait(f"{count} workers of {name} running", probe, 120)
+
+
+def test_kubectl_scale_resizes_an_elastic_job_within_its_bounds_without_a_restart(
+    cluster: Kubectl, namespace: str, start_operator: StartOperator
+) -> None:
+    start_operator()
+    name = "scaled"
+    job = {
+        "apiVersion": contract.API_VERSION,
+        "kind": contract.KIND,
+        "metadata": {"name": name},
+        "spec": {
+            "model": "cnn",
+            "dataset": "mnist",
+            "numWorkers": 3,
+            "gpusPerWorker": 0,
+            "elastic": {"minWorkers": 2, "maxWorkers": 4},
+        },
+    }
+    cluster.apply(job, "-n", namespace)
+    running_workers(cluster, namespace, name, 3)
+    first = pod_uids(cluster, namespace, name)
+
+    grown = scale(cluster, namespace, name, 4)
+    assert grown["spec"]["replicas"] == 4
+    assert (
+        grown["status"]["selector"]
+        == f"{contract.JOB_NAME_LABEL}={name},{contract.MANAGED_BY_LABEL}=trainingjob-operator"
+    )
+    status = running_workers(cluster, namespace, name, 4)
+    assert {pod: uid for pod, uid in pod_uids(cluster, namespace, name).items() if pod in first} == first
+    assert (status["restartCount"], status["attempt"], status["message"]) == (0, 0, "4/4 workers running")
+    assert scale(cluster, namespace, name, 4)["status"]["replicas"] == 4
+
+    scale(cluster, namespace, name, 2)
+    status = running_workers(cluster, namespace, name, 2)
+    kept = (f"{name}-worker-0", f"{name}-worker-1")
+
+    def only_the_kept_pods() -> dict[str, str] | None:
+        uids = pod_uids(cluster, namespace, name)  # the removed pods may take a moment to terminate
+        return uids if set(uids) == set(kept) else None
+
+    left = wait(f"{name}-worker-2 and -3 gone", only_the_kept_pods, 120)
+    assert left == {pod: first[pod] for pod in kept}
+    assert (status["restartCount"], status["attempt"]) == (0, 0)
+
+    # A HorizontalPodAutoscaler targets it as docs/elastic.md shows (the dev cluster runs no metrics
+    # server: what it would read and write is the scale subresource above).
+    cluster.run("autoscale", f"tj/{name}", "-n", namespace, "--min=2", "--max=4", "--cpu=80%")
+    hpa = cluster.get_json("hpa", name, "-n", namespace)
+    assert hpa["spec"]["scaleTargetRef"] == {
+        "apiVersion": contract.API_VERSION,
+        "kind": contract.KIND,
+        "name": name,
+    }
+
+    # Outside the bounds: refused, naming the field and the bounds (never clamped).
+    refused = cluster.attempt("scale", f"tj/{name}", "-n", namespace, "--replicas=5")
+    assert refused.returncode != 0
+    assert "spec.numWorkers" in refused.stderr
+    assert "numWorkers must be within [elastic.minWorkers, elastic.maxWorkers]" in refused.stderr
+    assert get_job(cluster, namespace, name)["spec"]["numWorkers"] == 2
+
+
+def test_kubectl_scale_of_a_job_that_is_not_elastic_restarts_its_gang(
+    cluster: Kubectl, namespace: str, start_operator: StartOperator
+) -> None:
+    start_operator()
+    name = "fixed"
+    cluster.apply(
+        {
+            "apiVersion": contract.API_VERSION,
+            "kind": contract.KIND,
+            "metadata": {"name": name},
+            "spec": {"model": "cnn", "dataset": "mnist", "numWorkers": 2, "gpusPerWorker": 0},
+        },
+        "-n",
+        namespace,
+    )
+    running_workers(cluster, namespace, name, 2)
+    scale(cluster, namespace, name, 3)
+    status = running_workers(cluster, namespace, name, 3)
+    assert (status["restartCount"], status["lastRestartReason"], status["attempt"]) == (1, "Resized", 1)
