@@ -128,6 +128,12 @@ BENCH_ARGS ?=
 bench: $(STAMP) ## benchmark the operator on a throwaway cluster (.dev/bench); prints JSON (docs/bench.md)
 	$(VENV_PY) -m hack.bench $(BENCH_ARGS)
 
+# This operator and Kubeflow's training-operator (built on first use) side by side, alternating runs on
+# one bench cluster (docs/bench.md); BENCH_ARGS as for bench, plus --sequence.
+.PHONY: bench-peer
+bench-peer: $(STAMP) ## this operator against Kubeflow's training-operator on one bench cluster (docs/bench.md)
+	$(VENV_PY) -m hack.bench.peer $(BENCH_ARGS)
+
 # promtool checks and unit-tests monitoring/alerts.yaml (tests/unit/test_manifests.py). Debian ships it
 # in the package prometheus, installed here when promtool is missing (as root, else through sudo).
 # Note: on a host run by systemd the package also enables and starts a Prometheus server.

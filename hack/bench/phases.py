@@ -22,6 +22,7 @@ from hack.bench.cluster import (
     create_namespace,
     install_crd,
     run_devcluster,
+    training_jobs,
 )
 from hack.bench.operator import Operator, say
 from hack.bench.options import GPUS_PER_NODE, Options
@@ -46,6 +47,10 @@ class BenchCluster:
         self._tracker: Tracker | None = None
         self._client: KubeClient | None = None
         self.cluster_started = False
+        self.kind = training_jobs(options)
+        # The operator's leader-election Lease, whose renewals the steady state counts apart (None: it
+        # does not elect, and the window is not aligned to renewals).
+        self.lease_name: str | None = contract.OPERATOR_NAME
 
     def up(self) -> None:
         options = self.options
@@ -77,21 +82,18 @@ class BenchCluster:
             run_devcluster(self.dev_dir, "down", check=False)
 
     def start_operator(self) -> None:
-        say(f"starting the operator: {' '.join(self.operator.command[1:])}")
+        say(f"starting {self.operator.name}: {' '.join(self.operator.arguments())}")
         self.operator.start()
         deadline = time.monotonic() + 120
         while True:
             self.operator.check_alive()
-            if (
-                self.operator.get("/readyz")[0] == 200
-                and self.operator.metrics("leader_election_master_status").leader
-            ):
+            if self.operator.ready():
                 break
             if time.monotonic() > deadline:
-                raise ToolError(f"the operator was not ready and leading after 120s:\n{self.operator.tail()}")
+                raise ToolError(f"{self.operator.name} was not ready after 120s:\n{self.operator.tail()}")
             time.sleep(0.2)
         pid, port = self.operator.pid, self.operator.port
-        say(f"the operator is ready and leading (pid {pid}, metrics on port {port})")
+        say(f"{self.operator.name} is ready (pid {pid}, metrics on port {port})")
 
     @property
     def client(self) -> KubeClient:
@@ -149,9 +151,10 @@ class Bench(BenchCluster):
         before_apiserver = apiserver_requests(self.client)
         before_bench = time.process_time()
         threads = options.create_threads
-        say(f"creating {len(names)} TrainingJobs x {options.replicas} replicas ({threads} threads)")
+        kind = self.kind.resource.kind
+        say(f"creating {len(names)} {kind}s x {options.replicas} replicas ({threads} threads)")
         t0 = time.monotonic()
-        created_at = create_jobs(self.client, names, options)
+        created_at = create_jobs(self.client, names, options, self.kind)
         say(f"{len(names)} creates answered in {created_at - t0:.1f}s")
         progress = self.progress(total_jobs, t0)
         wait_until(
@@ -259,12 +262,14 @@ class Bench(BenchCluster):
             "rss_mb": round(end.rss_mb, 1),
             "peak_rss_mb": round(end.peak_rss_mb, 1),
             "machine_busy_cores_average": busy_cores(start_machine, end_machine),
-            "operator_events_in_namespace": count_events(self.client),
+            "operator_events_in_namespace": count_events(self.client, self.kind.namespace),
         }
 
     def align_to_renewal(self, timeout: float = 5.0, grace: float = 0.3) -> int:
         """Waits for the next Lease renewal the bench's watch delivers, then `grace` seconds more so the
         operator has counted that PUT; returns how many renewals the bench has seen."""
+        if self.lease_name is None:
+            return 0
         seen = self.tracker.renewals()
         deadline = time.monotonic() + timeout
         while self.tracker.renewals() == seen and time.monotonic() < deadline:
@@ -315,7 +320,7 @@ class Bench(BenchCluster):
                 "create_threads": options.create_threads,
                 "window_seconds": options.window,
                 "memory_jobs": options.memory_jobs,
-                "operator_args": self.operator.command[4:],
+                "operator_args": self.operator.arguments(),
             },
             "machine": {
                 "cpus": os.cpu_count(),
