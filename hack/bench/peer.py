@@ -50,7 +50,7 @@ from hack.bench.operator import Operator, say
 from hack.bench.options import PODS_PER_NODE, Options, parse_options
 from hack.bench.phases import Bench
 from hack.bench.report import execute
-from hack.bench.targets import TARGET_BRING_UP_SECONDS, TARGET_IDLE_CPU_PERCENT
+from hack.bench.targets import TARGET_BRING_UP_SECONDS, TARGET_IDLE_CPU_PERCENT, check
 from hack.bench.tracker import Tracker, training_job_running
 from hack.common import JsonDict, ToolError, wait_until
 
@@ -144,17 +144,8 @@ def targets(summary: JsonDict) -> list[JsonDict]:
     ours = summary["medians"].get(OURS) or {}
     ratios = summary["ratios"].get(f"{OURS} / {KUBEFLOW_TUNED}") or {}
 
-    def check(name: str, value: float | None, bound: float, unit: str, strict: bool = False) -> JsonDict:
-        met = value is not None and (value < bound if strict else value <= bound)
-        return {
-            "name": name,
-            "value": value,
-            "target": f"{'<' if strict else '<='} {bound:g}{unit}",
-            "met": met,
-        }
-
     result = [
-        check(f"{name} vs Kubeflow tuned (ratio of medians)", ratios.get(name), bound, "x")
+        check(f"{name} vs Kubeflow tuned (ratio of medians)", ratios.get(name), bound, "x", False)
         for name, bound in TARGET_RATIOS.items()
     ]
     result += [
