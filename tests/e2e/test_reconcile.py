@@ -411,15 +411,11 @@ def test_deleting_the_job_deletes_what_it_owns(
     selector = f"{contract.JOB_NAME_LABEL}=bert"
     kinds = ",".join(("pods", *SUPPORTING_KINDS))
     before = kubectl.items(kinds, "-n", namespace, "-l", selector)
-    assert sorted({item["kind"] for item in before}) == [
-        "ConfigMap",
-        "Pod",
-        "Role",
-        "RoleBinding",
-        "Service",
-        "ServiceAccount",
-    ]
+    assert sorted({item["kind"] for item in before}) == ["ConfigMap", "Pod", "Service"]
     assert all(owned_by(item, running_job) for item in before)
+    shared_selector = f"{contract.COMPONENT_LABEL}={contract.SHARED_COMPONENT}"
+    shared = kubectl.items(kinds, "-n", namespace, "-l", shared_selector)
+    assert sorted(item["kind"] for item in shared) == ["ConfigMap", "Role", "RoleBinding", "ServiceAccount"]
 
     kubectl.run("delete", "trainingjob", "bert", "-n", namespace, "--wait=false")
 
@@ -429,6 +425,13 @@ def test_deleting_the_job_deletes_what_it_owns(
         lambda: not kubectl.items(kinds, "-n", namespace, "-l", selector),
         timeout=90,
     )
+    # The namespace's last job is gone: the operator deletes the shared objects (30 s later).
+    if not kubectl.items("trainingjobs", "-n", namespace):
+        wait(
+            "the operator to delete the namespace's shared objects",
+            lambda: not kubectl.items(kinds, "-n", namespace, "-l", shared_selector),
+            timeout=120,
+        )
 
 
 def test_a_foreign_pod_is_never_adopted(
