@@ -102,6 +102,8 @@ class KubeflowOperator(Operator):
     """Kubeflow's training-operator as a process: metrics, probes and webhooks on 127.0.0.1 ports of
     their own, its /tmp private (see the module's docstring)."""
 
+    samples_python_stacks = False  # a Go binary
+
     name = "Kubeflow training-operator"
 
     def __init__(self, binary: Path, kubeconfig: Path, work: Path, log_path: Path, extra: tuple[str, ...]):

@@ -32,6 +32,8 @@ class Operator:
 
     name = "trainingjob-operator"
 
+    samples_python_stacks = True  # py-spy can profile it (`--profile`)
+
     def __init__(self, kubeconfig: Path, log_path: Path, extra: tuple[str, ...]) -> None:
         self.port = free_port()
         self.command = self.build_command(kubeconfig, extra)

@@ -27,6 +27,7 @@ from hack.bench.cluster import (
 from hack.bench.operator import Operator, say
 from hack.bench.options import GPUS_PER_NODE, Options
 from hack.bench.procfs import busy_cores, component_cpu, component_pids, cpu_pressure, machine_busy
+from hack.bench.profile import Profiler
 from hack.bench.targets import targets
 from hack.bench.tracker import Tracker
 from hack.common import JsonDict, ToolError, wait_until
@@ -150,6 +151,10 @@ class Bench(BenchCluster):
         before_machine = machine_busy()
         before_apiserver = apiserver_requests(self.client)
         before_bench = time.process_time()
+        profiler = None
+        if options.profile and first == 0 and self.operator.samples_python_stacks:
+            profiler = Profiler(self.operator.pid, self.dev_dir / "logs" / "operator-profile.folded")
+            profiler.start()
         threads = options.create_threads
         kind = self.kind.resource.kind
         say(f"creating {len(names)} {kind}s x {options.replicas} replicas ({threads} threads)")
@@ -157,15 +162,18 @@ class Bench(BenchCluster):
         created_at = create_jobs(self.client, names, options, self.kind)
         say(f"{len(names)} creates answered in {created_at - t0:.1f}s")
         progress = self.progress(total_jobs, t0)
-        wait_until(
-            f"{pods} pods and {total_jobs} Running jobs",
-            lambda: tracker.counts()[0] >= pods and tracker.counts()[3] >= total_jobs,
-            timeout=options.timeout,
-            guard=self.operator.check_alive,
-            progress=progress,
-            say=say,
-        )
-        done_at = time.monotonic()
+        try:
+            wait_until(
+                f"{pods} pods and {total_jobs} Running jobs",
+                lambda: tracker.counts()[0] >= pods and tracker.counts()[3] >= total_jobs,
+                timeout=options.timeout,
+                guard=self.operator.check_alive,
+                progress=progress,
+                say=say,
+            )
+        finally:
+            done_at = time.monotonic()
+            profile = profiler.stop() if profiler is not None else None
         after = self.operator.sample()
         after_machine = machine_busy()
         after_components = component_cpu(pids)
@@ -206,6 +214,7 @@ class Bench(BenchCluster):
             "bench_cpu_seconds": round(bench_cpu, 2),
             "apiserver_requests_total": round(sum(after_apiserver.values()) - sum(before_apiserver.values())),
             "apiserver_requests_top": counter_delta(after_apiserver, before_apiserver),
+            **({"operator_profile": profile} if profile is not None else {}),
         }
 
     def steady_state(self) -> JsonDict:
