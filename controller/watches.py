@@ -42,6 +42,12 @@ BY_SHARED: Final = "by-shared-namespace"
 # and applied again right away keeps them).
 RELEASE_AFTER_SECONDS: Final = 30.0
 
+# Work-queue priorities. News about a job's pods (work under way: they started, ended, went) is taken
+# before the first reconciles of newer jobs, so a burst of new jobs does not keep running ones from
+# showing Running; the periodic resync, which only re-checks, comes last.
+POD_NEWS_PRIORITY: Final = 1
+RESYNC_PRIORITY: Final = -1
+
 
 def namespace_key(namespace: str) -> str:
     """The work-queue key of a namespace's shared objects: "<namespace>/" (no job has an empty name)."""
@@ -237,7 +243,7 @@ class Watches:
         key = owner_key(obj)
         if key:
             self._expectations.created(key, obj["metadata"]["name"])
-            self._queue.add(key)
+            self._queue.add(key, POD_NEWS_PRIORITY)
 
     def _pod_updated(self, old: JsonDict, new: JsonDict) -> None:
         key = owner_key(new)
@@ -246,7 +252,7 @@ class Watches:
             return
         if new["metadata"].get("deletionTimestamp") and not old["metadata"].get("deletionTimestamp"):
             self._expectations.deleted(key, new["metadata"]["uid"])
-        self._queue.add(key)
+        self._queue.add(key, POD_NEWS_PRIORITY)
 
     def _pod_deleted(self, obj: JsonDict) -> None:
         key = owner_key(obj)
@@ -256,7 +262,7 @@ class Watches:
         self._expectations.deleted(key, obj["metadata"]["uid"])
         if podstate.disruption_reason(obj) is not None or podstate.phase(obj) == "Failed":
             self._tombstones.record(key, obj)
-        self._queue.add(key)
+        self._queue.add(key, POD_NEWS_PRIORITY)
 
     def _foreign_pod_changed(self, obj: JsonDict) -> None:
         """A pod with the job's labels but not owned by it may be what blocks the job (it holds a rank's
