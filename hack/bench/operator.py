@@ -25,6 +25,12 @@ LEASE_NAMESPACE: Final = "default"
 say: Final = Say("bench")
 
 
+def operator_tree() -> Path:
+    """The checkout whose operator runs: this one, or $BENCH_OPERATOR_TREE (another worktree, to
+    measure a change before and after with the same bench)."""
+    return Path(os.environ.get("BENCH_OPERATOR_TREE") or REPO).resolve()
+
+
 class Operator:
     """The operator under test, as a process with its own session; its log goes to a file.
 
@@ -56,7 +62,8 @@ class Operator:
 
     def environment(self) -> dict[str, str]:
         # The operator's default log level, whatever the caller's $LOG_LEVEL says ($BENCH_LOG_LEVEL wins).
-        return dict(os.environ, PYTHONPATH=str(REPO), LOG_LEVEL=os.environ.get("BENCH_LOG_LEVEL", "INFO"))
+        level = os.environ.get("BENCH_LOG_LEVEL", "INFO")
+        return dict(os.environ, PYTHONPATH=str(operator_tree()), LOG_LEVEL=level)
 
     def arguments(self) -> list[str]:
         """The flags it runs with, for the report."""
@@ -66,7 +73,7 @@ class Operator:
         self.prepare()
         header = " ".join(self.command[1:])
         self.process = start_logged(
-            self.command, self.log_path, header=header, cwd=REPO, env=self.environment()
+            self.command, self.log_path, header=header, cwd=operator_tree(), env=self.environment()
         )
 
     def ready(self) -> bool:

@@ -29,7 +29,7 @@ from hack.bench.options import GPUS_PER_NODE, Options
 from hack.bench.procfs import busy_cores, component_cpu, component_pids, cpu_pressure, machine_busy
 from hack.bench.profile import Profiler
 from hack.bench.targets import targets
-from hack.bench.tracker import Tracker
+from hack.bench.tracker import Tracker, spread
 from hack.common import JsonDict, ToolError, wait_until
 
 WRITE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
@@ -194,6 +194,7 @@ class Bench(BenchCluster):
             "seconds_to_all_pods_bound": since(tracker.pod_bound, pods),
             "seconds_to_all_pods_running": since(tracker.pod_running, pods),
             "seconds_to_all_jobs_running": since(tracker.job_running, total_jobs),
+            "seconds_from_last_pod_running_to_job_running": spread(tracker.running_lags()),
             "operator_requests_by_method": requests,
             "operator_requests_by_code": after_metrics.codes_minus(before_metrics),
             "operator_requests_per_job": round(sum(requests.values()) / max(1, len(names)), 1),

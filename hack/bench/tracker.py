@@ -133,3 +133,27 @@ class Tracker:
         with self._lock:
             values = sorted(times.values())
         return values[count - 1] if len(values) >= count else None
+
+    def running_lags(self) -> list[float]:
+        """For each Running job, the seconds from its last pod Running to the job's status saying so:
+        how long news of running pods waited in the operator's queue. Pods are `<job>-<role>-<index>`
+        (both operators name them so)."""
+        with self._lock:
+            last_pod: dict[str, float] = {}
+            for pod, at in self.pod_running.items():
+                job = pod.rsplit("-", 2)[0]
+                last_pod[job] = max(at, last_pod.get(job, at))
+            return sorted(
+                max(0.0, at - last_pod[job]) for job, at in self.job_running.items() if job in last_pod
+            )
+
+
+def spread(values: list[float]) -> JsonDict:
+    """Median, 90th percentile and maximum of sorted `values`, rounded (empty: Nones)."""
+    if not values:
+        return {"median": None, "p90": None, "max": None}
+    return {
+        "median": round(values[len(values) // 2], 2),
+        "p90": round(values[min(len(values) - 1, int(len(values) * 0.9))], 2),
+        "max": round(values[-1], 2),
+    }
