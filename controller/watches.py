@@ -30,7 +30,7 @@ from controller.runtime.informer import Informer
 from controller.runtime.resource import Resource
 from controller.runtime.store import OWNER_INDEXERS, IndexFunc, Store, object_key
 from controller.runtime.trackers import StatusWrites, Tombstones
-from controller.runtime.workqueue import WorkQueue
+from controller.runtime.workqueue import NORMAL_PRIORITY, WorkQueue
 from crd import contract
 
 JsonDict = dict[str, Any]
@@ -42,9 +42,11 @@ BY_SHARED: Final = "by-shared-namespace"
 # and applied again right away keeps them).
 RELEASE_AFTER_SECONDS: Final = 30.0
 
-# Work-queue priorities. News about a job's pods (work under way: they started, ended, went) is taken
-# before the first reconciles of newer jobs, so a burst of new jobs does not keep running ones from
-# showing Running; the periodic resync, which only re-checks, comes last.
+# Work-queue priorities. News that may move a job to another state (its last pod started, a pod
+# ended or went, the status write a reconcile waited for arrived) is taken before the first reconciles
+# of newer jobs, so a burst of new jobs does not keep running ones from showing Running; the periodic
+# resync, which only re-checks, comes last. Other pod news (created, bound, one of several started)
+# waits its turn: taken at once, each would cost a reconcile and a status write of counters.
 POD_NEWS_PRIORITY: Final = 1
 RESYNC_PRIORITY: Final = -1
 
@@ -236,14 +238,15 @@ class Watches:
 
     def _job_changed(self, obj: JsonDict) -> None:
         key = object_key(obj)
-        self._status_writes.observed(key, str(obj["metadata"].get("resourceVersion", "")))
-        self._queue.add(key)
+        settled = self._status_writes.observed(key, str(obj["metadata"].get("resourceVersion", "")))
+        # A reconcile that found our last status write not yet in the cache waits for exactly this.
+        self._queue.add(key, POD_NEWS_PRIORITY if settled else NORMAL_PRIORITY)
 
     def _pod_added(self, obj: JsonDict) -> None:
         key = owner_key(obj)
         if key:
             self._expectations.created(key, obj["metadata"]["name"])
-            self._queue.add(key, POD_NEWS_PRIORITY)
+            self._queue.add(key)
 
     def _pod_updated(self, old: JsonDict, new: JsonDict) -> None:
         key = owner_key(new)
@@ -252,7 +255,9 @@ class Watches:
             return
         if new["metadata"].get("deletionTimestamp") and not old["metadata"].get("deletionTimestamp"):
             self._expectations.deleted(key, new["metadata"]["uid"])
-        self._queue.add(key, POD_NEWS_PRIORITY)
+        siblings = self.caches.pods.by_index(BY_JOB, key)
+        urgent = podstate.changes_the_gang(old, new, siblings)
+        self._queue.add(key, POD_NEWS_PRIORITY if urgent else NORMAL_PRIORITY)
 
     def _pod_deleted(self, obj: JsonDict) -> None:
         key = owner_key(obj)

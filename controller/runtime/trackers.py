@@ -39,12 +39,15 @@ class StatusWrites:
             lambda: collections.deque(maxlen=16)
         )
 
-    def observed(self, key: str, resource_version: str) -> None:
+    def observed(self, key: str, resource_version: str) -> bool:
+        """Records a version of `key` seen on the watch; True if it is the write we were waiting for."""
         with self._lock:
             self._seen[key].append(resource_version)
             pending = self._pending.get(key)
             if pending is not None and pending[0] == resource_version:
                 del self._pending[key]
+                return True
+            return False
 
     def wrote(self, key: str, resource_version: str) -> None:
         with self._lock:
