@@ -35,6 +35,8 @@ from controller.runtime.resource import (
 from crd import contract
 
 __all__ = [
+    "ADMISSION_POLICIES",
+    "ADMISSION_POLICY_BINDINGS",
     "CONFIGMAPS",
     "CRDS",
     "EVENTS",
@@ -64,6 +66,18 @@ TRAININGJOBS: Final = Resource(contract.GROUP, contract.VERSION, contract.PLURAL
 # one is repaired; each is created through the resource of its kind.
 OWNED: Final = (SERVICES, CONFIGMAPS, SERVICEACCOUNTS, ROLES, ROLEBINDINGS, PVCS)
 _BY_KIND: Final[Mapping[str, Resource]] = {resource.kind: resource for resource in (PODS, *OWNED)}
+
+# The trainers' admission policy (crd/) and its binding, checked at start-up (controller/preflight.py).
+ADMISSION_POLICIES: Final = Resource(
+    "admissionregistration.k8s.io", "v1", "validatingadmissionpolicies", "ValidatingAdmissionPolicy", False
+)
+ADMISSION_POLICY_BINDINGS: Final = Resource(
+    "admissionregistration.k8s.io",
+    "v1",
+    "validatingadmissionpolicybindings",
+    "ValidatingAdmissionPolicyBinding",
+    False,
+)
 
 # The PodGroup API of each gang scheduler, by the apiVersion its PodGroups are built with.
 POD_GROUPS: Final[Mapping[GangScheduler, Resource]] = {

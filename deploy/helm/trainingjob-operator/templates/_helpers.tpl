@@ -83,11 +83,16 @@ wildcards, no Secrets (pods only name Secrets in their env, which the kubelet re
   verbs: ["get", "list", "watch", "create", "delete", "patch"]
 {{- end -}}
 
-{{/* Cluster-scoped reads: which nodes exist and what they can hold (GPUs), to explain unschedulable jobs. */}}
+{{/* Cluster-scoped reads: which nodes exist and what they can hold (GPUs), to explain unschedulable jobs;
+the trainers' admission policy, checked at start-up. */}}
 {{- define "trainingjob-operator.nodeRules" -}}
 - apiGroups: [""]
   resources: ["nodes"]
   verbs: ["get", "list", "watch"]
+- apiGroups: ["admissionregistration.k8s.io"]
+  resources: ["validatingadmissionpolicies", "validatingadmissionpolicybindings"]
+  resourceNames: ["trainingjob-trainer-progress"]
+  verbs: ["get"]
 {{- end -}}
 
 {{/*
