@@ -99,6 +99,7 @@ def test_without_the_trainers_admission_policy_the_operator_refuses_to_start(
             service_account_kubeconfig,
             tmp_path / "operator.log",
             (f"--namespace={namespace}", f"--lease-namespace={OPERATOR_NAMESPACE}"),
+            env={"LOG_LEVEL": "INFO"},
         ).start()
         try:
             line = exited_with_one_line(operator)
