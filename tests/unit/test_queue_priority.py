@@ -47,12 +47,14 @@ def test_a_pod_starting_to_terminate_is_urgent() -> None:
     assert not changes_the_gang(after, after, [after]), "only the moment it starts terminating"
 
 
-def test_status_writes_say_when_the_awaited_write_arrives() -> None:
+def test_status_writes_say_when_a_turned_away_reconcile_can_go_on() -> None:
     writes = StatusWrites(FakeClock())
-    assert writes.observed("ns/job", "1") is False, "nothing was awaited"
+    assert writes.observed("ns/job", "1") is False, "nothing was written"
     writes.wrote("ns/job", "5")
-    assert not writes.settled("ns/job")
-    assert writes.observed("ns/job", "4") is False
-    assert writes.observed("ns/job", "5") is True
+    assert writes.observed("ns/job", "5") is False, "our write arrived before any reconcile waited"
+    writes.wrote("ns/job", "7")
+    assert not writes.settled("ns/job")  # a reconcile is turned away
+    assert writes.observed("ns/job", "6") is False
+    assert writes.observed("ns/job", "7") is True
     assert writes.settled("ns/job")
-    assert writes.observed("ns/job", "5") is False, "already settled"
+    assert writes.observed("ns/job", "7") is False, "already settled"
