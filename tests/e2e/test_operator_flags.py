@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from crd import contract
+from hack.common import free_port
 from tests.cluster import REPO, Kubectl, wait_for
 from tests.e2e.conftest import OPERATOR_NAMESPACE
 from tests.e2e.operator import OperatorProcess
@@ -33,6 +34,21 @@ def exited_with_one_line(operator: OperatorProcess) -> str:
     return lines[0]
 
 
+def refused_start(kubeconfig: Path, namespace: str, tmp_path: Path, port: int | None = None) -> str:
+    """Starts the operator (log level INFO) for `namespace`, expecting it to refuse: its one line."""
+    operator = OperatorProcess(
+        kubeconfig,
+        tmp_path / "operator.log",
+        (f"--namespace={namespace}", f"--lease-namespace={OPERATOR_NAMESPACE}"),
+        port=free_port() if port is None else port,
+        env={"LOG_LEVEL": "INFO"},
+    ).start()
+    try:
+        return exited_with_one_line(operator)
+    finally:
+        operator.stop()
+
+
 @pytest.fixture
 def busy_port() -> Iterator[int]:
     """A port on 127.0.0.1 that another process (this test) listens on."""
@@ -45,17 +61,7 @@ def busy_port() -> Iterator[int]:
 def test_a_metrics_port_in_use_is_one_line_and_exit_code_2(
     service_account_kubeconfig: Path, namespace: str, busy_port: int, tmp_path: Path
 ) -> None:
-    operator = OperatorProcess(
-        service_account_kubeconfig,
-        tmp_path / "operator.log",
-        (f"--namespace={namespace}", f"--lease-namespace={OPERATOR_NAMESPACE}"),
-        port=busy_port,
-        env={"LOG_LEVEL": "INFO"},
-    ).start()
-    try:
-        line = exited_with_one_line(operator)
-    finally:
-        operator.stop()
+    line = refused_start(service_account_kubeconfig, namespace, tmp_path, port=busy_port)
     assert line == (
         f"trainingjob-operator: cannot listen on --metrics-addr=127.0.0.1:{busy_port}: Address already in use"
     )
@@ -95,16 +101,7 @@ def test_without_the_trainers_admission_policy_the_operator_refuses_to_start(
     binding = f"validatingadmissionpolicybinding/{contract.TRAINER_POLICY}"
     cluster.run("delete", binding, "--wait=true")
     try:
-        operator = OperatorProcess(
-            service_account_kubeconfig,
-            tmp_path / "operator.log",
-            (f"--namespace={namespace}", f"--lease-namespace={OPERATOR_NAMESPACE}"),
-            env={"LOG_LEVEL": "INFO"},
-        ).start()
-        try:
-            line = exited_with_one_line(operator)
-        finally:
-            operator.stop()
+        line = refused_start(service_account_kubeconfig, namespace, tmp_path)
     finally:
         cluster.run("apply", "--server-side", "-f", str(REPO / "crd" / "trainer-progress-policy.yaml"))
     assert line.startswith(
