@@ -1,5 +1,6 @@
 """The Kubernetes API as the operator uses it: every resource it watches, creates or deletes, how it
-finds out which gang scheduler the cluster runs, and the client it connects with.
+finds out which optional APIs (a gang scheduler's PodGroups, Kueue) the cluster serves, and the client
+it connects with.
 
 One catalogue, so that the watches (controller/watches.py), the writes (controller/executor.py) and
 the RBAC the operator is deployed with (deploy/) can be checked against a single list.
@@ -8,12 +9,13 @@ the RBAC the operator is deployed with (deploy/) can be checked against a single
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from typing import Final
 
 from builders.podgroup import GangScheduler
 from controller.runtime.client import DEFAULT_POOL_SIZE, KubeClient, RestMetrics
-from controller.runtime.errors import KubeError
+from controller.runtime.errors import KubeError, NotFound
 from controller.runtime.kubeconfig import from_kubeconfig as _client_from_kubeconfig
 from controller.runtime.resource import (
     CONFIGMAPS,
@@ -46,14 +48,18 @@ __all__ = [
     "POD_GROUPS",
     "PRIORITYCLASSES",
     "PVCS",
+    "RESOURCE_FLAVORS",
     "ROLEBINDINGS",
     "ROLES",
     "SECRETS",
     "SERVICEACCOUNTS",
     "SERVICES",
     "TRAININGJOBS",
+    "WORKLOADS",
+    "WORKLOAD_PRIORITY_CLASSES",
+    "Apis",
     "Resource",
-    "detect_gang_scheduler",
+    "discover",
     "from_kubeconfig",
     "resource_for",
 ]
@@ -63,13 +69,29 @@ TRAININGJOBS: Final = Resource(contract.GROUP, contract.VERSION, contract.PLURAL
 # The objects a TrainingJob owns besides its pods (builders/), watched so that a deleted or changed
 # one is repaired; each is created through the resource of its kind.
 OWNED: Final = (SERVICES, CONFIGMAPS, SERVICEACCOUNTS, ROLES, ROLEBINDINGS, PVCS)
-_BY_KIND: Final[Mapping[str, Resource]] = {resource.kind: resource for resource in (PODS, *OWNED)}
 
 # The PodGroup API of each gang scheduler, by the apiVersion its PodGroups are built with.
 POD_GROUPS: Final[Mapping[GangScheduler, Resource]] = {
     contract.GANG_COSCHEDULING: Resource("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup"),
     contract.GANG_VOLCANO: Resource("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup"),
 }
+
+
+# Kueue (docs/shared-clusters.md): the job's Workload, and what its priority and its admission's
+# placement are read from.
+WORKLOADS: Final = Resource(contract.KUEUE_GROUP, contract.KUEUE_VERSION, "workloads", "Workload")
+RESOURCE_FLAVORS: Final = Resource(
+    contract.KUEUE_GROUP, contract.KUEUE_VERSION, "resourceflavors", "ResourceFlavor", namespaced=False
+)
+WORKLOAD_PRIORITY_CLASSES: Final = Resource(
+    contract.KUEUE_GROUP,
+    contract.KUEUE_VERSION,
+    "workloadpriorityclasses",
+    "WorkloadPriorityClass",
+    namespaced=False,
+)
+KUEUE: Final = (WORKLOADS, RESOURCE_FLAVORS, WORKLOAD_PRIORITY_CLASSES)
+_BY_KIND: Final[Mapping[str, Resource]] = {resource.kind: resource for resource in (PODS, *OWNED, WORKLOADS)}
 
 
 def resource_for(api_version: str, kind: str) -> Resource:
@@ -79,16 +101,37 @@ def resource_for(api_version: str, kind: str) -> Resource:
     return _BY_KIND[kind]
 
 
-def detect_gang_scheduler(client: KubeClient) -> GangScheduler | None:
-    """Which gang scheduler's PodGroup API the cluster serves (discovery), preferring scheduler-plugins."""
-    for scheduler, resource in POD_GROUPS.items():
-        try:
-            listing = client.request("GET", f"/apis/{resource.api_version}")
-        except KubeError:
-            continue
-        if any(entry.get("name") == resource.plural for entry in listing.get("resources", [])):
-            return scheduler
-    return None
+@dataclass(frozen=True)
+class Apis:
+    """The optional APIs the cluster serves: a gang scheduler's PodGroups (scheduler-plugins preferred
+    to Volcano when both are), and Kueue's Workloads, ResourceFlavors and WorkloadPriorityClasses."""
+
+    gang_scheduler: GangScheduler | None = None
+    kueue: bool = False
+
+
+def _served(client: KubeClient, resources: tuple[Resource, ...]) -> bool | None:
+    """Whether the group-version of `resources` serves them all; None when discovery did not answer
+    (an unreachable API server is not an uninstalled API)."""
+    try:
+        listing = client.request("GET", f"/apis/{resources[0].api_version}")
+    except NotFound:
+        return False
+    except KubeError:
+        return None
+    names = {entry.get("name") for entry in listing.get("resources", [])}
+    return all(resource.plural in names for resource in resources)
+
+
+def discover(client: KubeClient, known: Apis = Apis()) -> Apis:
+    """Asks the API server's discovery which optional APIs it serves; what it could not answer is
+    taken from `known` (the last answer)."""
+    gang_scheduler = known.gang_scheduler
+    answers = {scheduler: _served(client, (resource,)) for scheduler, resource in POD_GROUPS.items()}
+    if all(answer is not None for answer in answers.values()):
+        gang_scheduler = next((scheduler for scheduler, served in answers.items() if served), None)
+    kueue = _served(client, KUEUE)
+    return Apis(gang_scheduler, known.kueue if kueue is None else kueue)
 
 
 def user_agent() -> str:

@@ -126,8 +126,9 @@ def share_trainer_sources(config_map: JsonDict) -> JsonDict:
 class Caches:
     """The informers' stores the reconciler reads, and whether the optional node cache can be trusted.
 
-    `owned` maps a kind to the store of the job's objects of that kind; the PodGroup store joins it
-    at start-up when the cluster runs a gang scheduler.
+    `owned` maps a kind to the store of the job's objects of that kind; the PodGroup and Workload
+    stores join it (and leave it) as discovery finds a gang scheduler's or Kueue's API served (and
+    gone). Readers take a snapshot of it (`tuple(owned.values())`), which is atomic.
     """
 
     jobs: Store
@@ -165,13 +166,13 @@ class Watches:
         # Informers whose sync the operator does not wait for (readiness, start of work).
         self.optional: set[str] = set()
 
-        jobs = self._informer(TRAININGJOBS, label_selector=None)
+        jobs = self.informer(TRAININGJOBS, label_selector=None)
         jobs.add_handler(
             on_add=self._job_changed,
             on_update=lambda _old, new: self._job_changed(new),
             on_delete=lambda obj: self._queue.add(object_key(obj)),
         )
-        pods = self._informer(PODS, indexers={BY_NODE: by_node}, transform=pod_essentials)
+        pods = self.informer(PODS, indexers={BY_NODE: by_node}, transform=pod_essentials)
         pods.add_handler(on_add=self._pod_added, on_update=self._pod_updated, on_delete=self._pod_deleted)
         owned = {
             resource.kind: self.watch_owned(
@@ -179,16 +180,22 @@ class Watches:
             ).store
             for resource in OWNED
         }
-        nodes = self._informer(NODES, label_selector=None, cluster=True, transform=node_readiness)
+        nodes = self.informer(NODES, label_selector=None, cluster=True, transform=node_readiness)
         nodes.add_handler(on_add=self._node_gone, on_update=self._node_changed, on_delete=self._node_gone)
         self.optional.add(nodes.name)
         self.caches = Caches(jobs.store, pods.store, owned, nodes.store, nodes.has_synced)
 
     def watch_owned(
-        self, resource: Resource, transform: Callable[[JsonDict], JsonDict] | None = None
+        self,
+        resource: Resource,
+        transform: Callable[[JsonDict], JsonDict] | None = None,
+        *,
+        optional: bool = False,
     ) -> Informer:
-        """Watches the job's objects of `resource`: a change or a delete wakes the job (to repair it)."""
-        informer = self._informer(resource, transform=transform)
+        """Watches the job's objects of `resource`: a change or a delete wakes the job (to repair it).
+        `optional`: an API found by discovery (controller/discovery.py), whose informer is started,
+        stopped and added to the caches by it, not with the others."""
+        informer = self.informer(resource, transform=transform, optional=optional)
         informer.add_handler(
             on_add=self._owned_changed,
             on_update=lambda _old, new: self._owned_changed(new),
@@ -196,13 +203,7 @@ class Watches:
         )
         return informer
 
-    def watch_pod_groups(self, resource: Resource) -> Informer:
-        """Adds the gang scheduler's PodGroups to the watched objects (before the informers start)."""
-        informer = self.watch_owned(resource)
-        self.caches.owned[resource.kind] = informer.store
-        return informer
-
-    def _informer(
+    def informer(
         self,
         resource: Resource,
         *,
@@ -210,7 +211,10 @@ class Watches:
         cluster: bool = False,
         indexers: Mapping[str, IndexFunc] | None = None,
         transform: Callable[[JsonDict], JsonDict] | None = None,
+        optional: bool = False,
     ) -> Informer:
+        """An informer of `resource` in the watched namespace (`cluster`: everywhere); the manager starts
+        it with the others unless it is `optional`."""
         informer = Informer(
             self._client,
             resource,
@@ -220,8 +224,15 @@ class Watches:
             clock=self._clock,
             transform=transform,
         )
-        self.informers.append(informer)
+        if not optional:
+            self.informers.append(informer)
         return informer
+
+    def wake_jobs(self, wanted: Callable[[JsonDict], bool]) -> None:
+        """Queues every cached job `wanted` says something changed for."""
+        for job in self.caches.jobs.list():
+            if wanted(job):
+                self._queue.add(object_key(job))
 
     # ----------------------------------------------------------------------------------- handlers
 
