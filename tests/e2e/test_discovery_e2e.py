@@ -14,13 +14,12 @@ puts it back.
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Iterator
 
 import pytest
 
 from crd import contract
-from tests.cluster import Kubectl, dev_cluster, require_optional, wait_for
+from tests.cluster import Kubectl, dev_cluster, optional_api_withdrawn, require_optional, wait_for
 from tests.e2e.conftest import StartOperator
 from tests.e2e.jobs import job_manifest, pods_of, status_of, wait_for_events
 from tests.e2e.kueue_support import admitted_reason, gpu_queue, queued_job, workload_of
@@ -31,27 +30,19 @@ WORKLOAD_PRIORITY_CLASS_CRD = "workloadpriorityclasses.kueue.x-k8s.io"
 DISCOVERY = "--discovery-interval=1s"
 
 
-def kueue_api_served(kubectl: Kubectl) -> bool:
-    result = kubectl.attempt("get", "--raw", f"/apis/{contract.KUEUE_API_VERSION}")
-    if result.returncode != 0:
-        return False
-    names = {entry.get("name") for entry in json.loads(result.stdout).get("resources", [])}
-    return {"workloads", "resourceflavors", "workloadpriorityclasses"} <= names
-
-
 @contextlib.contextmanager
 def kueue_api_withdrawn(kubectl: Kubectl) -> Iterator[None]:
     """Kueue's API, as the operator needs it, not served at the start of the block; `up --with kueue`
     (in the block, and afterwards in any case when Kueue ran before) serves it again."""
-    present = kubectl.get_or_none("crd", WORKLOAD_PRIORITY_CLASS_CRD) is not None
-    if present:
-        kubectl.run("delete", "crd", WORKLOAD_PRIORITY_CLASS_CRD, "--wait=true", "--timeout=60s")
-    try:
-        wait_for("Kueue's API not in discovery", lambda: not kueue_api_served(kubectl))
+    with optional_api_withdrawn(
+        kubectl,
+        "kueue",
+        WORKLOAD_PRIORITY_CLASS_CRD,
+        contract.KUEUE_API_VERSION,
+        {"workloads", "resourceflavors", "workloadpriorityclasses"},
+        restart=False,
+    ):
         yield
-    finally:
-        if present:
-            require_optional("kueue")
 
 
 @pytest.mark.components
