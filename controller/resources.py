@@ -60,6 +60,7 @@ __all__ = [
     "Apis",
     "Resource",
     "discover",
+    "follow_answers",
     "from_kubeconfig",
     "resource_for",
 ]
@@ -123,15 +124,20 @@ def _served(client: KubeClient, resources: tuple[Resource, ...]) -> bool | None:
     return all(resource.plural in names for resource in resources)
 
 
-def discover(client: KubeClient, known: Apis = Apis()) -> Apis:
-    """Asks the API server's discovery which optional APIs it serves; what it could not answer is
-    taken from `known` (the last answer)."""
+def follow_answers(known: Apis, pod_groups: Mapping[GangScheduler, bool | None], kueue: bool | None) -> Apis:
+    """The optional APIs served, from discovery's answers (None: no answer). A gang scheduler is chosen
+    only when every PodGroup API answered (scheduler-plugins first); whatever did not answer keeps its
+    `known` (last) value, since an unreachable API server is not an uninstalled API."""
     gang_scheduler = known.gang_scheduler
-    answers = {scheduler: _served(client, (resource,)) for scheduler, resource in POD_GROUPS.items()}
-    if all(answer is not None for answer in answers.values()):
-        gang_scheduler = next((scheduler for scheduler, served in answers.items() if served), None)
-    kueue = _served(client, KUEUE)
+    if all(answer is not None for answer in pod_groups.values()):
+        gang_scheduler = next((scheduler for scheduler, served in pod_groups.items() if served), None)
     return Apis(gang_scheduler, known.kueue if kueue is None else kueue)
+
+
+def discover(client: KubeClient, known: Apis = Apis()) -> Apis:
+    """Asks the API server's discovery which optional APIs it serves (follow_answers decides)."""
+    pod_groups = {scheduler: _served(client, (resource,)) for scheduler, resource in POD_GROUPS.items()}
+    return follow_answers(known, pod_groups, _served(client, KUEUE))
 
 
 def user_agent() -> str:
