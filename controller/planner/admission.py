@@ -26,7 +26,7 @@ from controller.planner.queueing import (
     Evict,
     QueueDecision,
 )
-from controller.planner.transitions import Change, Step, moment, resume_from
+from controller.planner.transitions import Change, Step, forget_replacements, moment, resume_from
 from crd import contract
 from crd.contract import Condition, State
 
@@ -66,8 +66,10 @@ def _hold(change: Change, facts: Facts, status: Mapping[str, Any], reason: str, 
 
 def _next_run(change: Change, facts: Facts, status: Mapping[str, Any]) -> None:
     """A job that ran before starts a new attempt (its old pods made the current one), with its
-    deadline clock running again."""
+    deadline clock running again; an elastic job's lost workers are no longer being replaced (the new
+    attempt creates every worker)."""
     if status.get("attemptStartTime"):
+        forget_replacements(change)
         change.status["attempt"] = attempt_of(status) + 1
         change.status.pop("attemptStartTime", None)
     if status.get("startTime"):

@@ -366,6 +366,20 @@ def test_a_preempted_job_waits_again_without_a_restart_and_resumes_from_its_chec
     assert w.status["activeSeconds"] == 100  # the deadline clock stood still while it waited
 
 
+def test_an_elastic_job_admitted_again_replaces_no_worker_of_its_old_attempt() -> None:
+    w = kueue_world()
+    running(w)
+    w.job["status"]["elastic"] = {"shrinks": 1, "replacing": [1]}
+    w.evict()
+    w.step()
+    w.advance(5)
+    w.step()
+    w.admit()
+    w.step()
+    assert w.status["attempt"] == 1
+    assert w.status["elastic"] == {"shrinks": 1}
+
+
 def test_the_checkpoint_rank_0_reported_just_before_an_eviction_is_where_the_job_resumes() -> None:
     w = kueue_world()
     running(w)
