@@ -111,9 +111,9 @@ generate: $(STAMP) generate-monitoring ## regenerate the CRD YAML (and the Helm 
 	$(VENV_PY) -m crd write
 
 .PHONY: install
-install: ## apply the CRD to the cluster of $KUBECONFIG and wait until it is Established
+install: ## apply the CRD and the trainers' admission policy to the cluster of $KUBECONFIG; wait until Established
 	@command -v $(KUBECTL) >/dev/null || { echo "kubectl not found: 'make dev-cluster' builds one, or install kubectl" >&2; exit 1; }
-	$(KUBECTL) apply --server-side --force-conflicts -f crd/trainingjobs.ml.example.com.yaml
+	$(KUBECTL) apply --server-side --force-conflicts -f crd/trainingjobs.ml.example.com.yaml -f crd/trainer-progress-policy.yaml
 	$(KUBECTL) wait --for=condition=Established --timeout=60s crd/trainingjobs.ml.example.com
 
 .PHONY: run
@@ -127,6 +127,12 @@ BENCH_ARGS ?=
 .PHONY: bench
 bench: $(STAMP) ## benchmark the operator on a throwaway cluster (.dev/bench); prints JSON (docs/bench.md)
 	$(VENV_PY) -m hack.bench $(BENCH_ARGS)
+
+# This operator and Kubeflow's training-operator (built on first use) side by side, alternating runs on
+# one bench cluster (docs/bench.md); BENCH_ARGS as for bench, plus --sequence.
+.PHONY: bench-peer
+bench-peer: $(STAMP) ## this operator against Kubeflow's training-operator on one bench cluster (docs/bench.md)
+	$(VENV_PY) -m hack.bench.peer $(BENCH_ARGS)
 
 # promtool checks and unit-tests monitoring/alerts.yaml (tests/unit/test_manifests.py). Debian ships it
 # in the package prometheus, installed here when promtool is missing (as root, else through sudo).

@@ -1,28 +1,31 @@
-"""The job's ConfigMap: the training configuration as one JSON document, plus the reference trainer
-and the progress helper, mounted read-only into every worker at /etc/trainingjob.
+"""The job's ConfigMap (the training configuration as one JSON document) and the namespace's ConfigMap
+of the reference trainer and the progress helper; a worker mounts both at /etc/trainingjob.
 
 Environment variables carry the essentials, but a trainer (the reference trainer in particular)
 wants the whole configuration, nested, in one place. The JSON is deterministic (sorted keys) so an
 unchanged job never produces a different ConfigMap and the controller can skip the update.
 
 The default command runs /etc/trainingjob/train.py, which imports trainingjob_progress.py from its own
-directory; both travel in the ConfigMap so any image with a Python interpreter can run a job, and
-custom training code can import the helper from the same place. Their single source is the
-repository's top-level trainer/ folder (a workload, not part of the operator's code). `pip install .`
-installs it next to builders/ (setup.cfg), where it also sits in the repository, and it is read from
-there once at import: a missing file stops the operator at start-up instead of failing every job. The
-folder has no __init__.py: the files are payload for the pods, and they import each other as
-top-level modules, as they do from the mount. (importlib.resources cannot serve it: an editable
-install adds a path entry to a namespace package that importlib.resources refuses.)
+directory; both travel in a ConfigMap so any image with a Python interpreter can run a job, and
+custom training code can import the helper from the same place. They are the same for every job, so
+one ConfigMap per namespace holds them (builders/shared.py), named after a hash of their content: an
+operator with other sources makes another, and a running pod's files never change. Their single
+source is the repository's top-level trainer/ folder (a workload, not part of the operator's code).
+`pip install .` installs it next to builders/ (setup.cfg), where it also sits in the repository, and
+it is read from there once at import: a missing file stops the operator at start-up instead of
+failing every job. The folder has no __init__.py: the files are payload for the pods, and they import
+each other as top-level modules, as they do from the mount. (importlib.resources cannot serve it: an
+editable install adds a path entry to a namespace package that importlib.resources refuses.)
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any, Final
 
-from builders.meta import object_meta
+from builders.meta import object_meta, shared_meta
 from builders.names import config_map_name
 from crd import contract
 from crd.spec import TrainingJob
@@ -39,6 +42,16 @@ def _read_trainer_files() -> dict[str, str]:
 
 
 TRAINER_SOURCES: Final = _read_trainer_files()
+
+
+def _content_hash(files: dict[str, str]) -> str:
+    digest = hashlib.sha256()
+    for name in sorted(files):
+        digest.update(name.encode() + b"\0" + files[name].encode() + b"\0")
+    return digest.hexdigest()[:10]
+
+
+TRAINER_SOURCES_NAME: Final = contract.TRAINER_SOURCES_PREFIX + _content_hash(TRAINER_SOURCES)
 
 CONFIG_FIELDS = (
     "model",
@@ -72,5 +85,15 @@ def build_config_map(job: TrainingJob) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": object_meta(job, config_map_name(job)),
-        "data": {contract.CONFIG_FILE: config_json(job), **TRAINER_SOURCES},
+        "data": {contract.CONFIG_FILE: config_json(job)},
+    }
+
+
+def build_trainer_sources(job: TrainingJob) -> dict[str, Any]:
+    """The namespace's ConfigMap of the reference trainer and the progress helper."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": shared_meta(job, TRAINER_SOURCES_NAME),
+        "data": dict(TRAINER_SOURCES),
     }

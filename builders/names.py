@@ -37,15 +37,8 @@ def config_map_name(job: TrainingJob) -> str:
 
 
 def service_account_name(job: TrainingJob) -> str:
-    return f"{job_name(job)}{contract.TRAINER_SUFFIX}"
-
-
-def role_name(job: TrainingJob) -> str:
-    return service_account_name(job)
-
-
-def role_binding_name(job: TrainingJob) -> str:
-    return service_account_name(job)
+    """The workers' account: spec.serviceAccountName, else the namespace's shared trainer account."""
+    return job.spec.service_account_name or contract.TRAINER_ACCOUNT
 
 
 def pvc_name(job: TrainingJob) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from builders.configmap import TRAINER_SOURCES_NAME
 from builders.env import distributed_env
 from builders.meta import object_meta
 from builders.names import config_map_name, headless_service_name, pod_name, service_account_name
@@ -77,8 +78,13 @@ def container_ports(job: TrainingJob) -> list[dict[str, Any]]:
 def volumes_and_mounts(
     job: TrainingJob, storage: CheckpointStorage | None
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    # The job's config.json and the namespace's trainer sources, side by side in one directory.
+    config_sources = [
+        {"configMap": {"name": config_map_name(job)}},
+        {"configMap": {"name": TRAINER_SOURCES_NAME}},
+    ]
     volumes: list[dict[str, Any]] = [
-        {"name": CONFIG_VOLUME, "configMap": {"name": config_map_name(job)}},
+        {"name": CONFIG_VOLUME, "projected": {"sources": config_sources}},
         {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}},
     ]
     mounts: list[dict[str, Any]] = [
@@ -205,13 +211,13 @@ def build_pod(
     """Worker `index` of a defaulted job for gang attempt `attempt`.
 
     resume_from: the checkpoint the trainer starts from (RESUME_FROM), decided by the controller.
-    service_account: the account to run under; None picks spec.serviceAccountName or the per-job one.
+    service_account: the account to run under; None picks spec.serviceAccountName or the trainers' one.
     gang: the gang scheduler whose PodGroup the pod joins, or None.
     placement: what Kueue's admission adds (builders/placement.py), for a queued job.
     """
     storage = checkpoint_storage(job)
     volumes, mounts = volumes_and_mounts(job, storage)
-    account = service_account or job.spec.service_account_name or service_account_name(job)
+    account = service_account or service_account_name(job)
     labels = pod_labels(index, attempt)
     annotations = pod_annotations(job)
     pod_spec: dict[str, Any] = {
@@ -228,8 +234,9 @@ def build_pod(
         "enableServiceLinks": False,
         **scheduling_fields(job),
     }
-    if account == service_account_name(job):
-        # The per-job account exists only so the pod can report progress on itself.
+    if account == contract.TRAINER_ACCOUNT:
+        # The trainers' account exists only so the pod can report progress on itself, with a token
+        # bound to the pod (the admission policy checks the pod it names).
         pod_spec["automountServiceAccountToken"] = True
     if gang is not None:
         decoration = pod_decoration(job, gang)

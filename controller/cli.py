@@ -22,6 +22,7 @@ import yaml
 from controller import flags, planner
 from controller.manager import Manager, Options
 from controller.metrics import Metrics
+from controller.preflight import missing_trainer_policy
 from controller.resources import from_kubeconfig
 from controller.runtime.client import KubeClient
 from controller.runtime.leaderelection import JITTER_FACTOR
@@ -280,6 +281,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         client = connect(args, metrics, pool_size(args))
     except StartupError as error:
         return fail(str(error))
+    problem = missing_trainer_policy(client)
+    if problem:
+        return fail(problem)
     try:
         manager = build(args, metrics, client)
     except Exception as error:

@@ -28,9 +28,10 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future
 from typing import Any, Literal
 
+from builders.shared import is_shared
 from controller.planner import CreateFailure, Delete, Plan
 from controller.planner.supporting import Patch
-from controller.planner.texts import event_message
+from controller.planner.texts import event_message, objects_listed
 from controller.resources import PODS, TRAININGJOBS, WORKLOADS, resource_for
 from controller.runtime.client import KubeClient
 from controller.runtime.errors import (
@@ -65,6 +66,15 @@ class Writes:
         self._pool = pool
 
     def execute(self, job: JsonDict, plan: Plan) -> list[CreateFailure]:
+        """The plan's writes; one Event names what was created, one per kind of delete (even when a
+        write raises half-way: what was written is news either way)."""
+        written = _Written()
+        try:
+            return self._execute(job, plan, written)
+        finally:
+            self._announce(job, written)
+
+    def _execute(self, job: JsonDict, plan: Plan, written: _Written) -> list[CreateFailure]:
         key = object_key(job)
         for patch in plan.patches:
             self._patch(job, patch)
@@ -73,15 +83,15 @@ class Writes:
         bindings = [obj for obj in others if obj["kind"] == "RoleBinding"]
         failures: list[CreateFailure] = []
         for batch in ([obj for obj in others if obj["kind"] != "RoleBinding"], bindings):
-            failures += self._all(self._create, job, batch)
+            failures += self._all(written.create(self._create), job, batch)
         if failures:
             return failures
         if pods:
-            failures += self._create_pods(job, pods)
+            failures += self._create_pods(job, pods, written)
         deletes = [delete for delete in plan.deletes if delete.kind == "Pod"]
         if deletes:
             self._expectations.expect_deletes(key, [delete.uid for delete in deletes])
-            self._all(self._delete_pod, job, deletes)
+            self._all(written.delete(self._delete_pod), job, deletes)
         for delete in plan.deletes:
             if delete.kind != "Pod":
                 self._delete(job, delete)
@@ -126,6 +136,15 @@ class Writes:
             event_message(f"Deleted {delete.kind.lower()}: {delete.name} ({delete.reason})"),
         )
 
+    def _announce(self, job: JsonDict, written: _Written) -> None:
+        if written.created:
+            self._events.record(
+                job, "Normal", "SuccessfulCreate", f"Created {objects_listed(written.created)}"
+            )
+        for (verb, reason), names in written.deleted.items():
+            pods = objects_listed([("Pod", name) for name in names])
+            self._events.record(job, "Normal", "SuccessfulDelete", event_message(f"{verb} {pods} ({reason})"))
+
     def delete_job(self, job: JsonDict) -> None:
         try:
             self._client.delete(
@@ -152,8 +171,7 @@ class Writes:
             self._client.create(resource, _namespace(job), obj)
         except AlreadyExists:
             existing = self._client.get(resource, _namespace(job), name)
-            owners = existing.get("metadata", {}).get("ownerReferences") or []
-            if any(owner.get("uid") == job["metadata"]["uid"] for owner in owners):
+            if _ours(job, obj, existing):
                 return None
             taken = f"{kind} {name} already exists and is not owned by this TrainingJob"
             return self._refused(job, kind, name, "blocked", taken, alone=True)
@@ -166,7 +184,6 @@ class Writes:
                 raise
             return self._refused(job, kind, name, "invalid", f"{kind} {name}: {error.message}")
         logger.info("created %s %s", kind, name, extra={"action": "create", "kind": kind, "object": name})
-        self._events.record(job, "Normal", "SuccessfulCreate", f"Created {kind.lower()}: {name}")
         return None
 
     def _refused(
@@ -183,7 +200,7 @@ class Writes:
         self._events.record(job, "Warning", "FailedCreate", event_message(message))
         return CreateFailure(kind, name, verdict, message, alone)
 
-    def _create_pods(self, job: JsonDict, pods: list[JsonDict]) -> list[CreateFailure]:
+    def _create_pods(self, job: JsonDict, pods: list[JsonDict], written: _Written) -> list[CreateFailure]:
         """Creates `pods` in batches of doubling size until a batch is refused for every pod's reason."""
         key = object_key(job)
         self._expectations.expect_creates(key, [pod["metadata"]["name"] for pod in pods])
@@ -193,7 +210,7 @@ class Writes:
             batch = pods[start : start + size]
             start += size
             try:
-                refused = self._all(self._create_pod, job, batch)
+                refused = self._all(written.create(self._create_pod), job, batch)
             except KubeError:
                 for pod in pods[start:]:  # not tried: the cache will never show them
                     self._expectations.created(key, pod["metadata"]["name"])
@@ -218,7 +235,7 @@ class Writes:
             self._expectations.created(key, name)
         return failure
 
-    def _delete_pod(self, job: JsonDict, delete: Delete) -> None:
+    def _delete_pod(self, job: JsonDict, delete: Delete) -> bool:
         key = object_key(job)
         try:
             self._client.delete(
@@ -230,22 +247,55 @@ class Writes:
             )
         except (NotFound, Conflict):
             self._expectations.deleted(key, delete.uid)
-            return
+            return False
         except KubeError:
             self._expectations.deleted(key, delete.uid)
             raise
-        verb = "force-deleted" if delete.force else "deleted"
         logger.info(
             "%s pod %s: %s",
-            verb,
+            "force-deleted" if delete.force else "deleted",
             delete.name,
             delete.reason,
             extra={"action": "delete", "object": delete.name},
         )
-        self._events.record(
-            job, "Normal", "SuccessfulDelete", f"{verb.capitalize()} pod: {delete.name} ({delete.reason})"
-        )
+        return True
+
+
+class _Written:
+    """What one plan's writes created and deleted, for its Events (appended from the pool's threads)."""
+
+    def __init__(self) -> None:
+        self.created: list[tuple[str, str]] = []
+        self.deleted: dict[tuple[str, str], list[str]] = {}
+
+    def create(
+        self, write: Callable[[JsonDict, JsonDict], CreateFailure | None]
+    ) -> Callable[[JsonDict, JsonDict], CreateFailure | None]:
+        def counted(job: JsonDict, obj: JsonDict) -> CreateFailure | None:
+            failure = write(job, obj)
+            if failure is None:
+                self.created.append((obj["kind"], obj["metadata"]["name"]))
+            return failure
+
+        return counted
+
+    def delete(self, write: Callable[[JsonDict, Delete], bool]) -> Callable[[JsonDict, Delete], None]:
+        def counted(job: JsonDict, delete: Delete) -> None:
+            if write(job, delete):
+                verb = "Force-deleted" if delete.force else "Deleted"
+                self.deleted.setdefault((verb, delete.reason), []).append(delete.name)
+
+        return counted
 
 
 def _namespace(job: JsonDict) -> str:
     return str(job["metadata"]["namespace"])
+
+
+def _ours(job: JsonDict, wanted: JsonDict, existing: JsonDict) -> bool:
+    """An object found under the name of one the job wants is the job's own (made before a crash), or
+    a shared one another job of the namespace made."""
+    owners = existing.get("metadata", {}).get("ownerReferences") or []
+    if any(owner.get("uid") == job["metadata"]["uid"] for owner in owners):
+        return True
+    return is_shared(wanted) and is_shared(existing)

@@ -36,7 +36,7 @@ from controller.runtime.serving import MetricsServer, parse_address
 from controller.runtime.store import object_key
 from controller.runtime.trackers import StatusWrites, Tombstones
 from controller.runtime.workqueue import WorkQueue
-from controller.watches import Watches
+from controller.watches import RESYNC_PRIORITY, Watches
 from crd import contract
 
 logger = logging.getLogger(__name__)
@@ -301,7 +301,7 @@ class Manager:
         while not self.stop_event.wait(self.options.resync_period):
             if self._leading.is_set():
                 for job in self.watches.caches.jobs.list():
-                    self.queue.add(object_key(job))
+                    self.queue.add(object_key(job), RESYNC_PRIORITY)
 
     # ------------------------------------------------------------------------------ health checks
 

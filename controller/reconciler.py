@@ -30,7 +30,7 @@ from controller.executor import Writes
 from controller.kueue_watches import KueueWatch, queued
 from controller.metrics import Metrics
 from controller.planner import CreateFailure, Event, Observed, Plan, Settings, plan
-from controller.resources import TRAININGJOBS
+from controller.resources import CONFIGMAPS, ROLEBINDINGS, ROLES, SERVICEACCOUNTS, TRAININGJOBS
 from controller.runtime import mergepatch
 from controller.runtime.client import KubeClient
 from controller.runtime.clock import Clock, parse_time
@@ -39,11 +39,13 @@ from controller.runtime.events import EventRecorder
 from controller.runtime.expectations import Expectations
 from controller.runtime.store import BY_OWNER_UID, object_key
 from controller.runtime.trackers import StatusWrites, Tombstones
-from controller.watches import Caches
+from controller.watches import BY_SHARED, Caches
 
 logger = logging.getLogger(__name__)
 
 JsonDict = dict[str, Any]
+# The kinds of the objects a namespace's jobs share (builders/shared.py), in the order they go.
+SHARED_KINDS = (ROLEBINDINGS, ROLES, SERVICEACCOUNTS, CONFIGMAPS)
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,10 @@ class Reconciler:
         self.kueue: KueueWatch | None = None
 
     def reconcile(self, key: str) -> Result:
+        namespace, _, name = key.partition("/")
+        if not name:
+            self._release_namespace(namespace)
+            return Result()
         cached, waiting = self._ready_to_act(key)
         if cached is None:
             return waiting
@@ -131,6 +137,9 @@ class Reconciler:
         uid = job["metadata"]["uid"]
         owned: dict[tuple[str, str], JsonDict] = {}
         for store in tuple(self._caches.owned.values()):  # discovery may add or drop a store meanwhile
+            # The namespace's shared objects first: a job's own object of the same kind and name wins.
+            for obj in store.by_index(BY_SHARED, job["metadata"]["namespace"]):
+                owned[(obj["kind"], obj["metadata"]["name"])] = obj
             for obj in store.by_index(BY_OWNER_UID, uid):
                 owned[(obj["kind"], obj["metadata"]["name"])] = obj
         nodes = self._caches.nodes
@@ -146,6 +155,27 @@ class Reconciler:
             vanished=self._tombstones.recent(object_key(job)),
             kueue=kueue.queueing() if (kueue := self.kueue) is not None else None,
         )
+
+    # ------------------------------------------------------------------------- shared objects
+
+    def _release_namespace(self, namespace: str) -> None:
+        """Deletes the objects a namespace's jobs share once it has no TrainingJob left (a job created
+        meanwhile finds them gone when its pods are refused, and makes them again)."""
+        if any(job["metadata"].get("namespace") == namespace for job in self._caches.jobs.list()):
+            return
+        for resource in SHARED_KINDS:
+            for obj in self._caches.owned[resource.kind].by_index(BY_SHARED, namespace):
+                name = obj["metadata"]["name"]
+                try:
+                    self._client.delete(resource, namespace, name, uid=obj["metadata"]["uid"])
+                except (NotFound, Conflict):
+                    continue
+                logger.info(
+                    "deleted %s %s: the namespace has no TrainingJob left",
+                    resource.kind,
+                    name,
+                    extra={"action": "delete", "object": name, "namespace": namespace},
+                )
 
     # ---------------------------------------------------------------------------------- the orders
 

@@ -37,6 +37,8 @@ from controller.runtime.resource import (
 from crd import contract
 
 __all__ = [
+    "ADMISSION_POLICIES",
+    "ADMISSION_POLICY_BINDINGS",
     "CONFIGMAPS",
     "CRDS",
     "EVENTS",
@@ -70,6 +72,18 @@ TRAININGJOBS: Final = Resource(contract.GROUP, contract.VERSION, contract.PLURAL
 # The objects a TrainingJob owns besides its pods (builders/), watched so that a deleted or changed
 # one is repaired; each is created through the resource of its kind.
 OWNED: Final = (SERVICES, CONFIGMAPS, SERVICEACCOUNTS, ROLES, ROLEBINDINGS, PVCS)
+
+# The trainers' admission policy (crd/) and its binding, checked at start-up (controller/preflight.py).
+ADMISSION_POLICIES: Final = Resource(
+    "admissionregistration.k8s.io", "v1", "validatingadmissionpolicies", "ValidatingAdmissionPolicy", False
+)
+ADMISSION_POLICY_BINDINGS: Final = Resource(
+    "admissionregistration.k8s.io",
+    "v1",
+    "validatingadmissionpolicybindings",
+    "ValidatingAdmissionPolicyBinding",
+    False,
+)
 
 # The PodGroup API of each gang scheduler, by the apiVersion its PodGroups are built with.
 POD_GROUPS: Final[Mapping[GangScheduler, Resource]] = {

@@ -10,7 +10,8 @@ queued. Along the way the handlers feed what the reconciler needs to trust its c
   since the reconcile that follows no longer finds it in the cache.
 
 Caches hold only what the planner reads (transforms): pods without their spec, nodes as their Ready
-condition, ConfigMaps sharing the reference trainer's sources.
+condition. The objects a namespace's jobs share (builders/shared.py) have no owner: their events
+wake the namespace's key (`namespace_key`), whose reconcile deletes them once no job is left.
 """
 
 from __future__ import annotations
@@ -19,23 +20,45 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from builders.configmap import TRAINER_SOURCES
+from builders.shared import is_shared
 from controller.planner import podstate
 from controller.resources import NODES, OWNED, PODS, TRAININGJOBS
 from controller.runtime.client import KubeClient
 from controller.runtime.clock import Clock
 from controller.runtime.expectations import Expectations
 from controller.runtime.informer import Informer
-from controller.runtime.resource import CONFIGMAPS, Resource
+from controller.runtime.resource import Resource
 from controller.runtime.store import OWNER_INDEXERS, IndexFunc, Store, object_key
 from controller.runtime.trackers import StatusWrites, Tombstones
-from controller.runtime.workqueue import WorkQueue
+from controller.runtime.workqueue import NORMAL_PRIORITY, WorkQueue
 from crd import contract
 
 JsonDict = dict[str, Any]
 
 BY_JOB: Final = "by-job"
 BY_NODE: Final = "by-node"
+BY_SHARED: Final = "by-shared-namespace"
+# How long after a namespace's last TrainingJob went its shared objects are deleted (a job deleted
+# and applied again right away keeps them).
+RELEASE_AFTER_SECONDS: Final = 30.0
+
+# Work-queue priorities. News that may move a job to another state (its last pod started, a pod
+# ended or went, the status write a reconcile waited for arrived) is taken before the first reconciles
+# of newer jobs, so a burst of new jobs does not keep running ones from showing Running; the periodic
+# resync, which only re-checks, comes last. Other pod news (created, bound, one of several started)
+# waits its turn: taken at once, each would cost a reconcile and a status write of counters.
+URGENT_PRIORITY: Final = 1
+RESYNC_PRIORITY: Final = -1
+
+
+def namespace_key(namespace: str) -> str:
+    """The work-queue key of a namespace's shared objects: "<namespace>/" (no job has an empty name)."""
+    return f"{namespace}/"
+
+
+def shared_namespace(obj: JsonDict) -> list[str]:
+    """The namespace of an object the namespace's jobs share."""
+    return [str(obj["metadata"].get("namespace", ""))] if is_shared(obj) else []
 
 
 def by_job(obj: JsonDict) -> list[str]:
@@ -54,7 +77,11 @@ def by_node(obj: JsonDict) -> list[str]:
 
 
 # The indexes of every cache of the job's objects: by controller owner UID, and by the job's label.
-STANDARD_INDEXERS: Final[dict[str, IndexFunc]] = {**OWNER_INDEXERS, BY_JOB: by_job}
+STANDARD_INDEXERS: Final[dict[str, IndexFunc]] = {
+    **OWNER_INDEXERS,
+    BY_JOB: by_job,
+    BY_SHARED: shared_namespace,
+}
 
 
 def owner_key(obj: Mapping[str, Any]) -> str | None:
@@ -108,17 +135,6 @@ def pod_essentials(pod: JsonDict) -> JsonDict:
     }
 
 
-def share_trainer_sources(config_map: JsonDict) -> JsonDict:
-    """Every job's ConfigMap carries the same reference-trainer sources; the cache keeps one copy of
-    each (values stay equal, so comparisons with what the builders want are unchanged)."""
-    data = config_map.get("data")
-    if isinstance(data, dict):
-        for key, source in TRAINER_SOURCES.items():
-            if data.get(key) == source:
-                data[key] = source
-    return config_map
-
-
 # ---------------------------------------------------------------------------------------- caches
 
 
@@ -170,16 +186,11 @@ class Watches:
         jobs.add_handler(
             on_add=self._job_changed,
             on_update=lambda _old, new: self._job_changed(new),
-            on_delete=lambda obj: self._queue.add(object_key(obj)),
+            on_delete=self._job_deleted,
         )
         pods = self.informer(PODS, indexers={BY_NODE: by_node}, transform=pod_essentials)
         pods.add_handler(on_add=self._pod_added, on_update=self._pod_updated, on_delete=self._pod_deleted)
-        owned = {
-            resource.kind: self.watch_owned(
-                resource, share_trainer_sources if resource == CONFIGMAPS else None
-            ).store
-            for resource in OWNED
-        }
+        owned = {resource.kind: self.watch_owned(resource).store for resource in OWNED}
         nodes = self.informer(NODES, label_selector=None, cluster=True, transform=node_readiness)
         nodes.add_handler(on_add=self._node_gone, on_update=self._node_changed, on_delete=self._node_gone)
         self.optional.add(nodes.name)
@@ -199,7 +210,7 @@ class Watches:
         informer.add_handler(
             on_add=self._owned_changed,
             on_update=lambda _old, new: self._owned_changed(new),
-            on_delete=self._owned_changed,
+            on_delete=self._owned_deleted,
         )
         return informer
 
@@ -238,8 +249,9 @@ class Watches:
 
     def _job_changed(self, obj: JsonDict) -> None:
         key = object_key(obj)
-        self._status_writes.observed(key, str(obj["metadata"].get("resourceVersion", "")))
-        self._queue.add(key)
+        settled = self._status_writes.observed(key, str(obj["metadata"].get("resourceVersion", "")))
+        # A reconcile that found our last status write not yet in the cache waits for exactly this.
+        self._queue.add(key, URGENT_PRIORITY if settled else NORMAL_PRIORITY)
 
     def _pod_added(self, obj: JsonDict) -> None:
         key = owner_key(obj)
@@ -254,7 +266,9 @@ class Watches:
             return
         if new["metadata"].get("deletionTimestamp") and not old["metadata"].get("deletionTimestamp"):
             self._expectations.deleted(key, new["metadata"]["uid"])
-        self._queue.add(key)
+        siblings = self.caches.pods.by_index(BY_JOB, key)
+        urgent = podstate.changes_the_gang(old, new, siblings)
+        self._queue.add(key, URGENT_PRIORITY if urgent else NORMAL_PRIORITY)
 
     def _pod_deleted(self, obj: JsonDict) -> None:
         key = owner_key(obj)
@@ -264,7 +278,7 @@ class Watches:
         self._expectations.deleted(key, obj["metadata"]["uid"])
         if podstate.disruption_reason(obj) is not None or podstate.phase(obj) == "Failed":
             self._tombstones.record(key, obj)
-        self._queue.add(key)
+        self._queue.add(key, URGENT_PRIORITY)
 
     def _foreign_pod_changed(self, obj: JsonDict) -> None:
         """A pod with the job's labels but not owned by it may be what blocks the job (it holds a rank's
@@ -272,10 +286,29 @@ class Watches:
         for key in by_job(obj):
             self._queue.add(key)
 
+    def _job_deleted(self, obj: JsonDict) -> None:
+        self._queue.add(object_key(obj))
+        namespace = obj["metadata"].get("namespace")
+        if namespace:
+            self._queue.add_after(namespace_key(namespace), RELEASE_AFTER_SECONDS)
+
     def _owned_changed(self, obj: JsonDict) -> None:
         key = owner_key(obj)
         if key:
             self._queue.add(key)
+        elif is_shared(obj):
+            # Seen (also at start-up): still needed? The namespace's reconcile decides.
+            self._queue.add_after(namespace_key(obj["metadata"]["namespace"]), RELEASE_AFTER_SECONDS)
+
+    def _owned_deleted(self, obj: JsonDict) -> None:
+        """A deleted object is repaired by its job; a deleted shared one by every job of its namespace
+        (the next pods need it)."""
+        self._owned_changed(obj)
+        if owner_key(obj) is None and is_shared(obj):
+            namespace = obj["metadata"]["namespace"]
+            for job in self.caches.jobs.list():
+                if job["metadata"].get("namespace") == namespace:
+                    self._queue.add(object_key(job))
 
     def _node_changed(self, old: JsonDict, new: JsonDict) -> None:
         if old.get("status") != new.get("status"):

@@ -91,8 +91,19 @@ ELASTIC_ANNOTATION: Final = f"{GROUP}/elastic-workers"
 
 # Suffixes of the other per-job object names (see builders/names.py).
 CONFIG_SUFFIX: Final = "-config"
-TRAINER_SUFFIX: Final = "-trainer"
 CHECKPOINTS_SUFFIX: Final = "-checkpoints"
+
+# The objects one namespace's jobs share (builders/shared.py): the trainers' ServiceAccount, its Role
+# and RoleBinding (all named TRAINER_ACCOUNT), and the reference trainer's sources in a ConfigMap
+# named TRAINER_SOURCES_PREFIX + a hash of their content. They carry COMPONENT_LABEL=SHARED_COMPONENT
+# and no owner: the operator deletes them once the namespace has no TrainingJob left.
+TRAINER_ACCOUNT: Final = "trainingjob-trainer"
+TRAINER_SOURCES_PREFIX: Final = "trainingjob-trainer-"
+COMPONENT_LABEL: Final = "app.kubernetes.io/component"
+SHARED_COMPONENT: Final = "trainer"
+# The ValidatingAdmissionPolicy (crd/trainer-progress-policy.yaml) that narrows TRAINER_ACCOUNT to the
+# progress annotation of its own pod, and its binding (same name).
+TRAINER_POLICY: Final = "trainingjob-trainer-progress"
 
 # The operator's container of every worker Pod, and the named ports it exposes.
 CONTAINER_NAME: Final = "trainer"

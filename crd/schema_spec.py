@@ -398,10 +398,10 @@ def spec() -> Schema:
             ),
             "resources": resources(),
             "serviceAccountName": string(
-                "Run the workers under this existing ServiceAccount. Unset: the operator creates "
-                f"<job>{contract.TRAINER_SUFFIX} with a Role allowing the workers to report progress on "
-                "their own pods; when set, that account needs get and patch on the job's pods for progress "
-                "reporting.",
+                "Run the workers under this existing ServiceAccount. Unset: they run under "
+                f"{contract.TRAINER_ACCOUNT}, which the operator creates in the namespace and which may "
+                "only patch the progress annotation of the pod it runs in; when set, that account needs "
+                "patch on the job's pods for progress reporting.",
                 max_length=NAME_LENGTH,
                 pattern=DNS_SUBDOMAIN_PATTERN,
             ),

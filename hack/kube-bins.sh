@@ -33,10 +33,13 @@ export GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0
 #                            own go.mod, replace lines included, applies
 #   VERSION_ARGS  arguments that make the binary print its version; the output must contain VERSION
 #                 (the exit status does not count: it runs with an empty environment, so a program
-#                 without a version flag may print its version as it starts and then exit)
+#                 without a version flag may print its version as it starts and then exit); or a
+#                 function `version_<name> BINARY WORK` printing it, for a program that cannot say it
 #   RECIPE        the entry's revision: raise it when the entry's recipe changes (a new cache key)
 #   ASSETS        optional: paths in the module (CRDs, configuration) copied next to the binary
-# and optionally a function `ldflags_<name> GOMOD` printing the -X flags that stamp the version (GOMOD
+# and optionally a function `patch_<name>` run inside the copy of the module (in-module builds) to
+# change its source before the build,
+# and a function `ldflags_<name> GOMOD` printing the -X flags that stamp the version (GOMOD
 # is the module's go.mod, for versions the stamps derive from its requirements).
 
 component_helm() {
@@ -80,6 +83,29 @@ component_scheduler_plugins() {
 
 ldflags_scheduler_plugins() { echo " -X k8s.io/component-base/version.gitVersion=$SCHEDULER_PLUGINS_VERSION"; }
 
+# Kubeflow's training-operator v1 (the peer of `make bench-peer`), with its CRDs. Its webhook server
+# listens on every interface and no flag chooses the address, so it is built inside a copy of the
+# module with one change: main.go gives webhook.Options the host 127.0.0.1 (patch_training_operator).
+# It has no version flag or stamp: the check reads the build information Go records in the binary
+# (`go version -m`: its main package, and the dependencies v1.9.3's go.mod pins) and the version of
+# the module source it was built from, as the Go module proxy delivered it against go.sum.
+component_training_operator() {
+  MODULE=github.com/kubeflow/training-operator VERSION=$TRAINING_OPERATOR_VERSION
+  PACKAGE=cmd/training-operator.v1 HOW=in-module RECIPE=1
+  ASSETS=(manifests/base/crds)
+}
+
+patch_training_operator() {
+  local main=cmd/training-operator.v1/main.go
+  sed -i 's|webhook.NewServer(webhook.Options{|webhook.NewServer(webhook.Options{Host: "127.0.0.1",|' "$main"
+  grep -q 'Host: "127.0.0.1"' "$main" || { echo "$main no longer builds its webhook server as expected" >&2; return 1; }
+}
+
+version_training_operator() {
+  go version -m "$1" | awk -v main="$MODULE/$PACKAGE" '$1 == "path" && $2 == main { print; found = 1 } END { exit !found }' || return 1
+  python3 -c 'import json, sys; print("source", json.load(open(sys.argv[1]))["Version"])' "$2/module.json"
+}
+
 components() { declare -F | sed -n 's/^declare -f component_//p' | tr _ -; }
 
 describe_component() {
@@ -88,7 +114,7 @@ describe_component() {
     echo "kube-bins: unknown component '$name'; one of: $(echo $(components))" >&2
     exit 2
   fi
-  ASSETS=()
+  ASSETS=() VERSION_ARGS=()
   "component_${name//-/_}"
 }
 
@@ -323,6 +349,7 @@ build_component() {
       cp -r "$source" "$work/src"
       chmod -R u+w "$work/src"
       cd "$work/src"
+      if declare -F "patch_${name//-/_}" >/dev/null; then run_step "$name" "$log" "patch_${name//-/_}"; fi
       run_step "$name" "$log" go build -trimpath -ldflags "-s -w$ldflags" -o "$tmp/bin/$name" "./$PACKAGE"
       ;;
     *) say "component $name: unknown HOW=$HOW"; exit 1 ;;
@@ -333,9 +360,14 @@ build_component() {
     cp -r "$source/$asset" "$tmp/bin/$asset"
     chmod -R u+w "$tmp/bin/$asset"
   done
-  say "$name: $name ${VERSION_ARGS[*]}"
   local reported
-  reported=$(cd "$work" && env -i PATH=/usr/bin:/bin HOME="$work" timeout 60 "$tmp/bin/$name" "${VERSION_ARGS[@]}" 2>&1 || true)
+  if declare -F "version_${name//-/_}" >/dev/null; then
+    say "$name: version_${name//-/_} $name"
+    reported=$("version_${name//-/_}" "$tmp/bin/$name" "$work" 2>&1 || true)
+  else
+    say "$name: $name ${VERSION_ARGS[*]}"
+    reported=$(cd "$work" && env -i PATH=/usr/bin:/bin HOME="$work" timeout 60 "$tmp/bin/$name" "${VERSION_ARGS[@]}" 2>&1 || true)
+  fi
   echo "$reported" >>"$log"
   if ! grep -qF -- "$VERSION" <<<"$reported"; then
     say "FAILED building $name: \`$name ${VERSION_ARGS[*]}\` does not report $VERSION; last lines of $log:"

@@ -157,3 +157,18 @@ def node_lost_in(
 def node_is_lost(node: Mapping[str, Any] | None, now: datetime | None = None, grace: float = 0.0) -> bool:
     """A lost node cannot run or stop pods (see node_lost_in for when it counts as lost)."""
     return node_lost_in(node, now, grace) == 0.0
+
+
+def changes_the_gang(old: Mapping[str, Any], new: Mapping[str, Any], siblings: list[JsonDict]) -> bool:
+    """Whether a pod update may move its job to another state, so the job should not wait behind the
+    first reconciles of newer jobs: the pod ended, started terminating, or started running as the last
+    of the pods the cache holds for its job (`siblings`, `new` among them). A pod being bound or one
+    of several starting only changes counters, which the job's next reconcile picks up anyway."""
+    if is_terminating(new) and not is_terminating(old):
+        return True
+    before, after = phase(old), phase(new)
+    if before == after:
+        return False
+    if after in ("Succeeded", "Failed"):
+        return True
+    return after == "Running" and all(phase(pod) in ("Running", "Succeeded") for pod in siblings)

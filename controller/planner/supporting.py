@@ -1,11 +1,12 @@
 """The objects a TrainingJob needs besides its pods, and what differs between them and the cluster.
 
-ConfigMap, headless and master Services, the per-job ServiceAccount/Role/RoleBinding, the checkpoint
-claim and the PodGroup are built by `builders/`; `diff_objects` compares them with what the cache
-holds and lists what to create or patch (the reconciler does the writing). Only the fields the
-operator owns are compared (a ConfigMap's data, a Service's ports and selector, a Role's rules, the
-PodGroup fields it sets), so defaulting by the API server or additions by other controllers never
-cause a write.
+ConfigMap, headless and master Services, the checkpoint claim and the PodGroup, and the objects the
+namespace's jobs share (the trainers' ServiceAccount, Role and RoleBinding, the trainer's sources) are
+built by `builders/`; `diff_objects` compares them with what the cache holds (the job's objects and
+the namespace's shared ones) and lists what to create or patch (the reconciler does the writing).
+Only the fields the operator owns are compared (a ConfigMap's data, a Service's ports and selector, a
+Role's rules, the PodGroup fields it sets), so defaulting by the API server or additions by other
+controllers never cause a write.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from typing import Any
 from builders.configmap import build_config_map
 from builders.podgroup import GangScheduler, build_pod_group
 from builders.pvc import build_checkpoint_pvc
-from builders.rbac import build_rbac
 from builders.services import build_headless_service, build_master_service
+from builders.shared import build_shared
 from crd.spec import TrainingJob
 
 JsonDict = dict[str, Any]
@@ -52,8 +53,8 @@ class Patch:
 def desired_objects(job: TrainingJob, gang: GangScheduler | None) -> list[JsonDict]:
     """Every non-pod object of the job, in creation order (pods need the account and config first)."""
     objects = [
+        *build_shared(job),
         build_config_map(job),
-        *build_rbac(job),
         build_headless_service(job),
         build_master_service(job),
     ]

@@ -11,7 +11,7 @@ marker.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Final
 
 from controller.runtime.events import MESSAGE_LIMIT_BYTES
@@ -27,6 +27,9 @@ REASON_LIMIT: Final = REASON_LENGTH
 # way (a missing PriorityClass, an invalid affinity), and a 100-worker job must not write 100 copies.
 MAX_LISTED_PROBLEMS: Final = 3
 MAX_PROBLEM_TEXT: Final = 4096
+
+# Objects named in one Event about the objects a reconcile wrote, per kind; the rest are counted.
+MAX_LISTED_OBJECTS: Final = 8
 
 # Longer durations are written as this many hours (a limit no real job reaches, far below overflow).
 _MAX_DURATION_SECONDS: Final = 10**15
@@ -78,3 +81,29 @@ def format_duration(seconds: float) -> str:
     if minutes:
         return f"{minutes}m{secs}s"
     return f"{secs}s"
+
+
+def objects_listed(objects: Sequence[tuple[str, str]]) -> str:
+    """(kind, name) pairs as one sentence, kinds in alphabetical order and pods last, names sorted the
+    way ranks count (worker-2 before worker-10): "configmap: a-config; services: a-headless, a-master;
+    pods: a-worker-0, a-worker-1". Objects are written in parallel, so the order they were written in
+    must not show. Beyond MAX_LISTED_OBJECTS of a kind, the first ones and the last are named and the
+    rest counted, so a 100-worker gang stays one readable Event."""
+    by_kind: dict[str, list[str]] = {}
+    for kind, name in objects:
+        by_kind.setdefault(kind.lower(), []).append(name)
+    parts = []
+    for kind, names in sorted(by_kind.items(), key=lambda item: (item[0] == "pod", item[0])):
+        ordered = sorted(set(names), key=_natural)
+        label = kind if len(ordered) == 1 else f"{kind}s"
+        if len(ordered) > MAX_LISTED_OBJECTS:
+            shown = f"{', '.join(ordered[: MAX_LISTED_OBJECTS - 1])}, ... {ordered[-1]} ({len(ordered)})"
+        else:
+            shown = ", ".join(ordered)
+        parts.append(f"{label}: {shown}")
+    return event_message("; ".join(parts))
+
+
+def _natural(name: str) -> tuple[str, int]:
+    stem, _, number = name.rpartition("-")
+    return (stem, int(number)) if number.isdigit() else (name, -1)

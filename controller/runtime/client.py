@@ -328,7 +328,7 @@ class KubeClient:
     # ---- conveniences -----------------------------------------------------------------------------------
 
     def get(self, res: Resource, ns: str | None, name: str) -> JsonObject:
-        return self.request("GET", res.path(ns, name))
+        return self.request("GET", res.path(ns, name), check_nesting=not res.built_in)
 
     def list(
         self,
@@ -351,12 +351,12 @@ class KubeClient:
         return self.request("GET", res.path(ns), query=query, check_nesting=not res.built_in)
 
     def create(self, res: Resource, ns: str | None, body: JsonObject) -> JsonObject:
-        return self.request("POST", res.path(ns), body=body)
+        return self.request("POST", res.path(ns), body=body, check_nesting=not res.built_in)
 
     def replace(
         self, res: Resource, ns: str | None, name: str, body: JsonObject, *, subresource: str | None = None
     ) -> JsonObject:
-        return self.request("PUT", res.path(ns, name, subresource), body=body)
+        return self.request("PUT", res.path(ns, name, subresource), body=body, check_nesting=not res.built_in)
 
     def patch(
         self,
@@ -380,7 +380,12 @@ class KubeClient:
         if patch_type == "json" and not isinstance(body, Sequence):
             raise ValueError("a JSON patch is a list of operations")
         return self.request(
-            "PATCH", res.path(ns, name, subresource), query=query, body=body, content_type=content_type
+            "PATCH",
+            res.path(ns, name, subresource),
+            query=query,
+            body=body,
+            content_type=content_type,
+            check_nesting=not res.built_in,
         )
 
     def delete(
@@ -407,7 +412,9 @@ class KubeClient:
         preconditions = {k: v for k, v in (("uid", uid), ("resourceVersion", resource_version)) if v}
         if preconditions:
             options["preconditions"] = preconditions
-        return self.request("DELETE", res.path(ns, name), body=options) or None
+        return (
+            self.request("DELETE", res.path(ns, name), body=options, check_nesting=not res.built_in) or None
+        )
 
     # ---- watch ------------------------------------------------------------------------------------------
 

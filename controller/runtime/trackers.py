@@ -27,7 +27,8 @@ class StatusWrites:
 
     The informer reports every resourceVersion it delivers (`observed`); a reconcile proceeds only
     when the last version we wrote has been seen, or after `ttl` seconds in case it never is (a
-    relist may skip it).
+    relist may skip it). A reconcile turned away by `settled` leaves the key to the watch event that
+    delivers the write: `observed` says True for that event, so it can be put ahead of other work.
     """
 
     def __init__(self, clock: Clock, ttl: float = 30.0) -> None:
@@ -35,16 +36,23 @@ class StatusWrites:
         self._ttl = ttl
         self._lock = threading.Lock()
         self._pending: dict[str, tuple[str, float]] = {}
+        self._awaited: set[str] = set()  # keys whose reconcile was turned away by `settled`
         self._seen: dict[str, collections.deque[str]] = collections.defaultdict(
             lambda: collections.deque(maxlen=16)
         )
 
-    def observed(self, key: str, resource_version: str) -> None:
+    def observed(self, key: str, resource_version: str) -> bool:
+        """Records a version of `key` seen on the watch; True if it is our pending write and a reconcile
+        was turned away waiting for it."""
         with self._lock:
             self._seen[key].append(resource_version)
             pending = self._pending.get(key)
             if pending is not None and pending[0] == resource_version:
                 del self._pending[key]
+                if key in self._awaited:
+                    self._awaited.discard(key)
+                    return True
+            return False
 
     def wrote(self, key: str, resource_version: str) -> None:
         with self._lock:
@@ -58,12 +66,15 @@ class StatusWrites:
                 return True
             if self._clock.monotonic() - pending[1] > self._ttl:
                 del self._pending[key]
+                self._awaited.discard(key)
                 return True
+            self._awaited.add(key)
             return False
 
     def forget(self, key: str) -> None:
         with self._lock:
             self._pending.pop(key, None)
+            self._awaited.discard(key)
             self._seen.pop(key, None)
 
 

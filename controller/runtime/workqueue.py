@@ -10,6 +10,10 @@ that safe and cheap, exactly like client-go's `util/workqueue`:
 - `add_rate_limited` defers a key by what a rate limiter says (per-key exponential backoff bounded by
   a global token bucket by default); `forget` resets the key's backoff after a success.
 - `shut_down` wakes every blocked worker; `shut_down_with_drain` also waits for in-flight keys.
+- Keys carry a priority (as in controller-runtime's priority queue): a worker takes the highest first,
+  FIFO within one priority, and adding a waiting key with a higher priority moves it up. So news about
+  work already under way (its pods started) need not wait behind the first reconciles of every newer
+  key.
 
 Time comes from an injected `Clock`. With a `FakeClock`, call `wake_delay_loop()` after advancing it so
 the delay thread re-reads the clock (a real clock needs no such nudge).
@@ -20,12 +24,14 @@ from __future__ import annotations
 import heapq
 import itertools
 import threading
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from controller.runtime.clock import Clock, RealClock
 from controller.runtime.ratelimit import RateLimiter, default_controller_rate_limiter
+
+# The priority of `add` unless told otherwise; higher is taken first.
+NORMAL_PRIORITY = 0
 
 # Insurance against a missed wake-up: the delay thread re-checks the clock at least this often.
 MAX_DELAY_WAIT_SECONDS = 10.0
@@ -80,6 +86,38 @@ class _DelayedKey:
     superseded: bool = field(default=False, compare=False)
 
 
+class _PriorityFifo:
+    """Waiting keys: highest priority first, first in first out within a priority. Raising a key's
+    priority pushes a new entry; the old one is skipped when it surfaces (its sequence is stale)."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[int, int, str]] = []  # (-priority, sequence, key)
+        self._entry: dict[str, tuple[int, int]] = {}  # key -> its live (-priority, sequence)
+        self._sequence = itertools.count()
+
+    def __len__(self) -> int:
+        return len(self._entry)
+
+    def __bool__(self) -> bool:
+        return bool(self._entry)
+
+    def push(self, key: str, priority: int) -> None:
+        """Queues `key`, or raises the priority of a queued `key` (it never lowers it)."""
+        live = self._entry.get(key)
+        if live is not None and -live[0] >= priority:
+            return
+        entry = (-priority, next(self._sequence))
+        self._entry[key] = entry
+        heapq.heappush(self._heap, (*entry, key))
+
+    def pop(self) -> str:
+        while True:
+            negative_priority, sequence, key = heapq.heappop(self._heap)
+            if self._entry.get(key) == (negative_priority, sequence):
+                del self._entry[key]
+                return key
+
+
 class WorkQueue:
     """A deduplicating, delaying, rate-limited FIFO of string keys, safe for many producers and workers."""
 
@@ -95,10 +133,11 @@ class WorkQueue:
         self._metrics: QueueMetrics = metrics or NoopQueueMetrics()
         self._rate_limiter = rate_limiter or default_controller_rate_limiter(clock=self._clock)
 
-        # Invariant: every key in _queue is in _dirty and not in _processing.
+        # Invariant: every key in _queue is in _dirty and not in _processing; _queue holds it with the
+        # priority _dirty records.
         self._cond = threading.Condition(threading.Lock())
-        self._queue: deque[str] = deque()
-        self._dirty: set[str] = set()
+        self._queue = _PriorityFifo()
+        self._dirty: dict[str, int] = {}  # key -> the highest priority it was added with
         self._processing: set[str] = set()
         self._shutting_down = False
         self._drain = False
@@ -117,17 +156,25 @@ class WorkQueue:
 
     # --- the queue itself ---------------------------------------------------------------------
 
-    def add(self, key: str) -> None:
-        """Marks `key` as needing processing; a no-op if it is already pending or the queue is shut down."""
+    def add(self, key: str, priority: int = NORMAL_PRIORITY) -> None:
+        """Marks `key` as needing processing; a no-op if the queue is shut down or `key` is already
+        pending with at least this priority (a higher one moves it up)."""
         with self._cond:
-            if self._shutting_down or key in self._dirty:
+            if self._shutting_down:
                 return
-            self._dirty.add(key)
+            pending = self._dirty.get(key)
+            if pending is not None:
+                if priority > pending:
+                    self._dirty[key] = priority
+                    if key not in self._processing:
+                        self._queue.push(key, priority)
+                return
+            self._dirty[key] = priority
             self._added_at.setdefault(key, self._clock.monotonic())
             self._metrics.on_add(len(self._dirty))
             if key in self._processing:
                 return
-            self._queue.append(key)
+            self._queue.push(key, priority)
             self._cond.notify()
 
     def get(self) -> tuple[str | None, bool]:
@@ -141,24 +188,24 @@ class WorkQueue:
                 self._cond.wait()
             if not self._queue:
                 return None, True
-            key = self._queue.popleft()
+            key = self._queue.pop()
             now = self._clock.monotonic()
             self._processing.add(key)
-            self._dirty.discard(key)
+            del self._dirty[key]
             self._processing_since[key] = now
             queued_since = self._added_at.pop(key, now)
             self._metrics.on_get(len(self._dirty), now - queued_since)
             return key, False
 
     def done(self, key: str) -> None:
-        """Releases `key`; if it was added again meanwhile it goes back to the end of the queue."""
+        """Releases `key`; if it was added again meanwhile it is queued again, behind its priority's keys."""
         with self._cond:
             started = self._processing_since.pop(key, None)
             if started is not None:
                 self._metrics.on_done(self._clock.monotonic() - started)
             self._processing.discard(key)
             if key in self._dirty:
-                self._queue.append(key)
+                self._queue.push(key, self._dirty[key])
                 self._cond.notify()
             elif not self._processing:
                 # A drain may be waiting for the last in-flight key.

@@ -11,7 +11,9 @@ import contextlib
 import os
 import subprocess
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
@@ -21,6 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from controller.resources import CRDS, EVENTS, NAMESPACES, TRAININGJOBS
 from controller.runtime.client import KubeClient
 from controller.runtime.errors import AlreadyExists
+from controller.runtime.resource import Resource
 from crd import contract
 from hack.bench.options import Options
 from hack.common import REPO, JsonDict, ToolError
@@ -47,6 +50,24 @@ def job_manifest(name: str, replicas: int, gpus: int) -> JsonDict:
             "gpusPerWorker": gpus,
         },
     }
+
+
+@dataclass(frozen=True)
+class JobKind:
+    """What the bench creates: the resource, the namespace, and one job's manifest by name."""
+
+    resource: Resource
+    namespace: str
+    manifest: Callable[[str], JsonDict]
+
+
+def training_jobs(options: Options, namespace: str = NAMESPACE) -> JobKind:
+    def manifest(name: str) -> JsonDict:
+        job = job_manifest(name, options.replicas, options.gpus_per_worker)
+        job["metadata"]["namespace"] = namespace
+        return job
+
+    return JobKind(TRAININGJOBS, namespace, manifest)
 
 
 def install_crd(client: KubeClient, timeout: float = 60.0) -> None:
@@ -103,35 +124,34 @@ def counter_delta(after: dict[str, float], before: dict[str, float], top: int = 
     return {key: value for value, key in ranked[:top]}
 
 
-def create_namespace(client: KubeClient) -> None:
+def create_namespace(client: KubeClient, namespace: str = NAMESPACE) -> None:
     with contextlib.suppress(AlreadyExists):
         client.create(
-            NAMESPACES, None, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
+            NAMESPACES, None, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
         )
 
 
-def create_jobs(client: KubeClient, names: list[str], options: Options) -> float:
+def create_jobs(client: KubeClient, names: list[str], options: Options, kind: JobKind | None = None) -> float:
     """Creates the jobs from `options.create_threads` threads; returns when the last create answered."""
+    kind = kind or training_jobs(options)
 
     def create(name: str) -> None:
         with contextlib.suppress(AlreadyExists):
-            client.create(
-                TRAININGJOBS, NAMESPACE, job_manifest(name, options.replicas, options.gpus_per_worker)
-            )
+            client.create(kind.resource, kind.namespace, kind.manifest(name))
 
     with ThreadPoolExecutor(max_workers=options.create_threads, thread_name_prefix="bench-create") as pool:
         list(pool.map(create, names))
     return time.monotonic()
 
 
-def count_events(client: KubeClient) -> dict[str, int]:
+def count_events(client: KubeClient, namespace: str = NAMESPACE) -> dict[str, int]:
     """The Events the operator wrote in the bench namespace: objects, and occurrences (counts)."""
     items: list[JsonDict] = []
     token: str | None = None
     while True:
         page = client.list(
             EVENTS,
-            NAMESPACE,
+            namespace,
             field_selector=f"source={contract.OPERATOR_NAME}",
             limit=500,
             continue_=token,

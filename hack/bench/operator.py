@@ -25,12 +25,29 @@ LEASE_NAMESPACE: Final = "default"
 say: Final = Say("bench")
 
 
+def operator_tree() -> Path:
+    """The checkout whose operator runs: this one, or $BENCH_OPERATOR_TREE (another worktree, to
+    measure a change before and after with the same bench)."""
+    return Path(os.environ.get("BENCH_OPERATOR_TREE") or REPO).resolve()
+
+
 class Operator:
-    """The operator under test, as a process with its own session; its log goes to a file."""
+    """The operator under test, as a process with its own session; its log goes to a file.
+
+    This operator by default; hack/bench/kubeflow.py's peer overrides how it is started and probed."""
+
+    name = "trainingjob-operator"
+
+    samples_python_stacks = True  # py-spy can profile it (`--profile`)
 
     def __init__(self, kubeconfig: Path, log_path: Path, extra: tuple[str, ...]) -> None:
         self.port = free_port()
-        self.command = [
+        self.command = self.build_command(kubeconfig, extra)
+        self.log_path = log_path
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def build_command(self, kubeconfig: Path, extra: tuple[str, ...]) -> list[str]:
+        return [
             sys.executable,
             "-m",
             "controller",
@@ -39,14 +56,29 @@ class Operator:
             f"--lease-namespace={LEASE_NAMESPACE}",
             *extra,
         ]
-        self.log_path = log_path
-        self.process: subprocess.Popen[bytes] | None = None
+
+    def prepare(self) -> None:
+        """What must exist before the process starts (nothing for this operator)."""
+
+    def environment(self) -> dict[str, str]:
+        # The operator's default log level, whatever the caller's $LOG_LEVEL says ($BENCH_LOG_LEVEL wins).
+        level = os.environ.get("BENCH_LOG_LEVEL", "INFO")
+        return dict(os.environ, PYTHONPATH=str(operator_tree()), LOG_LEVEL=level)
+
+    def arguments(self) -> list[str]:
+        """The flags it runs with, for the report."""
+        return self.command[4:]
 
     def start(self) -> None:
-        # The operator's default log level, whatever the caller's $LOG_LEVEL says ($BENCH_LOG_LEVEL wins).
-        env = dict(os.environ, PYTHONPATH=str(REPO), LOG_LEVEL=os.environ.get("BENCH_LOG_LEVEL", "INFO"))
+        self.prepare()
         header = " ".join(self.command[1:])
-        self.process = start_logged(self.command, self.log_path, header=header, cwd=REPO, env=env)
+        self.process = start_logged(
+            self.command, self.log_path, header=header, cwd=operator_tree(), env=self.environment()
+        )
+
+    def ready(self) -> bool:
+        """Serving, and leading (it reconciles only as the leader)."""
+        return self.get("/readyz")[0] == 200 and self.metrics("leader_election_master_status").leader
 
     @property
     def pid(self) -> int:
@@ -66,7 +98,11 @@ class Operator:
         return tail(self.log_path, lines)
 
     def get(self, path: str) -> tuple[int, str]:
-        return http_get(f"http://127.0.0.1:{self.port}{path}", timeout=10)
+        return self.get_port(self.port, path)
+
+    @staticmethod
+    def get_port(port: int, path: str) -> tuple[int, str]:
+        return http_get(f"http://127.0.0.1:{port}{path}", timeout=10)
 
     def metrics(self, *names: str) -> Metrics:
         query = "?" + "&".join(f"name[]={name}" for name in names) if names else ""

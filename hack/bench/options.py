@@ -45,6 +45,7 @@ class Options:
     timeout: float
     dev_dir: Path
     operator_args: tuple[str, ...]
+    profile: bool = False
 
     @property
     def pods(self) -> int:
@@ -87,6 +88,12 @@ def parse_options(argv: list[str] | None) -> Options:
         default=env_float("BENCH_TIMEOUT", 900.0),
         help="give up on a phase after this many seconds (default 900)",
     )
+    add(
+        "--profile",
+        action=argparse.BooleanOptionalAction,
+        default=os.environ.get("BENCH_PROFILE", "") not in ("", "0", "false"),
+        help="sample the operator with py-spy during the bring-up ($BENCH_PROFILE)",
+    )
     add("--dev-dir", type=Path, default=Path(os.environ.get("BENCH_DEV_DIR", REPO / ".dev" / "bench")))
     argv = list(sys.argv[1:] if argv is None else argv)
     extra: list[str] = []
@@ -116,4 +123,5 @@ def parse_options(argv: list[str] | None) -> Options:
         timeout=args.timeout,
         dev_dir=args.dev_dir.resolve(),
         operator_args=operator_args,
+        profile=args.profile,
     )

@@ -22,12 +22,14 @@ from hack.bench.cluster import (
     create_namespace,
     install_crd,
     run_devcluster,
+    training_jobs,
 )
 from hack.bench.operator import Operator, say
 from hack.bench.options import GPUS_PER_NODE, Options
 from hack.bench.procfs import busy_cores, component_cpu, component_pids, cpu_pressure, machine_busy
+from hack.bench.profile import Profiler
 from hack.bench.targets import targets
-from hack.bench.tracker import Tracker
+from hack.bench.tracker import Tracker, spread
 from hack.common import JsonDict, ToolError, wait_until
 
 WRITE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
@@ -46,6 +48,10 @@ class BenchCluster:
         self._tracker: Tracker | None = None
         self._client: KubeClient | None = None
         self.cluster_started = False
+        self.kind = training_jobs(options)
+        # The operator's leader-election Lease, whose renewals the steady state counts apart (None: it
+        # does not elect, and the window is not aligned to renewals).
+        self.lease_name: str | None = contract.OPERATOR_NAME
 
     def up(self) -> None:
         options = self.options
@@ -77,21 +83,18 @@ class BenchCluster:
             run_devcluster(self.dev_dir, "down", check=False)
 
     def start_operator(self) -> None:
-        say(f"starting the operator: {' '.join(self.operator.command[1:])}")
+        say(f"starting {self.operator.name}: {' '.join(self.operator.arguments())}")
         self.operator.start()
         deadline = time.monotonic() + 120
         while True:
             self.operator.check_alive()
-            if (
-                self.operator.get("/readyz")[0] == 200
-                and self.operator.metrics("leader_election_master_status").leader
-            ):
+            if self.operator.ready():
                 break
             if time.monotonic() > deadline:
-                raise ToolError(f"the operator was not ready and leading after 120s:\n{self.operator.tail()}")
+                raise ToolError(f"{self.operator.name} was not ready after 120s:\n{self.operator.tail()}")
             time.sleep(0.2)
         pid, port = self.operator.pid, self.operator.port
-        say(f"the operator is ready and leading (pid {pid}, metrics on port {port})")
+        say(f"{self.operator.name} is ready (pid {pid}, metrics on port {port})")
 
     @property
     def client(self) -> KubeClient:
@@ -148,21 +151,29 @@ class Bench(BenchCluster):
         before_machine = machine_busy()
         before_apiserver = apiserver_requests(self.client)
         before_bench = time.process_time()
+        profiler = None
+        if options.profile and first == 0 and self.operator.samples_python_stacks:
+            profiler = Profiler(self.operator.pid, self.dev_dir / "logs" / "operator-profile.folded")
+            profiler.start()
         threads = options.create_threads
-        say(f"creating {len(names)} TrainingJobs x {options.replicas} replicas ({threads} threads)")
+        kind = self.kind.resource.kind
+        say(f"creating {len(names)} {kind}s x {options.replicas} replicas ({threads} threads)")
         t0 = time.monotonic()
-        created_at = create_jobs(self.client, names, options)
+        created_at = create_jobs(self.client, names, options, self.kind)
         say(f"{len(names)} creates answered in {created_at - t0:.1f}s")
         progress = self.progress(total_jobs, t0)
-        wait_until(
-            f"{pods} pods and {total_jobs} Running jobs",
-            lambda: tracker.counts()[0] >= pods and tracker.counts()[3] >= total_jobs,
-            timeout=options.timeout,
-            guard=self.operator.check_alive,
-            progress=progress,
-            say=say,
-        )
-        done_at = time.monotonic()
+        try:
+            wait_until(
+                f"{pods} pods and {total_jobs} Running jobs",
+                lambda: tracker.counts()[0] >= pods and tracker.counts()[3] >= total_jobs,
+                timeout=options.timeout,
+                guard=self.operator.check_alive,
+                progress=progress,
+                say=say,
+            )
+        finally:
+            done_at = time.monotonic()
+            profile = profiler.stop() if profiler is not None else None
         after = self.operator.sample()
         after_machine = machine_busy()
         after_components = component_cpu(pids)
@@ -183,6 +194,7 @@ class Bench(BenchCluster):
             "seconds_to_all_pods_bound": since(tracker.pod_bound, pods),
             "seconds_to_all_pods_running": since(tracker.pod_running, pods),
             "seconds_to_all_jobs_running": since(tracker.job_running, total_jobs),
+            "seconds_from_last_pod_running_to_job_running": spread(tracker.running_lags()),
             "operator_requests_by_method": requests,
             "operator_requests_by_code": after_metrics.codes_minus(before_metrics),
             "operator_requests_per_job": round(sum(requests.values()) / max(1, len(names)), 1),
@@ -203,6 +215,7 @@ class Bench(BenchCluster):
             "bench_cpu_seconds": round(bench_cpu, 2),
             "apiserver_requests_total": round(sum(after_apiserver.values()) - sum(before_apiserver.values())),
             "apiserver_requests_top": counter_delta(after_apiserver, before_apiserver),
+            **({"operator_profile": profile} if profile is not None else {}),
         }
 
     def steady_state(self) -> JsonDict:
@@ -259,12 +272,14 @@ class Bench(BenchCluster):
             "rss_mb": round(end.rss_mb, 1),
             "peak_rss_mb": round(end.peak_rss_mb, 1),
             "machine_busy_cores_average": busy_cores(start_machine, end_machine),
-            "operator_events_in_namespace": count_events(self.client),
+            "operator_events_in_namespace": count_events(self.client, self.kind.namespace),
         }
 
     def align_to_renewal(self, timeout: float = 5.0, grace: float = 0.3) -> int:
         """Waits for the next Lease renewal the bench's watch delivers, then `grace` seconds more so the
         operator has counted that PUT; returns how many renewals the bench has seen."""
+        if self.lease_name is None:
+            return 0
         seen = self.tracker.renewals()
         deadline = time.monotonic() + timeout
         while self.tracker.renewals() == seen and time.monotonic() < deadline:
@@ -315,7 +330,7 @@ class Bench(BenchCluster):
                 "create_threads": options.create_threads,
                 "window_seconds": options.window,
                 "memory_jobs": options.memory_jobs,
-                "operator_args": self.operator.command[4:],
+                "operator_args": self.operator.arguments(),
             },
             "machine": {
                 "cpus": os.cpu_count(),

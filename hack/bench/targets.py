@@ -17,17 +17,20 @@ TARGET_IDLE_CPU_PERCENT: Final = 2.0
 TARGET_RSS_MB: Final = 150.0
 
 
+def check(name: str, value: float | None, target: float, unit: str, strict: bool = True) -> JsonDict:
+    """One target: `value` below `target` (or at most, when not `strict`); None is never met."""
+    met = value is not None and (value < target if strict else value <= target)
+    return {
+        "name": name,
+        "value": value,
+        "target": f"{'<' if strict else '<='} {target:g} {unit}",
+        "met": met,
+    }
+
+
 def targets(
     options: Options, bring_up: JsonDict, steady: JsonDict, memory: JsonDict | None
 ) -> list[JsonDict]:
-    def check(name: str, value: float | None, target: float, unit: str, strict: bool = True) -> JsonDict:
-        met = value is not None and (value < target if strict else value <= target)
-        return {
-            "name": name,
-            "value": value,
-            "target": f"{'<' if strict else '<='} {target:g} {unit}",
-            "met": met,
-        }
 
     pods = bring_up["seconds_to_all_pods_created"]
     jobs = bring_up["seconds_to_all_jobs_running"]

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 from controller.resources import LEASES, PODS, TRAININGJOBS
 from controller.runtime.client import KubeClient
 from controller.runtime.clock import RealClock
 from controller.runtime.informer import Informer
+from controller.runtime.resource import Resource
 from controller.runtime.store import Store
 from hack.bench.cluster import NAMESPACE
 from hack.bench.operator import LEASE_NAMESPACE
@@ -29,12 +31,8 @@ def _slim_pod(pod: JsonDict) -> JsonDict:
     }
 
 
-def _slim_job(job: JsonDict) -> JsonDict:
-    metadata = job["metadata"]
-    return {
-        "metadata": {k: metadata.get(k) for k in ("name", "namespace", "uid", "resourceVersion")},
-        "status": {"state": (job.get("status") or {}).get("state")},
-    }
+def training_job_running(job: JsonDict) -> bool:
+    return (job.get("status") or {}).get("state") == "Running"
 
 
 def _slim_lease(lease: JsonDict) -> JsonDict:
@@ -50,7 +48,15 @@ class Tracker:
     """When each pod was first seen, bound and Running, and each job Running, from the bench's own
     watches (list + watch, so the bench adds no polling load to the API server)."""
 
-    def __init__(self, client: KubeClient, lease_name: str) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        lease_name: str,
+        *,
+        namespace: str = NAMESPACE,
+        resource: Resource = TRAININGJOBS,
+        job_running: Callable[[JsonDict], bool] = training_job_running,
+    ) -> None:
         self._lock = threading.Lock()
         self.pod_created: dict[str, float] = {}
         self.pod_bound: dict[str, float] = {}
@@ -58,11 +64,12 @@ class Tracker:
         self.job_running: dict[str, float] = {}
         self.lease_renewals = 0
         self._lease_name = lease_name
+        self._job_running = job_running
         self._stop = threading.Event()
         clock = RealClock()
         self.informers = [
-            Informer(client, PODS, Store(), namespace=NAMESPACE, clock=clock, transform=_slim_pod),
-            Informer(client, TRAININGJOBS, Store(), namespace=NAMESPACE, clock=clock, transform=_slim_job),
+            Informer(client, PODS, Store(), namespace=namespace, clock=clock, transform=_slim_pod),
+            Informer(client, resource, Store(), namespace=namespace, clock=clock, transform=self._slim_job),
             Informer(client, LEASES, Store(), namespace=LEASE_NAMESPACE, clock=clock, transform=_slim_lease),
         ]
         pods, jobs, leases = self.informers
@@ -96,8 +103,15 @@ class Tracker:
             if pod["status"].get("phase") == "Running":
                 self.pod_running.setdefault(name, now)
 
+    def _slim_job(self, job: JsonDict) -> JsonDict:
+        metadata = job["metadata"]
+        return {
+            "metadata": {k: metadata.get(k) for k in ("name", "namespace", "uid", "resourceVersion")},
+            "running": self._job_running(job),
+        }
+
     def _job(self, job: JsonDict) -> None:
-        if job["status"].get("state") == "Running":
+        if job["running"]:
             with self._lock:
                 self.job_running.setdefault(job["metadata"]["name"], time.monotonic())
 
@@ -119,3 +133,27 @@ class Tracker:
         with self._lock:
             values = sorted(times.values())
         return values[count - 1] if len(values) >= count else None
+
+    def running_lags(self) -> list[float]:
+        """For each Running job, the seconds from its last pod Running to the job's status saying so:
+        how long news of running pods waited in the operator's queue. Pods are `<job>-<role>-<index>`
+        (both operators name them so)."""
+        with self._lock:
+            last_pod: dict[str, float] = {}
+            for pod, at in self.pod_running.items():
+                job = pod.rsplit("-", 2)[0]
+                last_pod[job] = max(at, last_pod.get(job, at))
+            return sorted(
+                max(0.0, at - last_pod[job]) for job, at in self.job_running.items() if job in last_pod
+            )
+
+
+def spread(values: list[float]) -> JsonDict:
+    """Median, 90th percentile and maximum of sorted `values`, rounded (empty: Nones)."""
+    if not values:
+        return {"median": None, "p90": None, "max": None}
+    return {
+        "median": round(values[len(values) // 2], 2),
+        "p90": round(values[min(len(values) - 1, int(len(values) * 0.9))], 2),
+        "max": round(values[-1], 2),
+    }

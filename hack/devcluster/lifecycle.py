@@ -167,13 +167,14 @@ def start(bin_dir: Path, shape: NodeShape, optional_builds: dict[str, Path] | No
 
 
 def install_crds(bin_dir: Path) -> None:
-    """The project's CRDs from crd/, before the controller manager's garbage collector starts."""
+    """The project's CRDs from crd/ (and the trainers' admission policy beside them), before the controller
+    manager's garbage collector starts."""
     crds = sorted(CRD_DIR.glob("*.yaml")) if CRD_DIR.is_dir() else []
     crds = [path for path in crds if path.name != "kustomization.yaml"]
     for path in crds:
         kubectl(bin_dir, "apply", "--server-side", "--force-conflicts", "-f", str(path))
     if crds:
-        say(f"installed {len(crds)} CRD file(s) from crd/ before the garbage collector starts")
+        say(f"installed {len(crds)} file(s) from crd/ (CRDs first) before the garbage collector starts")
 
 
 def teardown(state: dict[str, Any]) -> None:

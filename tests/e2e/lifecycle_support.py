@@ -14,11 +14,16 @@ kubeconfig that carries nothing but the server, its CA and the token.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import functools
 import json
 import os
+import ssl
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -166,9 +171,37 @@ def progress_patch(report: JsonDict) -> str:
     return json.dumps({"metadata": {"annotations": {contract.PROGRESS_ANNOTATION: json.dumps(report)}}})
 
 
-def report_progress(kubectl: Kubectl, namespace: str, pod: str, report: JsonDict) -> None:
-    """Patches the progress annotation on `pod`, as the trainer's reporter does on rank 0."""
-    kubectl.run("patch", "pod", pod, "-n", namespace, "--type=merge", "-p", progress_patch(report))
+@dataclass(frozen=True)
+class Trainer:
+    """A worker's identity: its pod-bound token of the namespace's trainer account, as `kubectl` (for
+    `auth can-i` and `auth whoami`) and as the raw PATCH the progress reporter sends (kubectl's patch
+    reads the pod first, which a trainer may not)."""
+
+    kubectl: Kubectl
+    token: str
+    server: str
+    ca_file: Path
+
+    def patch_pod(self, namespace: str, pod: str, body: str) -> tuple[int, str]:
+        """(HTTP status, the answer's message) of a merge patch of `pod`."""
+        request = urllib.request.Request(  # noqa: S310 - the test cluster's https URL
+            f"{self.server}/api/v1/namespaces/{namespace}/pods/{pod}",
+            data=body.encode(),
+            method="PATCH",
+            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/merge-patch+json"},
+        )
+        context = ssl.create_default_context(cafile=str(self.ca_file))
+        try:
+            with urllib.request.urlopen(request, context=context, timeout=30) as answer:  # noqa: S310
+                return int(answer.status), "ok"
+        except urllib.error.HTTPError as error:
+            return int(error.code), str(json.loads(error.read() or b"{}").get("message", ""))
+
+
+def report_progress(trainer: Trainer, namespace: str, pod: str, report: JsonDict) -> None:
+    """Patches the progress annotation on `pod` with the trainer's token, as its reporter does on rank 0."""
+    status, message = trainer.patch_pod(namespace, pod, progress_patch(report))
+    assert status == 200, message
 
 
 def _cluster_fields(kubeconfig: Path) -> JsonDict:
@@ -197,17 +230,29 @@ def token_kubectl(cluster: Kubectl, token: str, path: Path) -> Kubectl:
     return Kubectl(cluster.binary, path)
 
 
-def trainer_kubectl(cluster: Kubectl, namespace: str, job: str, directory: Path) -> Kubectl:
-    """The job's workers' identity: a token of ServiceAccount <job>-trainer, as mounted in its pods."""
-    account = f"{job}{contract.TRAINER_SUFFIX}"
+def trainer_kubectl(cluster: Kubectl, namespace: str, job: str, directory: Path, rank: int = 0) -> Trainer:
+    """The identity of worker `rank` of `job`: a token of the namespace's trainer ServiceAccount bound to
+    that pod, as the kubelet mounts it."""
+    account = contract.TRAINER_ACCOUNT
+    pod = f"{job}-worker-{rank}"
     wait_for(
         f"ServiceAccount {account}",
         lambda: cluster.get_or_none("serviceaccount", account, "-n", namespace),
         timeout=60,
     )
-    token = cluster.run("create", "token", account, "-n", namespace, "--duration=1h").strip()
+    token = cluster.run(
+        *("create", "token", account, "-n", namespace, "--duration=1h"),
+        *("--bound-object-kind=Pod", f"--bound-object-name={pod}"),
+    ).strip()
     assert token, "kubectl create token printed no token"
-    return token_kubectl(cluster, token, directory / f"{job}-trainer.kubeconfig")
+    path = directory / f"{pod}.kubeconfig"
+    fields = _cluster_fields(cluster.kubeconfig)
+    ca_file = directory / f"{pod}-ca.crt"
+    if "certificate-authority-data" in fields:
+        ca_file.write_bytes(base64.b64decode(fields["certificate-authority-data"]))
+    else:
+        ca_file.write_bytes(Path(fields["certificate-authority"]).read_bytes())
+    return Trainer(token_kubectl(cluster, token, path), token, str(fields["server"]), ca_file)
 
 
 # ------------------------------------------------------------------------------- private nodes

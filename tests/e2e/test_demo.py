@@ -103,9 +103,10 @@ def test_a_job_trains_to_completed_reporting_with_its_own_service_account(
     )
     token = Path(rank0.env["TRAININGJOB_PROGRESS_TOKEN_FILE"]).read_text().strip()
     claims = jwt_claims(token)
-    assert claims["sub"] == f"system:serviceaccount:{namespace}:{name}{contract.TRAINER_SUFFIX}"
+    assert claims["sub"] == f"system:serviceaccount:{namespace}:{contract.TRAINER_ACCOUNT}"
     assert claims["kubernetes.io"]["pod"]["name"] == f"{name}-worker-0"
-    # That identity may patch the job's own pods and nothing else (the per-job Role).
+    # That identity may patch pods (the admission policy narrows it to its own pod's progress) and
+    # nothing else.
     credentials = (
         f"--server={state['server']}",
         f"--token={token}",

@@ -28,7 +28,8 @@ from typing import Any, Final
 import pytest
 import yaml
 
-from builders import configmap, rbac
+from builders import configmap, shared
+from crd import contract
 from crd.defaults import with_defaults
 from crd.spec import parse
 from tests.cluster import REPO, Kubectl, wait_for
@@ -464,15 +465,16 @@ def test_operator_kubeconfig_authenticates_as_the_service_account(operator: Kube
 
 
 def test_operator_can_do_what_the_operator_does(cluster: Kubectl, operator: Kubectl, namespace: str) -> None:
-    """Real requests with the operator's token: the per-job RBAC (which RBAC only lets it create because
-    it holds get+patch on pods itself), a ConfigMap owned by the job, the status subresource; and the
-    refusals (Secrets, spec, granting rights it does not hold)."""
+    """Real requests with the operator's token: the namespace's trainer RBAC (which RBAC only lets it
+    create because it holds patch on pods itself) and trainer sources, a ConfigMap owned by the job, the
+    status subresource, deleting the shared objects again; and the refusals (Secrets, spec, granting
+    rights it does not hold)."""
     manifest = yaml.safe_load((REPO / "examples" / "trainingjob-simple.yaml").read_text(encoding="utf-8"))
     manifest["metadata"]["namespace"] = namespace
     created = json.loads(cluster.run("create", "-f", "-", "-o", "json", stdin=json.dumps(manifest)))
     job = with_defaults(created)
 
-    operator.run("create", "-f", "-", stdin=as_list(rbac.build_rbac(parse(job))))
+    operator.run("create", "-f", "-", stdin=as_list(shared.build_shared(parse(job))))
     operator.run("create", "-f", "-", stdin=json.dumps(configmap.build_config_map(parse(job))))
     name = job["metadata"]["name"]
     operator.run(
@@ -484,6 +486,9 @@ def test_operator_can_do_what_the_operator_does(cluster: Kubectl, operator: Kube
         lambda: cluster.get_json("trainingjob", name, "-n", namespace).get("status", {}).get("message"),
         timeout=30,
     )
+    for kind in ("rolebinding", "role", "serviceaccount"):
+        operator.run("delete", kind, contract.TRAINER_ACCOUNT, "-n", namespace)
+    operator.run("delete", "configmap", configmap.TRAINER_SOURCES_NAME, "-n", namespace)
 
     refused_spec = operator.attempt(
         "patch", "trainingjob", name, "-n", namespace, "--type=merge", "-p", '{"spec": {"numWorkers": 3}}'

@@ -66,8 +66,11 @@ class Site:
 @pytest.fixture(scope="module")
 def site(helm: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     with throwaway_cluster(tmp_path_factory.mktemp("helm-cluster")) as cluster:
-        # The dev cluster installs the CRD as it starts; a new cluster has none.
+        # The dev cluster installs crd/ (the CRD, the trainers' admission policy) as it starts; a new
+        # cluster has none of it.
         cluster.run("delete", "customresourcedefinition", CRD_NAME, "--wait=true")
+        for kind in ("validatingadmissionpolicybinding", "validatingadmissionpolicy"):
+            cluster.run("delete", kind, contract.TRAINER_POLICY, "--wait=true")
         # deploy/README.md: the namespace first, with its Pod Security labels (the chart does not own it).
         cluster.run("apply", "-f", str(REPO / "deploy" / "base" / "namespace.yaml"))
         cluster.run("create", "namespace", JOBS_NAMESPACE)

@@ -10,6 +10,7 @@ labels and tolerations were put on them. The operator runs with the rights deplo
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from crd import contract
@@ -40,6 +41,7 @@ from tests.e2e.lifecycle_support import (
     node_pool,
     report_progress,
     running_pods,
+    trainer_kubectl,
     wait_state,
     wait_status,
 )
@@ -155,7 +157,7 @@ def test_two_of_three_8_gpu_jobs_run_in_16_gpus_and_the_third_is_admitted_when_o
 
 
 def test_a_high_priority_job_preempts_a_low_one_which_resumes_from_its_checkpoint(
-    kueue: Kubectl, namespace: str, start_operator: StartOperator
+    kueue: Kubectl, namespace: str, start_operator: StartOperator, tmp_path: Path
 ) -> None:
     kubectl = kueue
     checkpoint = "/checkpoints/epoch-2.pt"
@@ -167,7 +169,8 @@ def test_a_high_priority_job_preempts_a_low_one_which_resumes_from_its_checkpoin
         operator = start_operator()
         kubectl.apply(queued_job("low", priority=classes["low"], numWorkers=2), "-n", namespace)
         wait_state(kubectl, namespace, "low", "Running")
-        report_progress(kubectl, namespace, "low-worker-0", {"epoch": 2, "checkpoint": checkpoint})
+        trainer = trainer_kubectl(kubectl, namespace, "low", tmp_path)  # rank 0's own bound token
+        report_progress(trainer, namespace, "low-worker-0", {"epoch": 2, "checkpoint": checkpoint})
         wait_status(
             kubectl,
             namespace,

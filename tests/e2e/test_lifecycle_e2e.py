@@ -36,6 +36,7 @@ from tests.e2e.lifecycle_support import (
     NO_WORKERS,
     assert_replaced_as_a_gang,
     env_value,
+    progress_patch,
     report_progress,
     running_pods,
     trainer_kubectl,
@@ -358,8 +359,11 @@ def test_suspend_and_resume_keep_restarts_and_resume_from_the_latest_checkpoint(
     pods = running_pods(kubectl, namespace, name, 1, 2)
     assert [env_value(pod, "RESUME_FROM") for pod in pods] == [first, first]
 
-    # A newer checkpoint from the new rank 0, then suspend.
+    # A newer checkpoint from the new rank 0 (a new pod: its own bound token), then suspend.
     latest = f"s3://ckpt/{name}/epoch-3"
+    stale, _ = trainer.patch_pod(namespace, f"{name}-worker-0", progress_patch({"epoch": 9}))
+    assert stale in (401, 403), "the previous attempt's token must not speak for the new pod"
+    trainer = trainer_kubectl(cluster, namespace, name, tmp_path)
     report_progress(trainer, namespace, f"{name}-worker-0", {"epoch": 3, "checkpoint": latest})
     before = wait_status(kubectl, namespace, name, "checkpoint 2", lambda s: checkpoint(s) == latest)
     assert before["checkpoint"]["count"] == 2

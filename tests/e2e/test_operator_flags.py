@@ -1,5 +1,6 @@
 """The real operator process with Kubernetes-style flags: from the environment, Go durations, and
-start-up problems told in one line with exit code 2 (a metrics port in use, a bad kubeconfig).
+start-up problems told in one line with exit code 2 (a metrics port in use, a bad kubeconfig, the
+trainers' admission policy not installed).
 
 Why end to end: the unit tests parse flags, but a port in use is only found when the process binds
 it, and an unusable kubeconfig only when the client library reads it; both used to end the process
@@ -14,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster import wait_for
+from crd import contract
+from tests.cluster import REPO, Kubectl, wait_for
 from tests.e2e.conftest import OPERATOR_NAMESPACE
 from tests.e2e.operator import OperatorProcess
 
@@ -83,6 +85,32 @@ def test_an_unusable_kubeconfig_is_one_line_and_exit_code_2(
     finally:
         operator.stop()
     assert line.startswith("trainingjob-operator: " + expected.format(path=kubeconfig)), line
+
+
+def test_without_the_trainers_admission_policy_the_operator_refuses_to_start(
+    cluster: Kubectl, service_account_kubeconfig: Path, namespace: str, tmp_path: Path
+) -> None:
+    """The trainers' Role alone would let them patch any pod of the namespace; the operator (with its
+    deployed RBAC, which may read the policy) says what is missing instead of starting without it."""
+    binding = f"validatingadmissionpolicybinding/{contract.TRAINER_POLICY}"
+    cluster.run("delete", binding, "--wait=true")
+    try:
+        operator = OperatorProcess(
+            service_account_kubeconfig,
+            tmp_path / "operator.log",
+            (f"--namespace={namespace}", f"--lease-namespace={OPERATOR_NAMESPACE}"),
+            env={"LOG_LEVEL": "INFO"},
+        ).start()
+        try:
+            line = exited_with_one_line(operator)
+        finally:
+            operator.stop()
+    finally:
+        cluster.run("apply", "--server-side", "-f", str(REPO / "crd" / "trainer-progress-policy.yaml"))
+    assert line.startswith(
+        f"trainingjob-operator: ValidatingAdmissionPolicyBinding {contract.TRAINER_POLICY} not installed: "
+    ), line
+    assert "apply crd/" in line
 
 
 def test_flags_from_the_environment_with_go_durations(

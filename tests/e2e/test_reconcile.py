@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from builders.configmap import TRAINER_SOURCES_NAME
 from crd import contract
 from tests.cluster import Kubectl, end_pod
 from tests.e2e.conftest import StartOperator
@@ -115,7 +116,7 @@ def test_running_job_has_one_pod_per_rank(kubectl: Kubectl, namespace: str, runn
         assert spec["hostname"] == f"bert-worker-{index}"
         assert spec["subdomain"] == "bert-headless"
         assert spec["restartPolicy"] == "Never"
-        assert spec["serviceAccountName"] == "bert-trainer"
+        assert spec["serviceAccountName"] == contract.TRAINER_ACCOUNT
         resources = spec["containers"][0]["resources"]
         assert resources["limits"][GPU] == "2"
         assert resources["requests"][GPU] == "2"
@@ -204,37 +205,36 @@ def test_running_job_has_services_configmap_and_rbac(
     mounts = rank0["spec"]["containers"][0]["volumeMounts"]
     assert {"name": "config", "mountPath": "/etc/trainingjob", "readOnly": True} in mounts
 
-    account = kubectl.get_json("serviceaccount", "bert-trainer", "-n", namespace)
-    role = kubectl.get_json("role", "bert-trainer", "-n", namespace)
-    binding = kubectl.get_json("rolebinding", "bert-trainer", "-n", namespace)
-    for obj in (account, role, binding):
-        assert owned_by(obj, running_job)
-    assert role["rules"] == [
-        {
-            "apiGroups": [""],
-            "resources": ["pods"],
-            "resourceNames": ["bert-worker-0", "bert-worker-1", "bert-worker-2"],
-            "verbs": ["get", "patch"],
-        }
-    ]
+    # The namespace's shared trainer identity and trainer sources: no owner, not this job's.
+    account = kubectl.get_json("serviceaccount", contract.TRAINER_ACCOUNT, "-n", namespace)
+    role = kubectl.get_json("role", contract.TRAINER_ACCOUNT, "-n", namespace)
+    binding = kubectl.get_json("rolebinding", contract.TRAINER_ACCOUNT, "-n", namespace)
+    sources = kubectl.get_json("configmap", TRAINER_SOURCES_NAME, "-n", namespace)
+    for obj in (account, role, binding, sources):
+        assert "ownerReferences" not in obj["metadata"]
+        assert obj["metadata"]["labels"][contract.COMPONENT_LABEL] == contract.SHARED_COMPONENT
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]}]
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
         "kind": "Role",
-        "name": "bert-trainer",
+        "name": contract.TRAINER_ACCOUNT,
     }
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "bert-trainer", "namespace": namespace}]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": contract.TRAINER_ACCOUNT, "namespace": namespace}
+    ]
+    assert set(sources["data"]) == {"train.py", "trainingjob_progress.py"}
 
-    # What the account may do, as the API server's authorizer sees it.
-    trainer = f"system:serviceaccount:{namespace}:bert-trainer"
+    # What the account may do, as the API server's authorizer sees it (the admission policy then
+    # narrows patch to the progress annotation of the caller's own pod: test_lifecycle_progress_e2e.py).
+    trainer = f"system:serviceaccount:{namespace}:{contract.TRAINER_ACCOUNT}"
 
     def can(*args: str) -> str:
         result = kubectl.attempt("auth", "can-i", *args, "-n", namespace, f"--as={trainer}")
         return result.stdout.strip()
 
     assert can("patch", "pod/bert-worker-0") == "yes"
-    assert can("get", "pod/bert-worker-2") == "yes"
+    assert can("get", "pod/bert-worker-2") == "no"
     assert can("delete", "pod/bert-worker-0") == "no"
-    assert can("patch", "pod/someone-else") == "no"
     assert can("list", "pods") == "no"
 
 
@@ -259,15 +259,11 @@ def test_running_job_status_and_events(kubectl: Kubectl, namespace: str, running
     row = kubectl.run("get", "tj", "bert", "-n", namespace, "--no-headers").split()
     assert row[:4] == ["bert", "Running", "3", "0"]  # NAME STATE WORKERS RESTARTS (no progress yet)
 
-    created = [
-        "configmap: bert-config",
-        "serviceaccount: bert-trainer",
-        "role: bert-trainer",
-        "rolebinding: bert-trainer",
-        "service: bert-headless",
-        "service: bert-master",
-        *(f"pod: bert-worker-{index}" for index in range(3)),
-    ]
+    created = (
+        f"Created configmaps: bert-config, {TRAINER_SOURCES_NAME}; role: {contract.TRAINER_ACCOUNT}; "
+        f"rolebinding: {contract.TRAINER_ACCOUNT}; services: bert-headless, bert-master; "
+        f"serviceaccount: {contract.TRAINER_ACCOUNT}; pods: bert-worker-0, bert-worker-1, bert-worker-2"
+    )
     events = wait_for_events(
         kubectl,
         namespace,
@@ -275,11 +271,11 @@ def test_running_job_status_and_events(kubectl: Kubectl, namespace: str, running
         {
             "Pending": ["Pending: "],
             "Running": ["Running: 3/3 workers running"],
-            "SuccessfulCreate": [f"Created {what}" for what in created],
+            "SuccessfulCreate": [created],
         },
     )
-    creates = event_messages(events, "SuccessfulCreate")
-    assert creates == {f"Created {what}" for what in created}
+    # One Event for everything the first reconcile created, not one per object.
+    assert event_messages(events, "SuccessfulCreate") == {created}
     assert all(event["type"] == "Normal" for event in events), events
     assert all(event["involvedObject"]["uid"] == running_job["metadata"]["uid"] for event in events)
     assert all(event["source"]["component"] == contract.OPERATOR_NAME for event in events)
@@ -415,15 +411,11 @@ def test_deleting_the_job_deletes_what_it_owns(
     selector = f"{contract.JOB_NAME_LABEL}=bert"
     kinds = ",".join(("pods", *SUPPORTING_KINDS))
     before = kubectl.items(kinds, "-n", namespace, "-l", selector)
-    assert sorted({item["kind"] for item in before}) == [
-        "ConfigMap",
-        "Pod",
-        "Role",
-        "RoleBinding",
-        "Service",
-        "ServiceAccount",
-    ]
+    assert sorted({item["kind"] for item in before}) == ["ConfigMap", "Pod", "Service"]
     assert all(owned_by(item, running_job) for item in before)
+    shared_selector = f"{contract.COMPONENT_LABEL}={contract.SHARED_COMPONENT}"
+    shared = kubectl.items(kinds, "-n", namespace, "-l", shared_selector)
+    assert sorted(item["kind"] for item in shared) == ["ConfigMap", "Role", "RoleBinding", "ServiceAccount"]
 
     kubectl.run("delete", "trainingjob", "bert", "-n", namespace, "--wait=false")
 
@@ -433,6 +425,13 @@ def test_deleting_the_job_deletes_what_it_owns(
         lambda: not kubectl.items(kinds, "-n", namespace, "-l", selector),
         timeout=90,
     )
+    # The namespace's last job is gone: the operator deletes the shared objects (30 s later).
+    if not kubectl.items("trainingjobs", "-n", namespace):
+        wait(
+            "the operator to delete the namespace's shared objects",
+            lambda: not kubectl.items(kinds, "-n", namespace, "-l", shared_selector),
+            timeout=120,
+        )
 
 
 def test_a_foreign_pod_is_never_adopted(

@@ -143,6 +143,19 @@ def test_a_component_reports_its_pinned_version_and_carries_its_manifests(
     assert "kind: CustomResourceDefinition" in (binary.parent / component.manifest).read_text()
 
 
+@pytest.mark.components
+def test_kubeflows_training_operator_is_its_module_built_with_its_crds() -> None:
+    """No version flag: Go's build information names its main package, and the build recorded the
+    pinned version of the module source it was built from."""
+    binary = component_binary("training-operator")
+    info = subprocess.run(["go", "version", "-m", str(binary)], capture_output=True, text=True, check=True)
+    assert "path\tgithub.com/kubeflow/training-operator/cmd/training-operator.v1" in info.stdout
+    versions = (binary.parent / "VERSIONS").read_text().splitlines()
+    assert f"VERSION={pinned('TRAINING_OPERATOR_VERSION')}" in versions
+    crd = binary.parent / "manifests/base/crds/kubeflow.org_pytorchjobs.yaml"
+    assert "kind: CustomResourceDefinition" in crd.read_text()
+
+
 def test_the_cached_control_plane_is_used_without_running_go(
     cluster: Kubectl, recording_go: tuple[dict[str, str], Path]
 ) -> None:
@@ -177,10 +190,14 @@ def test_components_are_asked_for_by_name(tmp_path: Path) -> None:
         f"helm helm.sh/helm/v3 {pinned('HELM_VERSION')}",
         f"kueue sigs.k8s.io/kueue {pinned('KUEUE_VERSION')}",
         f"scheduler-plugins sigs.k8s.io/scheduler-plugins {pinned('SCHEDULER_PLUGINS_VERSION')}",
+        f"training-operator github.com/kubeflow/training-operator {pinned('TRAINING_OPERATOR_VERSION')}",
     ]
     unknown = kube_bins("ensure", "no-such-component", env=dict(os.environ, TJ_CACHE_DIR=str(tmp_path)))
     assert unknown.returncode == 2
-    assert "unknown component 'no-such-component'; one of: helm kueue scheduler-plugins" in unknown.stderr
+    assert (
+        "unknown component 'no-such-component'; one of: helm kueue scheduler-plugins training-operator"
+        in unknown.stderr
+    )
     assert not (tmp_path / "components").exists()
 
 

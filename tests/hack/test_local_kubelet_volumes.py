@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from builders.configmap import TRAINER_SOURCES, TRAINER_SOURCES_NAME
 from builders.pods import build_pod
 from controller.runtime.client import KubeClient
 from crd import contract
@@ -69,7 +70,9 @@ def worker(template: JsonDict | None = None, uid: str = "uid-1", **spec: Any) ->
 
 def objects(**extra: JsonDict) -> dict[tuple[str, str], JsonDict]:
     table = {
-        ("ConfigMap", "case-job-config"): {"data": {contract.TRAINER_FILE: TRAIN_PY, "config.json": "{}"}}
+        ("ConfigMap", "case-job-config"): {"data": {"config.json": "{}"}},
+        # The namespace's shared copy of the trainer's sources, with a stand-in trainer.
+        ("ConfigMap", TRAINER_SOURCES_NAME): {"data": {**TRAINER_SOURCES, contract.TRAINER_FILE: TRAIN_PY}},
     }
     for key, value in extra.items():
         kind, _, name = key.partition("__")

@@ -39,7 +39,7 @@ from typing import Any
 import pytest
 from trainingjob_progress import API_URL_ENV
 
-from builders.configmap import build_config_map
+from builders.configmap import build_config_map, build_trainer_sources
 from builders.pods import build_pod
 from controller.planner.progress import Report, parse_report
 from crd import contract
@@ -103,9 +103,12 @@ def resolved_env(pod: dict[str, Any]) -> dict[str, str]:
 
 
 def install_config_map(job: dict[str, Any], directory: Path) -> Path:
-    """Writes the ConfigMap's files as the volume mount shows them; returns the trainer's path."""
+    """Writes the files of the job's ConfigMap and of the namespace's trainer sources as the pod's
+    projected volume shows them; returns the trainer's path."""
     directory.mkdir(parents=True, exist_ok=True)
-    for name, text in build_config_map(parse(job))["data"].items():
+    typed = parse(job)
+    files = {**build_trainer_sources(typed)["data"], **build_config_map(typed)["data"]}
+    for name, text in files.items():
         (directory / name).write_text(text)
     return directory / contract.TRAINER_FILE
 

@@ -14,12 +14,18 @@ import kubernetes_validate
 import pytest
 
 from builders import names
-from builders.configmap import MAX_CONFIG_MAP_BYTES, PROGRESS_HELPER_FILE, build_config_map
+from builders.configmap import (
+    MAX_CONFIG_MAP_BYTES,
+    PROGRESS_HELPER_FILE,
+    TRAINER_SOURCES_NAME,
+    build_config_map,
+    build_trainer_sources,
+)
 from builders.podgroup import build_pod_group, pod_decoration
 from builders.pods import build_pod
 from builders.pvc import build_checkpoint_pvc
-from builders.rbac import build_rbac, build_role
 from builders.services import build_headless_service, build_master_service
+from builders.shared import build_rbac, build_shared, is_shared
 from crd import contract
 from crd.defaults import with_defaults
 from crd.spec import TrainingJob, parse
@@ -49,7 +55,7 @@ def all_objects(tj: TrainingJob) -> list[dict[str, Any]]:
         build_headless_service(tj),
         build_master_service(tj),
         build_config_map(tj),
-        *build_rbac(tj),
+        *build_shared(tj),
         *(build_pod(tj, i, attempt=0, resume_from=None) for i in {0, workers - 1}),
     ]
     claim = build_checkpoint_pvc(tj)
@@ -84,9 +90,13 @@ def test_every_object_carries_labels_and_controller_reference(name: str) -> None
     for obj in objects:
         meta = obj["metadata"]
         assert meta["namespace"] == "ml-training"
-        assert meta["labels"][contract.JOB_NAME_LABEL] == job_name
         assert meta["labels"]["app.kubernetes.io/managed-by"] == "trainingjob-operator"
         assert meta["labels"]["app.kubernetes.io/name"] == "trainingjob"
+        if is_shared(obj):  # the namespace's jobs share it: no job, no owner (builders/shared.py)
+            assert contract.JOB_NAME_LABEL not in meta["labels"]
+            assert "ownerReferences" not in meta
+            continue
+        assert meta["labels"][contract.JOB_NAME_LABEL] == job_name
         assert meta["ownerReferences"] == [
             {
                 "apiVersion": "ml.example.com/v1",
@@ -120,12 +130,8 @@ def test_names() -> None:
     assert names.headless_service_name(parse(tj)) == "case-job-headless"
     assert names.master_service_name(parse(tj)) == "case-job-master"
     assert names.config_map_name(parse(tj)) == "case-job-config"
-    assert (
-        names.service_account_name(parse(tj))
-        == names.role_name(parse(tj))
-        == names.role_binding_name(parse(tj))
-        == "case-job-trainer"
-    )
+    assert names.service_account_name(parse(tj)) == contract.TRAINER_ACCOUNT == "trainingjob-trainer"
+    assert names.service_account_name(parse(defaulted({"spec.serviceAccountName": "mine"}))) == "mine"
     assert names.pvc_name(parse(tj)) == "case-job-checkpoints"
     assert names.pod_group_name(parse(tj)) == "case-job"
     assert names.pod_dns_name(parse(tj), 1) == "case-job-worker-1.case-job-headless"
@@ -226,7 +232,15 @@ def mounts_by_path(pod: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def test_pod_always_mounts_config_and_shared_memory() -> None:
     pod = build_pod(parse(defaulted()), 0, attempt=0, resume_from=None)
     volumes = volumes_by_name(pod)
-    assert volumes["config"] == {"name": "config", "configMap": {"name": "case-job-config"}}
+    assert volumes["config"] == {
+        "name": "config",
+        "projected": {
+            "sources": [
+                {"configMap": {"name": "case-job-config"}},
+                {"configMap": {"name": TRAINER_SOURCES_NAME}},
+            ]
+        },
+    }
     assert volumes["dshm"] == {"name": "dshm", "emptyDir": {"medium": "Memory"}}
     mounts = mounts_by_path(pod)
     assert mounts["/etc/trainingjob"]["readOnly"] is True
@@ -311,7 +325,7 @@ def test_advanced_example_container() -> None:
 
 def test_service_account_and_token() -> None:
     own = build_pod(parse(defaulted()), 0, attempt=0, resume_from=None)["spec"]
-    assert own["serviceAccountName"] == "case-job-trainer"
+    assert own["serviceAccountName"] == "trainingjob-trainer"
     assert own["automountServiceAccountToken"] is True
     users = build_pod(
         parse(defaulted({"spec.serviceAccountName": "ml-runner"})), 0, attempt=0, resume_from=None
@@ -435,51 +449,58 @@ def test_config_map_is_deterministic_json() -> None:
     assert build_config_map(parse(reordered)) == cm
 
 
-def test_config_map_carries_the_reference_trainer_and_the_progress_helper() -> None:
+def test_the_namespaces_config_map_carries_the_reference_trainer_and_the_progress_helper() -> None:
     tj = materialize(EXAMPLES["trainingjob-advanced.yaml"])
     cm = build_config_map(parse(tj))
-    assert set(cm["data"]) == {contract.CONFIG_FILE, contract.TRAINER_FILE, PROGRESS_HELPER_FILE}
+    assert set(cm["data"]) == {contract.CONFIG_FILE}
+    sources = build_trainer_sources(parse(tj))
+    assert set(sources["data"]) == {contract.TRAINER_FILE, PROGRESS_HELPER_FILE}
+    assert sources["metadata"]["name"] == TRAINER_SOURCES_NAME
+    assert TRAINER_SOURCES_NAME.startswith(contract.TRAINER_SOURCES_PREFIX)
+    assert "ownerReferences" not in sources["metadata"]
+    assert is_shared(sources)
     packaged = REPO / "trainer"
     for name in (contract.TRAINER_FILE, PROGRESS_HELPER_FILE):
-        assert cm["data"][name] == (packaged / name).read_text(encoding="utf-8")
-        compile(cm["data"][name], name, "exec")
-    assert "import trainingjob_progress" in cm["data"][contract.TRAINER_FILE]
-    # The default command runs the trainer where the pod mounts the ConfigMap; the helper sits next to it.
+        assert sources["data"][name] == (packaged / name).read_text(encoding="utf-8")
+        compile(sources["data"][name], name, "exec")
+    assert "import trainingjob_progress" in sources["data"][contract.TRAINER_FILE]
+    # The default command runs the trainer where the pod mounts both ConfigMaps; the helper sits next to it.
     assert defaulted()["spec"]["command"] == list(contract.DEFAULT_COMMAND)
     script_dir, script = contract.DEFAULT_COMMAND[1].rsplit("/", 1)
     assert (script_dir, script) == (contract.CONFIG_MOUNT_PATH, contract.TRAINER_FILE)
     pod = build_pod(parse(tj), 0, attempt=0, resume_from=None)
-    volume = next(v for v in pod["spec"]["volumes"] if v.get("configMap"))
-    assert volume["configMap"] == {"name": cm["metadata"]["name"]}
+    volume = next(v for v in pod["spec"]["volumes"] if v["name"] == contract.CONFIG_VOLUME)
+    assert volume["projected"]["sources"] == [
+        {"configMap": {"name": cm["metadata"]["name"]}},
+        {"configMap": {"name": TRAINER_SOURCES_NAME}},
+    ]
     mount = next(m for m in pod["spec"]["containers"][0]["volumeMounts"] if m["name"] == volume["name"])
     assert mount["mountPath"] == contract.CONFIG_MOUNT_PATH
     # The API server refuses ConfigMaps over 1 MiB; keep well clear of it.
-    assert len(json.dumps(cm).encode()) < MAX_CONFIG_MAP_BYTES // 4
+    assert len(json.dumps(sources).encode()) < MAX_CONFIG_MAP_BYTES // 4
 
 
-def test_rbac_allows_get_and_patch_on_the_jobs_pods_only() -> None:
-    tj = defaulted({"spec.numWorkers": 3})
-    account, role, binding = build_rbac(parse(tj))
-    assert (account["kind"], account["metadata"]["name"]) == ("ServiceAccount", "case-job-trainer")
-    assert role["rules"] == [
-        {
-            "apiGroups": [""],
-            "resources": ["pods"],
-            "resourceNames": ["case-job-worker-0", "case-job-worker-1", "case-job-worker-2"],
-            "verbs": ["get", "patch"],
-        }
-    ]
+def test_the_trainers_may_patch_pods_and_nothing_else_and_share_one_account_per_namespace() -> None:
+    tj = parse(defaulted({"spec.numWorkers": 3}))
+    account, role, binding = build_rbac(tj)
+    assert (account["kind"], account["metadata"]["name"]) == ("ServiceAccount", "trainingjob-trainer")
+    # No resourceNames and no get: crd/trainer-progress-policy.yaml narrows patch to the caller's own pod.
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]}]
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
         "kind": "Role",
-        "name": "case-job-trainer",
+        "name": "trainingjob-trainer",
     }
     assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": "case-job-trainer", "namespace": "ml-training"}
+        {"kind": "ServiceAccount", "name": "trainingjob-trainer", "namespace": "ml-training"}
     ]
+    assert all(
+        is_shared(obj) and "ownerReferences" not in obj["metadata"] for obj in (account, role, binding)
+    )
+    assert all(contract.JOB_NAME_LABEL not in obj["metadata"]["labels"] for obj in (account, role, binding))
     assert build_rbac(parse(defaulted({"spec.serviceAccountName": "mine"}))) == []
-    scaled = build_role(parse(defaulted({"spec.numWorkers": 5})))
-    assert len(scaled["rules"][0]["resourceNames"]) == 5
+    other = parse(defaulted({"spec.numWorkers": 5}, name="other-job"))
+    assert build_rbac(other) == build_rbac(tj)
 
 
 def test_checkpoint_pvc_only_when_the_operator_creates_it() -> None:
@@ -525,7 +546,17 @@ def test_seed_examples_build_the_expected_object_set() -> None:
         name: sorted(o["kind"] for o in all_objects(parse(materialize(manifest))))
         for name, manifest in EXAMPLES.items()
     }
-    base = ["ConfigMap", "Pod", "Pod", "Role", "RoleBinding", "Service", "Service", "ServiceAccount"]
+    base = [
+        "ConfigMap",
+        "ConfigMap",
+        "Pod",
+        "Pod",
+        "Role",
+        "RoleBinding",
+        "Service",
+        "Service",
+        "ServiceAccount",
+    ]
     assert kinds == {
         "trainingjob-advanced.yaml": base,
         "trainingjob-distributed.yaml": base,

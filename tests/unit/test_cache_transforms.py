@@ -11,12 +11,10 @@ import copy
 import json
 from dataclasses import replace
 
-from builders.configmap import TRAINER_SOURCES, build_config_map
 from controller.planner import Plan, plan
 from controller.runtime.delivery import compact
-from controller.watches import node_readiness, pod_essentials, share_trainer_sources
-from crd.spec import parse
-from tests.unit.lifecycle_world import World, make_job, make_node, world
+from controller.watches import node_readiness, pod_essentials
+from tests.unit.lifecycle_world import World, make_node, world
 
 
 def planned_with_transformed_pods(scene: World) -> tuple[Plan, Plan]:
@@ -74,16 +72,6 @@ def test_lost_node_and_unschedulable_pods_are_judged_the_same() -> None:
     scene.start(1)
     scene.set_node_ready("node-1", None)
     assert_same_decisions(scene)
-
-
-def test_trainer_sources_are_shared_and_equal() -> None:
-    config_map = build_config_map(parse(make_job()))
-    stored = json.loads(json.dumps(config_map))  # as the informer decodes it: new string objects
-    assert all(stored["data"][key] is not TRAINER_SOURCES[key] for key in TRAINER_SOURCES)
-    shared = share_trainer_sources(stored)
-    for key, source in TRAINER_SOURCES.items():
-        assert shared["data"][key] is source
-    assert shared["data"] == config_map["data"]
 
 
 def test_node_readiness_keeps_the_ready_condition() -> None:

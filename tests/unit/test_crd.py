@@ -391,9 +391,9 @@ def test_yaml_command_prints_the_crd() -> None:
     assert result.stdout == crd_yaml()
 
 
-def test_kustomization_lists_the_crd() -> None:
+def test_kustomization_lists_the_crd_and_the_trainers_admission_policy() -> None:
     kustomization = yaml.safe_load((REPO / "crd" / "kustomization.yaml").read_text())
-    assert kustomization["resources"] == [CRD_FILE_NAME]
+    assert kustomization["resources"] == [CRD_FILE_NAME, "trainer-progress-policy.yaml"]
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from controller.planner.texts import objects_listed
 from controller.runtime.client import KubeClient
 from controller.runtime.clock import FakeClock
 from controller.runtime.events import COMBINED_PREFIX, EventRecorder, truncate_message
@@ -373,3 +374,15 @@ def test_a_burst_of_drops_warns_once_until_the_queue_has_half_drained(
     sink.gate.set()
     assert recorder.stop(DEADLINE_SECONDS)
     assert len([call for call in sink.calls if call[0] == "create"]) == 5
+
+
+def test_the_objects_of_one_reconcile_are_listed_in_one_event_message() -> None:
+    created = [("Pod", "a-worker-1"), ("Service", "a-master"), ("ConfigMap", "a-config")]
+    created += [("Service", "a-headless"), ("Pod", "a-worker-0")]
+    assert objects_listed(created) == (
+        "configmap: a-config; services: a-headless, a-master; pods: a-worker-0, a-worker-1"
+    )
+    gang = [("Pod", f"b-worker-{index}") for index in reversed(range(100))]
+    listed = objects_listed(gang)
+    assert listed.startswith("pods: b-worker-0, b-worker-1, ")
+    assert listed.endswith("b-worker-6, ... b-worker-99 (100)")

@@ -12,6 +12,7 @@ import kubernetes
 import pytest
 
 from controller import resources as kube
+from controller.runtime import boundedjson
 from controller.runtime.client import KubeClient, PatchType
 from controller.runtime.clock import FakeClock, RealClock
 from controller.runtime.errors import (
@@ -541,3 +542,27 @@ def test_from_kubeconfig_prefers_in_cluster_to_the_default_location(
         pytest.skip("running inside a pod")
     with pytest.raises(kubernetes.config.ConfigException):
         kube.from_kubeconfig()
+
+
+def test_only_custom_resources_answers_are_scanned_for_nesting_first(
+    api: FakeApi, client: KubeClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A built-in kind's schema bounds its depth, so its answers skip the up-front scan (a pod create's
+    answer is decoded for every pod); a custom resource's answer is always scanned."""
+    scanned: list[int] = []
+    real = boundedjson.nesting_exceeds
+
+    def counting(payload: bytes, max_depth: int) -> bool:
+        scanned.append(len(payload))
+        return real(payload, max_depth)
+
+    monkeypatch.setattr(boundedjson, "nesting_exceeds", counting)
+    api.script("POST", "/api/v1/namespaces/ns/pods", Reply(201, pod()))
+    api.script("PATCH", POD_PATH, Reply(200, pod(rv="2")))
+    client.create(kube.PODS, "ns", pod())
+    client.patch(kube.PODS, "ns", "p", {"metadata": {"labels": {"a": "b"}}})
+    assert scanned == []
+    job_path = "/apis/ml.example.com/v1/namespaces/ns/trainingjobs/j"
+    api.script("PATCH", job_path + "/status", Reply(200, {"metadata": {"name": "j"}}))
+    client.patch(kube.TRAININGJOBS, "ns", "j", {"status": {}}, subresource="status")
+    assert len(scanned) == 1

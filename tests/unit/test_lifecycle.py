@@ -87,12 +87,14 @@ def test_a_new_job_gets_its_objects_and_the_whole_gang_at_once() -> None:
     w = world(workers=3)
     result = w.step()
     kinds = [obj["kind"] for obj in result.creates]
-    # Supporting objects come first (the pods mount the ConfigMap and run under the account).
+    # Supporting objects come first (the pods mount the ConfigMaps and run under the account): the
+    # namespace's shared ones, then the job's.
     assert kinds == [
         "ConfigMap",
         "ServiceAccount",
         "Role",
         "RoleBinding",
+        "ConfigMap",
         "Service",
         "Service",
         "Pod",

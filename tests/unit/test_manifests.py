@@ -42,6 +42,7 @@ import pytest
 import yaml
 
 from controller.metrics import Metrics
+from crd import contract
 from crd.__main__ import CHART_CRD_FILE
 from monitoring import generate
 from tests.cluster import REPO
@@ -111,6 +112,14 @@ class Permission:
 
 def permissions(scope: str, rules: Iterable[tuple[str, str, tuple[str, ...]]]) -> set[Permission]:
     return {Permission(scope, group, resource, verb) for group, resource, verbs in rules for verb in verbs}
+
+
+def policy_permissions() -> set[Permission]:
+    """The start-up check that the trainers' admission policy and its binding exist (controller/cli.py)."""
+    return {
+        Permission(CLUSTER, "admissionregistration.k8s.io", resource, "get", contract.TRAINER_POLICY)
+        for resource in ("validatingadmissionpolicies", "validatingadmissionpolicybindings")
+    }
 
 
 def lease_permissions() -> set[Permission]:
@@ -474,6 +483,7 @@ def test_cluster_wide_rbac_is_exactly_the_operators_api_calls(target: str) -> No
     expected = (
         permissions(CLUSTER, OPERATOR_RULES)
         | permissions(CLUSTER, CLUSTER_SCOPED_RULES)
+        | policy_permissions()
         | lease_permissions()
     )
     granted = effective_permissions(rendered(target))
@@ -488,7 +498,10 @@ def test_single_namespace_rbac_is_exactly_the_operators_api_calls_in_that_namesp
     assert target
     assert target != NAMESPACE
     expected = (
-        permissions(target, OPERATOR_RULES) | permissions(CLUSTER, CLUSTER_SCOPED_RULES) | lease_permissions()
+        permissions(target, OPERATOR_RULES)
+        | permissions(CLUSTER, CLUSTER_SCOPED_RULES)
+        | policy_permissions()
+        | lease_permissions()
     )
     granted = effective_permissions(objects)
     assert granted == expected, (
@@ -504,13 +517,14 @@ def test_single_namespace_names_the_watched_namespace_once() -> None:
     assert watched_namespace(objects) == role["metadata"]["namespace"]
     assert "--namespace=$(WATCH_NAMESPACE)" in container(objects)["args"]
     clusterrole = one(objects, "ClusterRole", "trainingjob-operator")
-    # Outside the watched namespace: reads of cluster-scoped objects only.
-    assert permissions(CLUSTER, CLUSTER_SCOPED_RULES) == {
-        Permission(CLUSTER, group, resource, verb)
+    # Outside the watched namespace: reads of cluster-scoped objects, and the policy check by name.
+    assert permissions(CLUSTER, CLUSTER_SCOPED_RULES) | policy_permissions() == {
+        Permission(CLUSTER, group, resource, verb, name)
         for rule in clusterrole["rules"]
         for group in rule["apiGroups"]
         for resource in rule["resources"]
         for verb in rule["verbs"]
+        for name in rule.get("resourceNames") or [ANY_NAME]
     }
     assert not any(obj["metadata"].get("namespace") == "WATCHED-NAMESPACE" for obj in objects)
 

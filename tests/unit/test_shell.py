@@ -74,12 +74,12 @@ def test_status_comes_first_then_the_objects_and_a_role_binding_after_its_role(a
     assert actions[0] == ("PATCH", scene.status_path)
     posted = [path for method, path in actions[1:] if method == "POST"]
     assert sorted(posted) == sorted(
-        [CONFIGMAPS, ACCOUNTS, ROLES, BINDINGS, SERVICES, SERVICES, PODS_PATH, PODS_PATH]
+        [CONFIGMAPS, CONFIGMAPS, ACCOUNTS, ROLES, BINDINGS, SERVICES, SERVICES, PODS_PATH, PODS_PATH]
     )
     # The RoleBinding waits for every other supporting object (its Role in particular); pods come last.
-    assert posted.index(BINDINGS) == 5
-    assert posted[6:] == [PODS_PATH, PODS_PATH]
-    assert len(actions) == 9
+    assert posted.index(BINDINGS) == 6
+    assert posted[7:] == [PODS_PATH, PODS_PATH]
+    assert len(actions) == 10
     assert not result.rate_limited
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from builders.configmap import TRAINER_SOURCES_NAME
 from builders.podgroup import GangScheduler
 from controller.planner.supporting import OWNED_FIELDS, desired_objects, diff_objects
 from crd import contract
@@ -60,10 +61,11 @@ def kinds_and_names(objects: list[JsonDict]) -> list[tuple[str, str]]:
 def test_objects_are_listed_in_creation_order() -> None:
     job = make_job()
     assert kinds_and_names(desired_objects(parse(job), None)) == [
+        ("ConfigMap", TRAINER_SOURCES_NAME),
+        ("ServiceAccount", "trainingjob-trainer"),
+        ("Role", "trainingjob-trainer"),
+        ("RoleBinding", "trainingjob-trainer"),
         ("ConfigMap", "mnist-config"),
-        ("ServiceAccount", "mnist-trainer"),
-        ("Role", "mnist-trainer"),
-        ("RoleBinding", "mnist-trainer"),
         ("Service", "mnist-headless"),
         ("Service", "mnist-master"),
     ]
@@ -109,19 +111,23 @@ def test_a_missing_object_is_recreated_alone() -> None:
     assert patches == []
 
 
-def test_a_changed_world_size_patches_config_and_role() -> None:
+def test_a_changed_world_size_patches_the_config_only() -> None:
     before = make_job()
     after = make_job(workers=3)
     stored = existing(desired_objects(parse(before), None))
     creates, patches = diff_objects(desired_objects(parse(after), None), stored)
     assert creates == []
-    assert [(patch.kind, patch.name) for patch in patches] == [
-        ("ConfigMap", "mnist-config"),
-        ("Role", "mnist-trainer"),
-    ]
-    role = next(patch for patch in patches if patch.kind == "Role")
-    assert role.body["rules"][0]["resourceNames"] == ["mnist-worker-0", "mnist-worker-1", "mnist-worker-2"]
-    assert role.api_version == "rbac.authorization.k8s.io/v1"
+    assert [(patch.kind, patch.name) for patch in patches] == [("ConfigMap", "mnist-config")]
+
+
+def test_an_edited_shared_role_is_repaired() -> None:
+    desired = desired_objects(parse(make_job()), None)
+    stored = existing(desired)
+    stored[("Role", "trainingjob-trainer")]["rules"][0]["verbs"] = ["patch", "delete"]
+    _, patches = diff_objects(desired, stored)
+    assert [(patch.kind, patch.name) for patch in patches] == [("Role", "trainingjob-trainer")]
+    assert patches[0].body == {"rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]}]}
+    assert patches[0].api_version == "rbac.authorization.k8s.io/v1"
 
 
 def test_a_config_map_patch_removes_keys_the_operator_no_longer_writes() -> None:
@@ -133,7 +139,7 @@ def test_a_config_map_patch_removes_keys_the_operator_no_longer_writes() -> None
     assert len(patches) == 1
     body = patches[0].body
     assert body["data"]["old.json"] is None
-    assert body["data"][contract.CONFIG_FILE] == desired[0]["data"][contract.CONFIG_FILE]
+    assert body["data"][contract.CONFIG_FILE] == desired[4]["data"][contract.CONFIG_FILE]
 
 
 def test_a_service_whose_selector_was_edited_is_repaired() -> None:
@@ -144,7 +150,7 @@ def test_a_service_whose_selector_was_edited_is_repaired() -> None:
     stored[("Service", "mnist-master")]["metadata"]["labels"]["extra"] = "label"  # not owned: ignored
     _, patches = diff_objects(desired, stored)
     assert [(patch.kind, patch.name) for patch in patches] == [("Service", "mnist-master")]
-    assert patches[0].body == {"spec": {"selector": desired[5]["spec"]["selector"]}}
+    assert patches[0].body == {"spec": {"selector": desired[6]["spec"]["selector"]}}
 
 
 def test_a_pod_group_with_a_stale_min_member_is_patched() -> None:

@@ -180,6 +180,41 @@ def test_reinsert(make_queue: Callable[..., WorkQueue]) -> None:
     assert queue.len() == 0
 
 
+def test_higher_priority_first_and_fifo_within_a_priority(make_queue: Callable[..., WorkQueue]) -> None:
+    queue = make_queue()
+    queue.add("new-1")
+    queue.add("running-1", priority=1)
+    queue.add("new-2")
+    queue.add("resync", priority=-1)
+    queue.add("running-2", priority=1)
+    assert [queue.get()[0] for _ in range(5)] == ["running-1", "running-2", "new-1", "new-2", "resync"]
+    assert queue.len() == 0
+
+
+def test_a_waiting_key_moves_up_but_never_down(make_queue: Callable[..., WorkQueue]) -> None:
+    queue = make_queue()
+    for key in ["a", "b", "c"]:
+        queue.add(key)
+    queue.add("c", priority=1)  # news about c: ahead of a and b, still queued once
+    queue.add("a", priority=-1)  # a lower priority does not demote a
+    assert queue.len() == 3
+    assert [queue.get()[0] for _ in range(3)] == ["c", "a", "b"]
+
+
+def test_a_key_added_while_processing_is_requeued_with_its_highest_priority(
+    make_queue: Callable[..., WorkQueue],
+) -> None:
+    queue = make_queue()
+    queue.add("busy")
+    assert queue.get() == ("busy", False)
+    queue.add("waiting")
+    queue.add("busy", priority=-1)
+    queue.add("busy", priority=1)
+    assert queue.len() == 1, "the key in flight is not queued before done"
+    queue.done("busy")
+    assert [queue.get()[0] for _ in range(2)] == ["busy", "waiting"]
+
+
 def test_done_without_readd_does_not_requeue(make_queue: Callable[..., WorkQueue]) -> None:
     queue = make_queue()
     queue.add("foo")

@@ -93,7 +93,8 @@ wildcards, no Secrets (pods only name Secrets in their env, which the kubelet re
 
 {{/*
 Cluster-scoped reads: which nodes exist and what they can hold (GPUs), to explain unschedulable jobs;
-Kueue's ResourceFlavors and the priority classes of queued jobs.
+Kueue's ResourceFlavors and the priority classes of queued jobs; the trainers' admission policy,
+checked at start-up.
 */}}
 {{- define "trainingjob-operator.nodeRules" -}}
 - apiGroups: [""]
@@ -106,6 +107,10 @@ Kueue's ResourceFlavors and the priority classes of queued jobs.
 - apiGroups: ["scheduling.k8s.io"]
   resources: ["priorityclasses"]
   verbs: ["get", "list", "watch"]
+- apiGroups: ["admissionregistration.k8s.io"]
+  resources: ["validatingadmissionpolicies", "validatingadmissionpolicybindings"]
+  resourceNames: ["trainingjob-trainer-progress"]
+  verbs: ["get"]
 {{- end -}}
 
 {{/*
