@@ -5,7 +5,8 @@ itself: restartPolicy is Never so the kubelet never restarts a single trainer th
 the collective. Each pod gets a stable DNS name (hostname + the headless Service as subdomain), the
 training environment, the job's ConfigMap, checkpoint storage and a memory-backed /dev/shm, and
 records the world size and spec generation it was built for so stale pods can be recognised. Last,
-spec.podTemplate is merged onto it (builders/podtemplate.py).
+spec.podTemplate is merged onto it (builders/podtemplate.py), then, for a job Kueue admitted, the
+admission's node labels and tolerations (builders/placement.py).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from builders.configmap import TRAINER_SOURCES_NAME
 from builders.env import distributed_env
 from builders.meta import object_meta
 from builders.names import config_map_name, headless_service_name, pod_name, service_account_name
+from builders.placement import Placement, place
 from builders.podgroup import GangScheduler, pod_decoration
 from builders.podtemplate import merge_pod_template
 from builders.storage import CheckpointStorage, checkpoint_storage
@@ -204,12 +206,14 @@ def build_pod(
     resume_from: str | None,
     service_account: str | None = None,
     gang: GangScheduler | None = None,
+    placement: Placement | None = None,
 ) -> dict[str, Any]:
     """Worker `index` of a defaulted job for gang attempt `attempt`.
 
     resume_from: the checkpoint the trainer starts from (RESUME_FROM), decided by the controller.
     service_account: the account to run under; None picks spec.serviceAccountName or the trainers' one.
     gang: the gang scheduler whose PodGroup the pod joins, or None.
+    placement: what Kueue's admission adds (builders/placement.py), for a queued job.
     """
     storage = checkpoint_storage(job)
     volumes, mounts = volumes_and_mounts(job, storage)
@@ -245,4 +249,4 @@ def build_pod(
         "metadata": object_meta(job, pod_name(job, index), labels=labels, annotations=annotations),
         "spec": pod_spec,
     }
-    return merge_pod_template(pod, job.spec.pod_template)
+    return place(merge_pod_template(pod, job.spec.pod_template), placement)

@@ -135,6 +135,13 @@ def parser() -> flags.FlagParser:
         "how long a node may be NotReady before its pods count as lost, restarting the gang",
     )
     duration(
+        "--discovery-interval",
+        30.0,
+        "how often to ask the API server again whether a gang scheduler's or Kueue's API is served, so "
+        "one installed or removed while the operator runs is noticed",
+        positive=True,
+    )
+    duration(
         "--progress-interval",
         5.0,
         "minimum time between status updates from one job's progress reports",
@@ -246,6 +253,7 @@ def build(args: argparse.Namespace, metrics: Metrics, client: KubeClient) -> Man
         renew_deadline=args.renew_deadline,
         retry_period=args.retry_period,
         create_concurrency=args.create_concurrency,
+        discovery_interval=args.discovery_interval,
         settings=planner.Settings(
             force_delete_after=args.force_delete_after,
             progress_min_interval=args.progress_interval,

@@ -3,9 +3,9 @@
 Order: patches of supporting objects, then their creates (in parallel, except that a RoleBinding
 waits for its Role: the API server checks that whoever binds a Role holds its permissions, and
 cannot check a Role that does not exist yet), then the pods (they need the account and the
-ConfigMap), then pod deletes. Pod creates and deletes are announced to the expectations first and
-lowered again for every one that fails or is not tried, so a reconcile never waits for a cache event
-that will not come.
+ConfigMap), then pod deletes, then deletes of other objects (a Kueue Workload). Pod creates and
+deletes are announced to the expectations first and lowered again for every one that fails or is
+not tried, so a reconcile never waits for a cache event that will not come.
 
 Pods are created in batches of 1, 2, 4, ... (the Job controller's slow start): when a batch is
 refused for a reason that holds for every pod of the job (a quota, a missing ServiceAccount or
@@ -30,8 +30,9 @@ from typing import Any, Literal
 
 from builders.shared import is_shared
 from controller.planner import CreateFailure, Delete, Plan
+from controller.planner.supporting import Patch
 from controller.planner.texts import event_message, objects_listed
-from controller.resources import PODS, TRAININGJOBS, resource_for
+from controller.resources import PODS, TRAININGJOBS, WORKLOADS, resource_for
 from controller.runtime.client import KubeClient
 from controller.runtime.errors import (
     AlreadyExists,
@@ -75,12 +76,8 @@ class Writes:
 
     def _execute(self, job: JsonDict, plan: Plan, written: _Written) -> list[CreateFailure]:
         key = object_key(job)
-        namespace = _namespace(job)
         for patch in plan.patches:
-            self._client.patch(resource_for(patch.api_version, patch.kind), namespace, patch.name, patch.body)
-            logger.info(
-                "patched %s %s", patch.kind, patch.name, extra={"action": "patch", "object": patch.name}
-            )
+            self._patch(job, patch)
         pods = [obj for obj in plan.creates if obj["kind"] == "Pod"]
         others = [obj for obj in plan.creates if obj["kind"] != "Pod"]
         bindings = [obj for obj in others if obj["kind"] == "RoleBinding"]
@@ -95,7 +92,49 @@ class Writes:
         if deletes:
             self._expectations.expect_deletes(key, [delete.uid for delete in deletes])
             self._all(written.delete(self._delete_pod), job, deletes)
+        for delete in plan.deletes:
+            if delete.kind != "Pod":
+                self._delete(job, delete)
         return failures
+
+    def _patch(self, job: JsonDict, patch: Patch) -> None:
+        """A merge patch; one written on a Kueue Workload that Kueue changed or deleted meanwhile is
+        dropped (409, 404; 422 when its quota was reserved meanwhile): the Workload's informer event
+        brings the job back with the news."""
+        resource = resource_for(patch.api_version, patch.kind)
+        try:
+            self._client.patch(
+                resource, _namespace(job), patch.name, patch.body, subresource=patch.subresource
+            )
+        except (Conflict, NotFound, Invalid) as error:
+            if patch.kind != WORKLOADS.kind:
+                raise
+            logger.info(
+                "not patching %s %s: %s", patch.kind, patch.name, error.message, extra={"action": "patch"}
+            )
+            return
+        what = f"{patch.kind} {patch.name}" + (f" {patch.subresource}" if patch.subresource else "")
+        logger.info("patched %s", what, extra={"action": "patch", "object": patch.name})
+
+    def _delete(self, job: JsonDict, delete: Delete) -> None:
+        """Deletes one of the job's other objects (a Kueue Workload), if it is still the one planned."""
+        try:
+            self._client.delete(resource_for("", delete.kind), _namespace(job), delete.name, uid=delete.uid)
+        except (NotFound, Conflict):
+            return
+        logger.info(
+            "deleted %s %s: %s",
+            delete.kind,
+            delete.name,
+            delete.reason,
+            extra={"action": "delete", "object": delete.name},
+        )
+        self._events.record(
+            job,
+            "Normal",
+            "SuccessfulDelete",
+            event_message(f"Deleted {delete.kind.lower()}: {delete.name} ({delete.reason})"),
+        )
 
     def _announce(self, job: JsonDict, written: _Written) -> None:
         if written.created:

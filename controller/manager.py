@@ -1,11 +1,12 @@
 """Wires the runtime together: watches -> work queue -> worker threads -> reconciler.
 
 Building a `Manager` talks to nothing; `run()` does, in the order client-go controllers use: serve
-the probes (unless the caller started the server already), find out which gang scheduler the
-cluster runs (discovery, which decides what is watched), start the caches (standbys keep them warm
-too), and start workers only after every required cache has synced and this process leads.
-Shutdown runs the other way: workers drain, the lease is released (a standby takes over at once),
-informers stop. Losing the lease ends the process (crash-only): there is never a half-leader.
+the probes (unless the caller started the server already), find out which optional APIs (a gang
+scheduler's PodGroups, Kueue) the cluster serves (discovery.py, which decides what is watched, and
+asks again every --discovery-interval), start the caches (standbys keep them warm too), and start
+workers only after every required cache has synced and this process leads. Shutdown runs the other
+way: workers drain, the lease is released (a standby takes over at once), informers stop. Losing the
+lease ends the process (crash-only): there is never a half-leader.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from controller import planner
+from controller.discovery import Discovery
 from controller.metrics import Metrics
 from controller.reconciler import Reconciler, Result
-from controller.resources import POD_GROUPS, detect_gang_scheduler
 from controller.runtime.client import KubeClient
 from controller.runtime.clock import Clock, RealClock
 from controller.runtime.errors import KubeError
@@ -68,6 +69,8 @@ class Options:
     rate_limit_qps: float = 10.0
     rate_limit_burst: int = 100
     resync_period: float = 600.0
+    # How often the cluster is asked again which optional APIs (PodGroups, Kueue) it serves.
+    discovery_interval: float = 30.0
     settings: planner.Settings = field(default_factory=planner.Settings)
 
 
@@ -242,13 +245,16 @@ class Manager:
         self.server = MetricsServer(
             host, port, metrics.registry, ready=self._readiness(), healthy=self._health
         )
+        self.discovery = Discovery(
+            client, self.watches, self.reconciler, self.server, interval=options.discovery_interval
+        )
 
     # ---------------------------------------------------------------------------------------- run
 
     def run(self) -> int:
         """Runs until SIGTERM/SIGINT (stop_event) or the loss of the lease; returns the exit code."""
         logger.info("serving /metrics, /healthz and /readyz on port %d", self.server.start())
-        self.discover()
+        self.discovery.refresh()
         self.events.start()
         threads = [
             threading.Thread(
@@ -260,8 +266,12 @@ class Manager:
             thread.start()
         resync = threading.Thread(target=self._resync, name="resync", daemon=True)
         resync.start()
+        rediscovery = threading.Thread(
+            target=self.discovery.run, args=(self.stop_event,), name="discovery", daemon=True
+        )
+        rediscovery.start()
         while not self.stop_event.is_set() and not all(
-            informer.has_synced() for informer in self._required()
+            informer.has_synced() for informer in [*self._required(), *self.discovery.informers()]
         ):
             self.stop_event.wait(0.1)
         if not self.stop_event.is_set():
@@ -274,22 +284,13 @@ class Manager:
                 self._stop_workers()
         for informer in self.watches.informers:
             informer.stop()
+        self.discovery.stop()
         self.events.stop(timeout=5)
         self.executor.shutdown(wait=False, cancel_futures=True)
         self.server.stop()
         code = 1 if self.lost_leadership.is_set() else 0
         logger.info("stopped", extra={"exit_code": code})
         return code
-
-    def discover(self) -> None:
-        """Asks the cluster which gang scheduler's PodGroup API it serves; its PodGroups are then
-        watched and built for jobs that ask for gang scheduling."""
-        scheduler = detect_gang_scheduler(self.client)
-        if scheduler is not None:
-            logger.info("gang scheduling available through %s PodGroups", scheduler)
-            informer = self.watches.watch_pod_groups(POD_GROUPS[scheduler])
-            self.server.add_ready_check(f"informer {informer.name}", _informer_check(informer))
-        self.reconciler.gang_scheduler = scheduler
 
     def shutdown(self) -> None:
         logger.info("shutting down")

@@ -3,7 +3,7 @@
 Why this module exists: an operator is only operable if people can see what it does. The runtime
 publishes controller-runtime's and client-go's series (controller/runtime/metrics.py); this module
 adds what only a TrainingJob operator knows: jobs by state, progress, restarts by cause, time to
-running and to completion, invalid specs, dropped Events.
+running and to completion, time spent in Kueue's queues and evictions, invalid specs, dropped Events.
 
 Cardinality is bounded on purpose: no series is labelled by pod, and series labelled by job exist only
 while the job exists, because they are computed at scrape time from the informer cache
@@ -23,7 +23,7 @@ from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
 from controller.runtime.clock import Clock, RealClock, parse_time
 from controller.runtime.metrics import RECONCILE_BUCKETS, RuntimeMetrics
-from crd.contract import FINISHED_STATES, State
+from crd.contract import FINISHED_STATES, Condition, State
 from crd.schema_status import STATES
 
 logger = logging.getLogger(__name__)
@@ -40,11 +40,35 @@ TIME_TO_COMPLETE_BUCKETS: Final = (
     604800.0, 1209600.0,
 )  # fmt: skip
 
+# From being queued (or evicted) to Kueue's admission: seconds on an idle cluster, days on a busy one.
+QUEUE_WAIT_BUCKETS: Final = (
+    1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 14400.0, 43200.0, 86400.0,
+    259200.0, 604800.0,
+)  # fmt: skip
+# Values of trainingjob_evictions_total{reason}: why Kueue took an admission back (Kueue's eviction
+# reasons, and the Workload deleted or no longer admitted), plus "other".
+EVICTION_REASONS: Final = (
+    "Preempted",
+    "Deactivated",
+    "PodsReadyTimeout",
+    "AdmissionCheck",
+    "ClusterQueueStopped",
+    "LocalQueueStopped",
+    "NodeFailures",
+    "WorkloadDeleted",
+    "WorkloadFinished",
+    "AdmissionLost",
+)
 # Values of trainingjob_restarts_total{reason}: the causes counted in status.restarts, plus "other".
 RESTART_REASONS: Final = ("failure", "disruption", "scheduling", "stall")
 OTHER: Final = "other"
 # A job without status.state has not been seen by the operator yet.
 INITIAL_STATE: Final = "Pending"
+
+
+def eviction_reason(reason: str) -> str:
+    """Maps the reason of an eviction to the fixed label set of trainingjob_evictions_total."""
+    return next((known for known in EVICTION_REASONS if known == reason), OTHER)
 
 
 def restart_reason(reason: str) -> str:
@@ -68,6 +92,8 @@ class Metrics(RuntimeMetrics):
     restarts: Counter
     time_to_running: Histogram
     time_to_complete: Histogram
+    queue_wait: Histogram
+    evictions: Counter
     reconciliations: Counter
     reconciliation_duration: Histogram
     reconciliation_errors: Counter
@@ -112,6 +138,22 @@ class Metrics(RuntimeMetrics):
             "Seconds from a job's creation until it finished, by result",
             ["namespace", "result"],
             buckets=TIME_TO_COMPLETE_BUCKETS,
+            registry=r,
+        )
+        self.queue_wait = Histogram(
+            "trainingjob_queue_wait_seconds",
+            "Seconds a job labelled for Kueue waited in its queue until Kueue admitted it, from being "
+            "queued or evicted; by the ClusterQueue that admitted it",
+            ["namespace", "cluster_queue"],
+            buckets=QUEUE_WAIT_BUCKETS,
+            registry=r,
+        )
+        self.evictions = Counter(
+            "trainingjob_evictions_total",
+            "Times Kueue took a running job's admission back, by reason ("
+            + ", ".join(EVICTION_REASONS)
+            + ", other)",
+            ["namespace", "reason"],
             registry=r,
         )
         self.reconciliations = Counter(
@@ -182,6 +224,20 @@ class Metrics(RuntimeMetrics):
         uncaused = int(new.get("restartCount") or 0) - int(old.get("restartCount") or 0) - counted
         if uncaused > 0:
             self.restarts.labels(namespace=namespace, reason=OTHER).inc(uncaused)
+        self._record_queueing(namespace, old, new)
+
+    def _record_queueing(self, namespace: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
+        """Kueue: the wait that an admission ended, and evictions."""
+        queue = _mapping(new.get("queue"))
+        waited = _admission_wait(old, new)
+        if waited is not None:
+            cluster_queue = str(queue.get("clusterQueue") or "")
+            self.queue_wait.labels(namespace=namespace, cluster_queue=cluster_queue).observe(waited)
+        evicted = int(queue.get("evictions") or 0) - int(_mapping(old.get("queue")).get("evictions") or 0)
+        after = _admitted(new)
+        if evicted > 0 and after is not None:
+            reason = eviction_reason(str(after.get("reason") or ""))
+            self.evictions.labels(namespace=namespace, reason=reason).inc(evicted)
 
     def track_jobs(
         self, list_jobs: Callable[[], Sequence[JsonObject]], clock: Clock | None = None
@@ -219,6 +275,25 @@ def _time(value: object) -> datetime | None:
 
 def _mapping(value: object) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
+
+
+def _admission_wait(old: Mapping[str, Any], new: Mapping[str, Any]) -> float | None:
+    """Seconds from Admitted turning False (queued, evicted) to the admission `new` records, if any."""
+    before, after = _admitted(old), _admitted(new)
+    if before is None or after is None or (before.get("status"), after.get("status")) != ("False", "True"):
+        return None
+    since, until = _time(before.get("lastTransitionTime")), _time(after.get("lastTransitionTime"))
+    if since is None or until is None:
+        return None
+    return max(0.0, (until - since).total_seconds())
+
+
+def _admitted(status: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The Admitted condition (Kueue) of a status."""
+    for entry in status.get("conditions") or []:
+        if isinstance(entry, Mapping) and entry.get("type") == Condition.ADMITTED:
+            return entry
+    return None
 
 
 class JobCollector:
@@ -260,6 +335,11 @@ class JobCollector:
                 "trainingjob_duration_seconds",
                 "Seconds from the job's start to its completion, or to now while it has not finished",
                 labels=[*self._JOB, "state"],
+            ),
+            "trainingjob_queued_seconds": GaugeMetricFamily(
+                "trainingjob_queued_seconds",
+                "Seconds a Queued job has waited for Kueue to admit it (since it was queued or evicted)",
+                labels=list(self._JOB),
             ),
         }
         for name, documentation in self._SCALARS:
@@ -324,6 +404,13 @@ class JobCollector:
         for family_name, value in values.items():
             if value is not None:
                 families[family_name].add_metric(labels, value)
+
+        admitted = _admitted(status)
+        if state == State.QUEUED and admitted is not None:
+            waiting_since = _time(admitted.get("lastTransitionTime"))
+            if waiting_since is not None:
+                queued = max(0.0, (now - waiting_since).total_seconds())
+                families["trainingjob_queued_seconds"].add_metric(labels, queued)
 
         started = _time(status.get("startTime"))
         if started is not None:

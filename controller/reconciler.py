@@ -27,6 +27,7 @@ from typing import Any
 
 from builders.podgroup import GangScheduler
 from controller.executor import Writes
+from controller.kueue_watches import KueueWatch, queued
 from controller.metrics import Metrics
 from controller.planner import CreateFailure, Event, Observed, Plan, Settings, plan
 from controller.resources import CONFIGMAPS, ROLEBINDINGS, ROLES, SERVICEACCOUNTS, TRAININGJOBS
@@ -78,8 +79,10 @@ class Reconciler:
         self._clock = clock
         self._settings = settings
         self._writes = Writes(client, expectations=expectations, events=events, pool=executor)
-        # Set at start-up by discovery (Manager.discover), before any reconcile.
+        # Set by discovery (controller/discovery.py) as the cluster serves a gang scheduler's or
+        # Kueue's API, and unset when it stops serving it.
         self.gang_scheduler: GangScheduler | None = None
+        self.kueue: KueueWatch | None = None
 
     def reconcile(self, key: str) -> Result:
         namespace, _, name = key.partition("/")
@@ -124,12 +127,16 @@ class Reconciler:
         if not self._status_writes.settled(key):
             logger.debug("waiting for the cache to show our last status write")
             return None, Result()
+        kueue = self.kueue
+        if kueue is not None and queued(cached) and not kueue.synced():
+            logger.debug("waiting for the caches of Kueue's objects to sync")
+            return None, Result(requeue_after=1.0)
         return cached, Result()
 
     def _observe(self, job: JsonDict) -> Observed:
         uid = job["metadata"]["uid"]
         owned: dict[tuple[str, str], JsonDict] = {}
-        for store in self._caches.owned.values():
+        for store in tuple(self._caches.owned.values()):  # discovery may add or drop a store meanwhile
             # The namespace's shared objects first: a job's own object of the same kind and name wins.
             for obj in store.by_index(BY_SHARED, job["metadata"]["namespace"]):
                 owned[(obj["kind"], obj["metadata"]["name"])] = obj
@@ -146,6 +153,7 @@ class Reconciler:
             now=self._clock.now(),
             gang_scheduler=self.gang_scheduler,
             vanished=self._tombstones.recent(object_key(job)),
+            kueue=kueue.queueing() if (kueue := self.kueue) is not None else None,
         )
 
     # ------------------------------------------------------------------------- shared objects

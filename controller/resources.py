@@ -1,5 +1,6 @@
 """The Kubernetes API as the operator uses it: every resource it watches, creates or deletes, how it
-finds out which gang scheduler the cluster runs, and the client it connects with.
+finds out which optional APIs (a gang scheduler's PodGroups, Kueue) the cluster serves, and the client
+it connects with.
 
 One catalogue, so that the watches (controller/watches.py), the writes (controller/executor.py) and
 the RBAC the operator is deployed with (deploy/) can be checked against a single list.
@@ -8,12 +9,13 @@ the RBAC the operator is deployed with (deploy/) can be checked against a single
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from typing import Final
 
 from builders.podgroup import GangScheduler
 from controller.runtime.client import DEFAULT_POOL_SIZE, KubeClient, RestMetrics
-from controller.runtime.errors import KubeError
+from controller.runtime.errors import KubeError, NotFound
 from controller.runtime.kubeconfig import from_kubeconfig as _client_from_kubeconfig
 from controller.runtime.resource import (
     CONFIGMAPS,
@@ -48,14 +50,19 @@ __all__ = [
     "POD_GROUPS",
     "PRIORITYCLASSES",
     "PVCS",
+    "RESOURCE_FLAVORS",
     "ROLEBINDINGS",
     "ROLES",
     "SECRETS",
     "SERVICEACCOUNTS",
     "SERVICES",
     "TRAININGJOBS",
+    "WORKLOADS",
+    "WORKLOAD_PRIORITY_CLASSES",
+    "Apis",
     "Resource",
-    "detect_gang_scheduler",
+    "discover",
+    "follow_answers",
     "from_kubeconfig",
     "resource_for",
 ]
@@ -65,7 +72,6 @@ TRAININGJOBS: Final = Resource(contract.GROUP, contract.VERSION, contract.PLURAL
 # The objects a TrainingJob owns besides its pods (builders/), watched so that a deleted or changed
 # one is repaired; each is created through the resource of its kind.
 OWNED: Final = (SERVICES, CONFIGMAPS, SERVICEACCOUNTS, ROLES, ROLEBINDINGS, PVCS)
-_BY_KIND: Final[Mapping[str, Resource]] = {resource.kind: resource for resource in (PODS, *OWNED)}
 
 # The trainers' admission policy (crd/) and its binding, checked at start-up (controller/preflight.py).
 ADMISSION_POLICIES: Final = Resource(
@@ -86,6 +92,23 @@ POD_GROUPS: Final[Mapping[GangScheduler, Resource]] = {
 }
 
 
+# Kueue (docs/shared-clusters.md): the job's Workload, and what its priority and its admission's
+# placement are read from.
+WORKLOADS: Final = Resource(contract.KUEUE_GROUP, contract.KUEUE_VERSION, "workloads", "Workload")
+RESOURCE_FLAVORS: Final = Resource(
+    contract.KUEUE_GROUP, contract.KUEUE_VERSION, "resourceflavors", "ResourceFlavor", namespaced=False
+)
+WORKLOAD_PRIORITY_CLASSES: Final = Resource(
+    contract.KUEUE_GROUP,
+    contract.KUEUE_VERSION,
+    "workloadpriorityclasses",
+    "WorkloadPriorityClass",
+    namespaced=False,
+)
+KUEUE: Final = (WORKLOADS, RESOURCE_FLAVORS, WORKLOAD_PRIORITY_CLASSES)
+_BY_KIND: Final[Mapping[str, Resource]] = {resource.kind: resource for resource in (PODS, *OWNED, WORKLOADS)}
+
+
 def resource_for(api_version: str, kind: str) -> Resource:
     """The resource to create or patch an object of `kind` through (PodGroups by their API group)."""
     if kind == "PodGroup":
@@ -93,16 +116,42 @@ def resource_for(api_version: str, kind: str) -> Resource:
     return _BY_KIND[kind]
 
 
-def detect_gang_scheduler(client: KubeClient) -> GangScheduler | None:
-    """Which gang scheduler's PodGroup API the cluster serves (discovery), preferring scheduler-plugins."""
-    for scheduler, resource in POD_GROUPS.items():
-        try:
-            listing = client.request("GET", f"/apis/{resource.api_version}")
-        except KubeError:
-            continue
-        if any(entry.get("name") == resource.plural for entry in listing.get("resources", [])):
-            return scheduler
-    return None
+@dataclass(frozen=True)
+class Apis:
+    """The optional APIs the cluster serves: a gang scheduler's PodGroups (scheduler-plugins preferred
+    to Volcano when both are), and Kueue's Workloads, ResourceFlavors and WorkloadPriorityClasses."""
+
+    gang_scheduler: GangScheduler | None = None
+    kueue: bool = False
+
+
+def _served(client: KubeClient, resources: tuple[Resource, ...]) -> bool | None:
+    """Whether the group-version of `resources` serves them all; None when discovery did not answer
+    (an unreachable API server is not an uninstalled API)."""
+    try:
+        listing = client.request("GET", f"/apis/{resources[0].api_version}")
+    except NotFound:
+        return False
+    except KubeError:
+        return None
+    names = {entry.get("name") for entry in listing.get("resources", [])}
+    return all(resource.plural in names for resource in resources)
+
+
+def follow_answers(known: Apis, pod_groups: Mapping[GangScheduler, bool | None], kueue: bool | None) -> Apis:
+    """The optional APIs served, from discovery's answers (None: no answer). A gang scheduler is chosen
+    only when every PodGroup API answered (scheduler-plugins first); whatever did not answer keeps its
+    `known` (last) value, since an unreachable API server is not an uninstalled API."""
+    gang_scheduler = known.gang_scheduler
+    if all(answer is not None for answer in pod_groups.values()):
+        gang_scheduler = next((scheduler for scheduler, served in pod_groups.items() if served), None)
+    return Apis(gang_scheduler, known.kueue if kueue is None else kueue)
+
+
+def discover(client: KubeClient, known: Apis = Apis()) -> Apis:
+    """Asks the API server's discovery which optional APIs it serves (follow_answers decides)."""
+    pod_groups = {scheduler: _served(client, (resource,)) for scheduler, resource in POD_GROUPS.items()}
+    return follow_answers(known, pod_groups, _served(client, KUEUE))
 
 
 def user_agent() -> str:

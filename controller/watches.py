@@ -47,7 +47,7 @@ RELEASE_AFTER_SECONDS: Final = 30.0
 # of newer jobs, so a burst of new jobs does not keep running ones from showing Running; the periodic
 # resync, which only re-checks, comes last. Other pod news (created, bound, one of several started)
 # waits its turn: taken at once, each would cost a reconcile and a status write of counters.
-POD_NEWS_PRIORITY: Final = 1
+URGENT_PRIORITY: Final = 1
 RESYNC_PRIORITY: Final = -1
 
 
@@ -142,8 +142,9 @@ def pod_essentials(pod: JsonDict) -> JsonDict:
 class Caches:
     """The informers' stores the reconciler reads, and whether the optional node cache can be trusted.
 
-    `owned` maps a kind to the store of the job's objects of that kind; the PodGroup store joins it
-    at start-up when the cluster runs a gang scheduler.
+    `owned` maps a kind to the store of the job's objects of that kind; the PodGroup and Workload
+    stores join it (and leave it) as discovery finds a gang scheduler's or Kueue's API served (and
+    gone). Readers take a snapshot of it (`tuple(owned.values())`), which is atomic.
     """
 
     jobs: Store
@@ -181,25 +182,31 @@ class Watches:
         # Informers whose sync the operator does not wait for (readiness, start of work).
         self.optional: set[str] = set()
 
-        jobs = self._informer(TRAININGJOBS, label_selector=None)
+        jobs = self.informer(TRAININGJOBS, label_selector=None)
         jobs.add_handler(
             on_add=self._job_changed,
             on_update=lambda _old, new: self._job_changed(new),
             on_delete=self._job_deleted,
         )
-        pods = self._informer(PODS, indexers={BY_NODE: by_node}, transform=pod_essentials)
+        pods = self.informer(PODS, indexers={BY_NODE: by_node}, transform=pod_essentials)
         pods.add_handler(on_add=self._pod_added, on_update=self._pod_updated, on_delete=self._pod_deleted)
         owned = {resource.kind: self.watch_owned(resource).store for resource in OWNED}
-        nodes = self._informer(NODES, label_selector=None, cluster=True, transform=node_readiness)
+        nodes = self.informer(NODES, label_selector=None, cluster=True, transform=node_readiness)
         nodes.add_handler(on_add=self._node_gone, on_update=self._node_changed, on_delete=self._node_gone)
         self.optional.add(nodes.name)
         self.caches = Caches(jobs.store, pods.store, owned, nodes.store, nodes.has_synced)
 
     def watch_owned(
-        self, resource: Resource, transform: Callable[[JsonDict], JsonDict] | None = None
+        self,
+        resource: Resource,
+        transform: Callable[[JsonDict], JsonDict] | None = None,
+        *,
+        optional: bool = False,
     ) -> Informer:
-        """Watches the job's objects of `resource`: a change or a delete wakes the job (to repair it)."""
-        informer = self._informer(resource, transform=transform)
+        """Watches the job's objects of `resource`: a change or a delete wakes the job (to repair it).
+        `optional`: an API found by discovery (controller/discovery.py), whose informer is started,
+        stopped and added to the caches by it, not with the others."""
+        informer = self.informer(resource, transform=transform, optional=optional)
         informer.add_handler(
             on_add=self._owned_changed,
             on_update=lambda _old, new: self._owned_changed(new),
@@ -207,13 +214,7 @@ class Watches:
         )
         return informer
 
-    def watch_pod_groups(self, resource: Resource) -> Informer:
-        """Adds the gang scheduler's PodGroups to the watched objects (before the informers start)."""
-        informer = self.watch_owned(resource)
-        self.caches.owned[resource.kind] = informer.store
-        return informer
-
-    def _informer(
+    def informer(
         self,
         resource: Resource,
         *,
@@ -221,7 +222,10 @@ class Watches:
         cluster: bool = False,
         indexers: Mapping[str, IndexFunc] | None = None,
         transform: Callable[[JsonDict], JsonDict] | None = None,
+        optional: bool = False,
     ) -> Informer:
+        """An informer of `resource` in the watched namespace (`cluster`: everywhere); the manager starts
+        it with the others unless it is `optional`."""
         informer = Informer(
             self._client,
             resource,
@@ -231,8 +235,15 @@ class Watches:
             clock=self._clock,
             transform=transform,
         )
-        self.informers.append(informer)
+        if not optional:
+            self.informers.append(informer)
         return informer
+
+    def wake_jobs(self, wanted: Callable[[JsonDict], bool]) -> None:
+        """Queues every cached job `wanted` says something changed for."""
+        for job in self.caches.jobs.list():
+            if wanted(job):
+                self._queue.add(object_key(job))
 
     # ----------------------------------------------------------------------------------- handlers
 
@@ -240,7 +251,7 @@ class Watches:
         key = object_key(obj)
         settled = self._status_writes.observed(key, str(obj["metadata"].get("resourceVersion", "")))
         # A reconcile that found our last status write not yet in the cache waits for exactly this.
-        self._queue.add(key, POD_NEWS_PRIORITY if settled else NORMAL_PRIORITY)
+        self._queue.add(key, URGENT_PRIORITY if settled else NORMAL_PRIORITY)
 
     def _pod_added(self, obj: JsonDict) -> None:
         key = owner_key(obj)
@@ -257,7 +268,7 @@ class Watches:
             self._expectations.deleted(key, new["metadata"]["uid"])
         siblings = self.caches.pods.by_index(BY_JOB, key)
         urgent = podstate.changes_the_gang(old, new, siblings)
-        self._queue.add(key, POD_NEWS_PRIORITY if urgent else NORMAL_PRIORITY)
+        self._queue.add(key, URGENT_PRIORITY if urgent else NORMAL_PRIORITY)
 
     def _pod_deleted(self, obj: JsonDict) -> None:
         key = owner_key(obj)
@@ -267,7 +278,7 @@ class Watches:
         self._expectations.deleted(key, obj["metadata"]["uid"])
         if podstate.disruption_reason(obj) is not None or podstate.phase(obj) == "Failed":
             self._tombstones.record(key, obj)
-        self._queue.add(key, POD_NEWS_PRIORITY)
+        self._queue.add(key, URGENT_PRIORITY)
 
     def _foreign_pod_changed(self, obj: JsonDict) -> None:
         """A pod with the job's labels but not owned by it may be what blocks the job (it holds a rank's

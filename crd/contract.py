@@ -23,6 +23,7 @@ OPERATOR_NAME: Final = "trainingjob-operator"
 class State(StrEnum):
     """status.state: where a job is in its lifecycle (the state machine is controller/planner/decide.py)."""
 
+    QUEUED = "Queued"
     PENDING = "Pending"
     INITIALIZING = "Initializing"
     RUNNING = "Running"
@@ -38,6 +39,7 @@ FINISHED_STATES: Final = (State.COMPLETED, State.FAILED)
 class Condition(StrEnum):
     """status.conditions[].type, in the order they are listed."""
 
+    ADMITTED = "Admitted"
     CREATED = "Created"
     RUNNING = "Running"
     RESTARTING = "Restarting"
@@ -250,3 +252,19 @@ OVERRIDABLE_ENV_NAMES: Final = (
 OPERATOR_KEY_PREFIX: Final = f"{GROUP}/"
 OPERATOR_LABELS: Final = (JOB_NAME_LABEL, MANAGED_BY_LABEL, APP_NAME_LABEL, COSCHEDULING_POD_GROUP_LABEL)
 OPERATOR_ANNOTATIONS: Final = (VOLCANO_GROUP_NAME_ANNOTATION,)
+
+# Kueue (docs/shared-clusters.md): a TrainingJob labelled with a LocalQueue waits, Queued, until Kueue
+# admits the Workload the operator creates for it; the Workload's priority comes from a
+# WorkloadPriorityClass label, else from the pods' PriorityClass.
+KUEUE_GROUP: Final = "kueue.x-k8s.io"
+KUEUE_VERSION: Final = "v1beta1"
+KUEUE_API_VERSION: Final = f"{KUEUE_GROUP}/{KUEUE_VERSION}"
+QUEUE_NAME_LABEL: Final = f"{KUEUE_GROUP}/queue-name"
+WORKLOAD_PRIORITY_CLASS_LABEL: Final = f"{KUEUE_GROUP}/priority-class"
+# Kueue names the job a Workload stands for by this label in its messages ("JobUID: ...").
+KUEUE_JOB_UID_LABEL: Final = f"{KUEUE_GROUP}/job-uid"
+# The one pod set of a TrainingJob's Workload: numWorkers identical worker pods.
+WORKLOAD_POD_SET: Final = "workers"
+# Workload.spec.priorityClassSource values.
+POD_PRIORITY_SOURCE: Final = "scheduling.k8s.io/priorityclass"
+WORKLOAD_PRIORITY_SOURCE: Final = "kueue.x-k8s.io/workloadpriorityclass"

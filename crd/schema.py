@@ -68,8 +68,9 @@ def open_api_schema() -> Schema:
 
 
 def printer_columns() -> list[dict[str, Any]]:
-    def column(name: str, kind: str, path: str, description: str) -> dict[str, Any]:
-        return {"name": name, "type": kind, "jsonPath": path, "description": description}
+    def column(name: str, kind: str, path: str, description: str, *, wide: bool = False) -> dict[str, Any]:
+        shown = {"priority": 1} if wide else {}
+        return {"name": name, "type": kind, "jsonPath": path, "description": description, **shown}
 
     return [
         column("State", "string", ".status.state", "Lifecycle state"),
@@ -78,6 +79,8 @@ def printer_columns() -> list[dict[str, Any]]:
         column("Workers", "integer", ".status.workers.active", "Running worker pods"),
         column("Restarts", "integer", ".status.restartCount", "Gang restarts"),
         column("Age", "date", ".metadata.creationTimestamp", "Time since creation"),
+        column("Queue", "string", ".status.queue.name", "Kueue LocalQueue the job waits in", wide=True),
+        column("Message", "string", ".status.message", "Why the job is in its state", wide=True),
     ]
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from crd import contract
 from crd.contract import Condition, State
-from crd.openapi import Schema, array, integer, map_of, number, obj, string
+from crd.openapi import Schema, array, integer, map_of, number, obj, string, string_map
 
 STATES = tuple(str(state) for state in State)
 MESSAGE_LENGTH = 32768
@@ -47,6 +47,31 @@ def condition() -> Schema:
             "observedGeneration": _count("metadata.generation the condition was computed from."),
         },
         required=["type", "status"],
+    )
+
+
+def queue() -> Schema:
+    return obj(
+        "Kueue queueing of a job labelled kueue.x-k8s.io/queue-name (docs/shared-clusters.md).",
+        {
+            "name": string(
+                "The LocalQueue the job waits in (its kueue.x-k8s.io/queue-name label).", max_length=253
+            ),
+            "workload": string("The Workload that stands for the job in Kueue.", max_length=253),
+            "clusterQueue": string(
+                "The ClusterQueue that admitted the current run; unset while the job waits.", max_length=253
+            ),
+            "flavors": string_map(
+                "The ResourceFlavor Kueue assigned to each resource of the current run.",
+                max_properties=64,
+                value_max_length=253,
+            ),
+            "admissions": _count("Times Kueue admitted the job."),
+            "evictions": _count(
+                "Times Kueue took the admission back (preemption, deactivation, a queue stopped) or the "
+                "Workload was deleted while the job ran; not counted as restarts."
+            ),
+        },
     )
 
 
@@ -153,6 +178,7 @@ def status() -> Schema:
                     "lastShrinkReason": string("Why the last worker was lost.", max_length=REASON_LENGTH),
                 },
             ),
+            "queue": queue(),
             "restarts": obj(
                 "Gang restarts by cause.",
                 {

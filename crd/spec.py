@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
 
+from crd import contract
 from crd.defaults import apply_schema_defaults, storage_in_use, subschema, with_defaults
 
 JsonDict = dict[str, Any]
@@ -482,6 +483,17 @@ class TrainingJob:
     generation: int | None
     spec: Spec
     manifest: Mapping[str, Any]
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def queue_name(self) -> str | None:
+        """The Kueue LocalQueue the job waits in (label kueue.x-k8s.io/queue-name), if it is queued."""
+        return self.labels.get(contract.QUEUE_NAME_LABEL) or None
+
+    @property
+    def workload_priority_class(self) -> str | None:
+        """The WorkloadPriorityClass its Workload gets (label kueue.x-k8s.io/priority-class), if any."""
+        return self.labels.get(contract.WORKLOAD_PRIORITY_CLASS_LABEL) or None
 
     @property
     def spec_json(self) -> Mapping[str, Any]:
@@ -495,6 +507,7 @@ def parse(manifest: Mapping[str, Any]) -> TrainingJob:
     defaulted = with_defaults(dict(manifest))
     metadata = _Fields(defaulted.get("metadata") or {}, "metadata")
     generation = metadata.optional_integer("generation")
+    labels = metadata.mapping("labels")
     return TrainingJob(
         name=metadata.text("name"),
         namespace=metadata.optional_text("namespace") or None,
@@ -502,4 +515,5 @@ def parse(manifest: Mapping[str, Any]) -> TrainingJob:
         generation=generation,
         spec=Spec.read(_Fields(defaulted.get("spec") or {}, "spec")),
         manifest=defaulted,
+        labels={str(key): str(value) for key, value in labels.items()},
     )

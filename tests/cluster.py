@@ -152,6 +152,36 @@ def require_optional(name: str) -> None:
     dev_cluster("up", "--with", name)
 
 
+def api_served(kubectl: Kubectl, group_version: str, plurals: set[str]) -> bool:
+    """Whether the API server's discovery lists every resource of `plurals` in `group_version`."""
+    result = kubectl.attempt("get", "--raw", f"/apis/{group_version}")
+    if result.returncode != 0:
+        return False
+    names = {entry.get("name") for entry in json.loads(result.stdout).get("resources", [])}
+    return plurals <= names
+
+
+@contextmanager
+def optional_api_withdrawn(
+    kubectl: Kubectl, component: str, crd: str, group_version: str, plurals: set[str], *, restart: bool
+) -> Iterator[None]:
+    """An optional component's API (`plurals` in `group_version`) not served in the block, as on a
+    cluster without the component. When the session's cluster runs it, its CRD `crd` is deleted for
+    the block and `up --with component` puts it back afterwards (`restart`: the component restarted
+    too, so that its informers start afresh instead of sitting out their relist backoff)."""
+    present = kubectl.get_or_none("crd", crd) is not None
+    if present:
+        kubectl.run("delete", "crd", crd, "--wait=true", "--timeout=60s")
+    try:
+        wait_for(f"{crd} not in discovery", lambda: not api_served(kubectl, group_version, plurals))
+        yield
+    finally:
+        if present:
+            require_optional(component)
+            if restart:
+                dev_cluster("restart", component)
+
+
 def end_pod(
     kubectl: Kubectl,
     namespace: str,

@@ -101,7 +101,7 @@ def _gone(job: TrainingJob, pod: str, rank: int) -> str:
     if state in ("Completed", "Failed"):
         policy = (job.raw.get("spec") or {}).get("cleanPodPolicy") or "Running"
         return f"{text}: the job is {state} and its pods were cleaned up (cleanPodPolicy {policy})"
-    if state in ("Restarting", "Suspended", "Pending"):
+    if state in ("Restarting", "Suspended", "Pending", "Queued"):
         return f"{text}: the job is {state}"
     return text
 

@@ -214,19 +214,18 @@ def describe_status(status: JobStatus) -> str:
 def why_not_running(status: JobStatus) -> str | None:
     """One line saying why the job does not run right now, from its conditions; None while it runs.
 
-    The most decisive condition wins: Failed, Succeeded, Suspended, Restarting, then Running=False
-    (which names what blocks the pods: unschedulable, starting), then Stalled.
+    The most decisive condition wins: Failed, Succeeded, Suspended, Restarting, then Admitted=False
+    (a job waiting in a Kueue queue: which queue and why), then Running=False (which names what blocks
+    the pods: unschedulable, starting), then Stalled.
     """
-    for type_ in ("Failed", "Succeeded", "Suspended", "Restarting"):
+    decisive = [(type_, True, type_) for type_ in ("Failed", "Succeeded", "Suspended", "Restarting")]
+    decisive += [("Admitted", False, "not admitted"), ("Running", False, "not running")]
+    decisive += [("Stalled", True, "Stalled")]
+    for type_, value, label in decisive:
         entry = status.condition(type_)
-        if entry is not None and entry.is_true:
-            return _reason_line(type_, entry)
+        if entry is not None and entry.is_true == value:
+            return _reason_line(label, entry)
     running = status.condition("Running")
-    if running is not None and not running.is_true:
-        return _reason_line("not running", running)
-    stalled = status.condition("Stalled")
-    if stalled is not None and stalled.is_true:
-        return _reason_line("Stalled", stalled)
     if running is None and status.state not in (None, "Running"):
         return f"{status.state}: {status.message}" if status.message else status.state
     if running is None and status.state is None:

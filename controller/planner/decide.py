@@ -7,6 +7,7 @@
     any --Suspend--> Suspended --Resume--> Pending
     any --Finish--> Failed (invalid spec, deadline, permanent failure, a limit exceeded)
     Completed | Failed --(ttlSecondsAfterFinished)--> DeleteJob
+    Pending --Enqueue--> Queued --Admit--> Pending; Running ... --Evict--> Queued (Kueue: queueing.py)
 
 A Restart has a cause that decides what it is counted against: a failed rank (backoffLimit), a
 disruption: preemption, eviction, a lost node, a rank deleted by someone else (maxDisruptionRestarts),
@@ -35,6 +36,7 @@ from controller.planner.facts import Facts, state_of
 from controller.planner.failures import Cause, PodFailure, Verdict, verdict
 from controller.planner.gang import Gang, root_cause
 from controller.planner.progress import ProgressUpdate, apply_report, success_reached
+from controller.planner.queueing import QueueDecision, queue_decision
 from controller.planner.texts import format_duration, summary
 from controller.planner.timers import active_seconds, quiet_seconds, scheduling_wait, ttl_expires
 from controller.runtime.clock import parse_time
@@ -181,11 +183,14 @@ Decision = (
     | Rejoined
     | AddWorkers
 )
+# Every decision `decide` returns: the lifecycle's above, and the queueing decisions of a job
+# labelled for Kueue (queueing.py, applied by admission.py).
+AnyDecision = Decision | QueueDecision
 
 
 def decide(  # noqa: PLR0911 - one return per check of the state machine
-    facts: Facts, status: Mapping[str, Any], taken: Sequence[Decision] = ()
-) -> Decision:
+    facts: Facts, status: Mapping[str, Any], taken: Sequence[AnyDecision] = ()
+) -> AnyDecision:
     """The job's next decision; the order of the checks is the state machine's."""
     state = state_of(status)
     gang = facts.gang(status)
@@ -212,6 +217,9 @@ def decide(  # noqa: PLR0911 - one return per check of the state machine
         return Suspend()
     if state == State.SUSPENDED:
         return Resume()
+    queueing = queue_decision(facts, status, gang)
+    if queueing is not None:
+        return queueing
     if status.get("restartAt") or state == State.RESTARTING:
         return _restarting(facts, status, gang)
     return _attempt(facts, status, gang, taken)
@@ -258,7 +266,7 @@ def progress(facts: Facts, status: Mapping[str, Any]) -> tuple[ProgressUpdate | 
 
 
 def _attempt(  # noqa: PLR0911 - one return per check of the state machine
-    facts: Facts, status: Mapping[str, Any], gang: Gang, taken: Sequence[Decision]
+    facts: Facts, status: Mapping[str, Any], gang: Gang, taken: Sequence[AnyDecision]
 ) -> Decision:
     """The current gang: record its progress, notice its end, create it, watch it start."""
     update, problem = progress(facts, status)

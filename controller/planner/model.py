@@ -2,8 +2,8 @@
 
 In: `Observed`, everything the caches show about one TrainingJob at one instant (the job as stored,
 its pods and other owned objects, node readiness, the pods deleted a moment ago, the gang scheduler
-the cluster runs, and the create failures of the last attempt to carry out a plan), plus the
-operator-wide `Settings`.
+the cluster runs, what it shows of Kueue, and the create failures of the last attempt to carry out a
+plan), plus the operator-wide `Settings`.
 
 Out: a `Plan`, the status the job should have and the writes that get the cluster there. The
 reconciler carries it out and never changes it; when a create fails, it asks again with the
@@ -51,6 +51,17 @@ class CreateFailure:
 
 
 @dataclass(frozen=True)
+class Queueing:
+    """What the caches show of Kueue, when the cluster serves its API: the ResourceFlavors admissions
+    name (their node labels and tolerations go on the pods), and the classes a Workload's priority is
+    read from, by name. The job's own Workloads are among `Observed.owned`."""
+
+    flavors: Mapping[str, JsonDict] = field(default_factory=dict)
+    priority_classes: Mapping[str, JsonDict] = field(default_factory=dict)
+    workload_priority_classes: Mapping[str, JsonDict] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Observed:
     job: JsonDict
     pods: Sequence[JsonDict]
@@ -64,6 +75,8 @@ class Observed:
     vanished: Sequence[JsonDict] = ()
     # What went wrong carrying out the plan made from this same observation.
     create_failures: Sequence[CreateFailure] = ()
+    # Kueue, when the cluster serves its API (discovery); None: not installed.
+    kueue: Queueing | None = None
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ Three steps:
 1. decide and apply: `decide` (decide.py) names the next decision, a pure transition
    (transitions.py) applies it to the status; steps repeat until a decision that waits on the
    cluster. The supporting objects (ConfigMap, Services, RBAC, claim, PodGroup) are compared with
-   the cache on the way (supporting.py), and pods stuck on lost nodes are force-deleted.
+   the cache on the way (supporting.py), a queued job's Kueue Workload is kept in step with the
+   status the decisions left (workloads.py), and pods stuck on lost nodes are force-deleted.
 2. create failures reported by the reconciler come back as data (`Observed.create_failures`): an
    invalid object fails the job (InvalidSpec, through the same Finish as any failure), a blocked one
    shows on the Created condition and the message.
@@ -22,9 +23,11 @@ from typing import Any, Final
 
 from builders.meta import selector_labels
 from controller.planner import texts
-from controller.planner.decide import Decision, Finish, decide, progress
+from controller.planner.admission import apply_queueing
+from controller.planner.decide import AnyDecision, Finish, decide, progress
 from controller.planner.facts import Facts
 from controller.planner.model import Delete, Event, Observed, Plan, Settings
+from controller.planner.queueing import Admit, Dequeue, Enqueue, Evict
 from controller.planner.supporting import Patch, desired_objects, diff_objects
 from controller.planner.timers import ceil_to_second, wake_up
 from controller.planner.transitions import (
@@ -38,6 +41,7 @@ from controller.planner.transitions import (
     moment,
     show_blocked,
 )
+from controller.planner.workloads import workload_writes
 from controller.runtime import boundedjson
 from controller.runtime.clock import rfc3339
 from crd.contract import FINISHED_STATES, State
@@ -60,7 +64,7 @@ def plan(observed: Observed, settings: Settings | None = None) -> Plan:
     result = _Result(status)
     for _ in range(MAX_DECISIONS):
         decision = decide(facts, result.status, result.taken)
-        result.add(decision, apply(facts, result.status, decision))
+        result.add(decision, apply_decision(facts, result.status, decision))
         if not decision.STEP:
             break
     else:
@@ -69,6 +73,10 @@ def plan(observed: Observed, settings: Settings | None = None) -> Plan:
     patches: list[Patch] = []
     if status.get("state") not in FINISHED_STATES and not facts.spec_errors:
         creates, patches = diff_objects(desired_objects(job, facts.gang_scheduler), observed.owned)
+    workload = workload_writes(facts, result.status)
+    creates += workload.creates
+    patches += workload.patches
+    result.deletes_also(tuple(workload.deletes))
     result.deletes_also(force_delete_stuck(facts, result.status))
     final = result.status
     refused = facts.failures("blocked")
@@ -101,6 +109,13 @@ def plan(observed: Observed, settings: Settings | None = None) -> Plan:
     )
 
 
+def apply_decision(facts: Facts, status: Mapping[str, Any], decision: AnyDecision) -> Step:
+    """The transition of `decision`: the lifecycle's (transitions.py) or the queueing's (admission.py)."""
+    if isinstance(decision, Enqueue | Admit | Evict | Dequeue):
+        return apply_queueing(facts, status, decision)
+    return apply(facts, status, decision)
+
+
 def spec_errors(job: Mapping[str, Any]) -> tuple[str, ...]:
     """What is wrong with the spec beyond what the API server checks: where the bounded decoder cut it
     (values nested deeper than the operator reads, which it refuses rather than guesses at), then
@@ -118,14 +133,14 @@ class _Result:
 
     def __init__(self, status: JsonDict) -> None:
         self.status = status
-        self.taken: list[Decision] = []
+        self.taken: list[AnyDecision] = []
         self.creates: list[JsonDict] = []
         # By pod UID: a pod stopped for one reason is not deleted again for another.
         self.deletes: dict[str, Delete] = {}
         self.events: list[Event] = []
         self.delete_job = False
 
-    def add(self, decision: Decision, step: Step) -> None:
+    def add(self, decision: AnyDecision, step: Step) -> None:
         self.taken.append(decision)
         self.status = step.status
         self.creates.extend(step.creates)

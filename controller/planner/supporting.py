@@ -40,10 +40,14 @@ OWNED_FIELDS: dict[str, tuple[tuple[str, ...], ...]] = {
 
 @dataclass(frozen=True)
 class Patch:
+    """A JSON merge patch of one of the job's objects (of its `status` when subresource says so); a
+    body with metadata.resourceVersion applies only to that version of the object."""
+
     kind: str
     name: str
     body: JsonDict
     api_version: str
+    subresource: str | None = None
 
 
 def desired_objects(job: TrainingJob, gang: GangScheduler | None) -> list[JsonDict]:

@@ -61,8 +61,8 @@ def _timers(
     if state in FINISHED_STATES:
         yield _ttl(facts, status)
         return
-    if state == State.SUSPENDED:
-        return
+    if state in (State.SUSPENDED, State.QUEUED):
+        return  # nothing runs: what happens next is the user's or Kueue's to say
     yield _deadline(facts, status)
     restart_at = status.get("restartAt")
     if restart_at:

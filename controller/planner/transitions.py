@@ -39,6 +39,7 @@ from controller.planner.decide import (
 from controller.planner.elastic import AddWorkers, Rejoined, Shrink, replacing
 from controller.planner.facts import Facts, attempt_of, state_of
 from controller.planner.failures import Cause, restart_delay
+from controller.planner.kueue import admitted_placement
 from controller.planner.model import Delete, Event
 from controller.planner.texts import format_duration
 from controller.planner.timers import ceil_to_second, later, stuck_terminating, terminating_for
@@ -267,10 +268,19 @@ def accept(facts: Facts, status: Mapping[str, Any]) -> Step:
 
 
 def build_ranks(facts: Facts, status: Mapping[str, Any], indices: Iterable[int]) -> list[JsonDict]:
-    """The pods of `indices` for the status's attempt, resuming from the latest checkpoint."""
+    """The pods of `indices` for the status's attempt, resuming from the latest checkpoint, placed
+    where Kueue admitted the job (for a queued job)."""
     attempt, resume = attempt_of(status), resume_from(facts, status)
+    placement = admitted_placement(facts.job, facts.observed.kueue, facts.observed.owned)
     return [
-        build_pod(facts.job, index, attempt=attempt, resume_from=resume, gang=facts.gang_scheduler)
+        build_pod(
+            facts.job,
+            index,
+            attempt=attempt,
+            resume_from=resume,
+            gang=facts.gang_scheduler,
+            placement=placement,
+        )
         for index in indices
     ]
 

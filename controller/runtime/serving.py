@@ -200,6 +200,10 @@ class MetricsServer:
         """Adds a readiness check (e.g. a cache started after the server); requests see all or none."""
         self.ready_checks = {**self.ready_checks, name: check}
 
+    def remove_ready_check(self, name: str) -> None:
+        """Drops a readiness check (e.g. of a cache stopped because its API went away)."""
+        self.ready_checks = {key: check for key, check in self.ready_checks.items() if key != name}
+
     @property
     def port(self) -> int:
         """The bound port once started (the requested one before)."""

@@ -362,6 +362,7 @@ def allowed(kubectl: Kubectl, access: Access) -> bool:
 RBAC: Final = "rbac.authorization.k8s.io"
 LEASES: Final = "coordination.k8s.io"
 JOBS: Final = "ml.example.com"
+KUEUE: Final = "kueue.x-k8s.io"
 NS: Final = "default"
 ALLOWED: Final = (
     Access("create", "pods"),
@@ -385,6 +386,12 @@ ALLOWED: Final = (
     Access("delete", "rolebindings", RBAC, namespace=NS),
     Access("create", "podgroups", "scheduling.x-k8s.io", namespace=NS),
     Access("patch", "podgroups", "scheduling.volcano.sh", namespace=NS),
+    Access("create", "workloads", KUEUE, namespace=NS),
+    Access("delete", "workloads", KUEUE, namespace=NS),
+    Access("patch", "workloads", KUEUE, namespace=NS, subresource="status"),
+    Access("watch", "resourceflavors", KUEUE),
+    Access("list", "workloadpriorityclasses", KUEUE),
+    Access("watch", "priorityclasses", "scheduling.k8s.io"),
     Access("create", "leases", LEASES, namespace=NAMESPACE),
     Access("get", "leases", LEASES, namespace=NAMESPACE, name="trainingjob-operator"),
     Access("update", "leases", LEASES, namespace=NAMESPACE, name="trainingjob-operator"),
@@ -420,6 +427,11 @@ REFUSED: Final = (
     Access("delete", "namespaces"),
     Access("delete", "customresourcedefinitions", "apiextensions.k8s.io"),
     Access("create", "podgroups", "scheduling.example.org", namespace=NS),
+    Access("update", "workloads", KUEUE, namespace=NS, subresource="status"),
+    Access("create", "localqueues", KUEUE, namespace=NS),
+    Access("create", "clusterqueues", KUEUE),
+    Access("patch", "resourceflavors", KUEUE),
+    Access("create", "priorityclasses", "scheduling.k8s.io"),
 )
 
 

@@ -22,6 +22,7 @@ import pytest
 
 from controller.runtime.clock import parse_time
 from crd import contract
+from crd.schema_status import STATES
 from tests.cluster import Kubectl, end_pod, wait_for
 from tests.e2e.conftest import StartOperator
 from tests.e2e.jobs import (
@@ -429,7 +430,7 @@ def test_metrics_count_restarts_by_cause_and_time_jobs_to_running_and_completion
     reasons = {labels["reason"] for name, labels, _ in every if name == "trainingjob_restarts_total"}
     assert reasons <= {"failure", "disruption", "scheduling", "stall", "other"}, reasons
     states = {labels["state"] for name, labels, _ in every if name == "trainingjob_jobs"}
-    assert states <= {"Pending", "Initializing", "Running", "Restarting", "Suspended", "Completed", "Failed"}
+    assert states <= set(STATES), states
     assert events_of(kubectl, namespace, "m-ok")
 
 

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from crd import contract
-from tests.cluster import Kubectl, dev_cluster, end_pod, require_optional, wait_for
+from tests.cluster import Kubectl, end_pod, optional_api_withdrawn, wait_for
 from tests.e2e.conftest import StartOperator
 from tests.e2e.jobs import (
     PodWatch,
@@ -331,14 +331,6 @@ def test_preemption_by_the_scheduler_restarts_the_gang_as_a_disruption(
 POD_GROUP_CRD = "podgroups.scheduling.x-k8s.io"
 
 
-def pod_group_api_served(kubectl: Kubectl) -> bool:
-    result = kubectl.attempt("get", "--raw", f"/apis/{contract.COSCHEDULING_GROUP_VERSION}")
-    if result.returncode != 0:
-        return False
-    resources = json.loads(result.stdout).get("resources", [])
-    return any(entry.get("name") == "podgroups" for entry in resources)
-
-
 @contextlib.contextmanager
 def pod_group_api_withdrawn(kubectl: Kubectl) -> Iterator[None]:
     """No PodGroup API served for the block, as on a cluster without a gang scheduler.
@@ -347,16 +339,15 @@ def pod_group_api_withdrawn(kubectl: Kubectl) -> Iterator[None]:
     PodGroup CRD is deleted for the block (with every PodGroup in the cluster: tests run one at a
     time) and put back afterwards, and the second scheduler restarted so that its PodGroup informer
     starts afresh instead of sitting out its relist backoff."""
-    present = kubectl.get_or_none("crd", POD_GROUP_CRD) is not None
-    if present:
-        kubectl.run("delete", "crd", POD_GROUP_CRD, "--wait=true", "--timeout=60s")
-    try:
-        wait_for("no PodGroup API in discovery", lambda: not pod_group_api_served(kubectl))
+    with optional_api_withdrawn(
+        kubectl,
+        "coscheduling",
+        POD_GROUP_CRD,
+        contract.COSCHEDULING_GROUP_VERSION,
+        {"podgroups"},
+        restart=True,
+    ):
         yield
-    finally:
-        if present:
-            require_optional("coscheduling")
-            dev_cluster("restart", "coscheduling")
 
 
 def scheduled_by(kubectl: Kubectl, namespace: str, count: int) -> dict[str, str] | None:

@@ -20,6 +20,7 @@ from typing import Any
 
 from builders.names import pod_name
 from controller.planner import Delete, Event, Observed, Plan, Settings, plan
+from controller.planner.model import Queueing
 from controller.runtime.clock import rfc3339
 from crd import contract
 from crd.defaults import with_defaults
@@ -85,6 +86,10 @@ class World:
     job_deleted: bool = False
     # Last states of deleted pods, as the operator's pod-delete handler remembers them.
     vanished: list[JsonDict] = field(default_factory=list)
+    # Kueue as the operator's caches show it (None: its API is not served); tests/unit/kueue_world.py.
+    kueue: Queueing | None = None
+    # Writes refused because the object changed since the plan read it (resourceVersion preconditions).
+    conflicts: int = 0
 
     # ------------------------------------------------------------------------------ reconciling
 
@@ -109,6 +114,7 @@ class World:
             now=self.now,
             nodes_known=self.nodes_known,
             vanished=copy.deepcopy(self.vanished),
+            kueue=copy.deepcopy(self.kueue),
         )
 
     def plan(self) -> Plan:
@@ -149,15 +155,29 @@ class World:
             self.create(obj)
         for patch in result.patches:
             current = self.owned[(patch.kind, patch.name)]
+            wanted = patch.body.get("metadata", {}).get("resourceVersion")
+            if wanted is not None and wanted != current["metadata"].get("resourceVersion"):
+                self.conflicts += 1  # 409: the reconcile that follows reads the object again
+                continue
             _merge_patch(current, patch.body)
+            self.default(current)
+            current["metadata"]["resourceVersion"] = f"{current['metadata'].get('resourceVersion')}+"
         for delete in result.deletes:
-            assert delete.kind == "Pod"
-            self.delete_pod(delete)
+            if delete.kind == "Pod":
+                self.delete_pod(delete)
+                continue
+            existing = self.owned.get((delete.kind, delete.name))
+            if existing is not None and existing["metadata"]["uid"] == delete.uid:
+                del self.owned[(delete.kind, delete.name)]
         if result.delete_job:
             self.job_deleted = True
 
+    def default(self, obj: JsonDict) -> None:
+        """What the API server adds to a stored object (its schema's defaults); here nothing."""
+
     def create(self, obj: JsonDict) -> None:
         created = copy.deepcopy(obj)
+        self.default(created)
         self.uid_counter += 1
         meta = created["metadata"]
         meta["uid"] = f"uid-{meta['name']}-{self.uid_counter}"

@@ -111,6 +111,18 @@ def test_percent_done(status: dict[str, object], percent: float | None) -> None:
             {"state": "Pending", "message": "creating the job's resources"},
             "Pending: creating the job's resources",
         ),
+        (
+            {
+                "state": "Queued",
+                "conditions": [
+                    condition(
+                        "Admitted", "False", "Preempted", "waiting in LocalQueue team-a: evicted by Kueue"
+                    ),
+                    condition("Running", "False", "Preempted", "evicted by Kueue"),
+                ],
+            },
+            "not admitted: Preempted: waiting in LocalQueue team-a: evicted by Kueue",
+        ),
     ],
 )
 def test_why_a_job_is_not_running(status: dict[str, object], why: str | None) -> None:

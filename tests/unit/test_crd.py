@@ -146,14 +146,20 @@ def test_crd_identity_and_printer_columns() -> None:
             "labelSelectorPath": ".status.selector",
         },
     }
-    columns = [(c["name"].upper(), c["type"], c["jsonPath"]) for c in version["additionalPrinterColumns"]]
+    columns = [
+        (c["name"].upper(), c["type"], c["jsonPath"], c.get("priority", 0))
+        for c in version["additionalPrinterColumns"]
+    ]
     assert columns == [
-        ("STATE", "string", ".status.state"),
-        ("PROGRESS", "string", ".status.progress"),
-        ("EPOCH", "integer", ".status.currentEpoch"),
-        ("WORKERS", "integer", ".status.workers.active"),
-        ("RESTARTS", "integer", ".status.restartCount"),
-        ("AGE", "date", ".metadata.creationTimestamp"),
+        ("STATE", "string", ".status.state", 0),
+        ("PROGRESS", "string", ".status.progress", 0),
+        ("EPOCH", "integer", ".status.currentEpoch", 0),
+        ("WORKERS", "integer", ".status.workers.active", 0),
+        ("RESTARTS", "integer", ".status.restartCount", 0),
+        ("AGE", "date", ".metadata.creationTimestamp", 0),
+        # `kubectl get -o wide` adds the Kueue queue of a queued job and the status message.
+        ("QUEUE", "string", ".status.queue.name", 1),
+        ("MESSAGE", "string", ".status.message", 1),
     ]
 
 
@@ -205,6 +211,7 @@ def test_status_is_fully_structural() -> None:
     status = ROOT["properties"]["status"]
     assert all(not n.get("x-kubernetes-preserve-unknown-fields") for _, n in all_nodes(status))
     assert status["properties"]["state"]["enum"] == [
+        "Queued",
         "Pending",
         "Initializing",
         "Running",
@@ -223,6 +230,7 @@ def test_status_is_fully_structural() -> None:
         "attempt",
         "lastProgressTime",
         "completionTime",
+        "queue",
     ):
         assert field in status["properties"], field
 

@@ -238,6 +238,7 @@ CUSTOM_OPERATOR: Final = {
     "forceDeleteAfter": "2m30s",
     "nodeLostAfter": "45s",
     "progressInterval": "500ms",
+    "discoveryInterval": "1m",
 }
 
 
@@ -260,6 +261,7 @@ def test_operator_values_reach_the_operators_flags(chart: Helm) -> None:
         "force_delete_after": 150.0,
         "node_lost_after": 45.0,
         "progress_interval": 0.5,
+        "discovery_interval": 60.0,
         "lease_name": RELEASE,
         "namespace": None,
     }

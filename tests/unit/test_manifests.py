@@ -68,8 +68,15 @@ OPERATOR_RULES: Final[tuple[tuple[str, str, tuple[str, ...]], ...]] = (
     ("rbac.authorization.k8s.io", "rolebindings", ("get", "list", "watch", "create", "delete", "patch")),
     ("scheduling.x-k8s.io", "podgroups", ("get", "list", "watch", "create", "delete", "patch")),
     ("scheduling.volcano.sh", "podgroups", ("get", "list", "watch", "create", "delete", "patch")),
+    ("kueue.x-k8s.io", "workloads", ("get", "list", "watch", "create", "delete", "patch")),
+    ("kueue.x-k8s.io", "workloads/status", ("patch",)),
 )
-CLUSTER_SCOPED_RULES: Final = (("", "nodes", ("get", "list", "watch")),)
+CLUSTER_SCOPED_RULES: Final = (
+    ("", "nodes", ("get", "list", "watch")),
+    ("kueue.x-k8s.io", "resourceflavors", ("get", "list", "watch")),
+    ("kueue.x-k8s.io", "workloadpriorityclasses", ("get", "list", "watch")),
+    ("scheduling.k8s.io", "priorityclasses", ("get", "list", "watch")),
+)
 LEASE_NAME: Final = "trainingjob-operator"
 METRICS_PORT: Final = 8080  # the default of --metrics-addr (":8080")
 IMAGE: Final = "trainingjob-operator"
@@ -510,15 +517,15 @@ def test_single_namespace_names_the_watched_namespace_once() -> None:
     assert watched_namespace(objects) == role["metadata"]["namespace"]
     assert "--namespace=$(WATCH_NAMESPACE)" in container(objects)["args"]
     clusterrole = one(objects, "ClusterRole", "trainingjob-operator")
-    assert clusterrole["rules"] == [
-        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
-        {
-            "apiGroups": ["admissionregistration.k8s.io"],
-            "resources": ["validatingadmissionpolicies", "validatingadmissionpolicybindings"],
-            "resourceNames": [contract.TRAINER_POLICY],
-            "verbs": ["get"],
-        },
-    ]
+    # Outside the watched namespace: reads of cluster-scoped objects, and the policy check by name.
+    assert permissions(CLUSTER, CLUSTER_SCOPED_RULES) | policy_permissions() == {
+        Permission(CLUSTER, group, resource, verb, name)
+        for rule in clusterrole["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+        for name in rule.get("resourceNames") or [ANY_NAME]
+    }
     assert not any(obj["metadata"].get("namespace") == "WATCHED-NAMESPACE" for obj in objects)
 
 

@@ -16,12 +16,13 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from controller.metrics import JobCollector, Metrics, restart_reason
+from controller.metrics import JobCollector, Metrics, eviction_reason, restart_reason
 from controller.planner.failures import Cause
 from controller.runtime.clock import FakeClock, rfc3339
 from controller.runtime.metrics import RECONCILE_BUCKETS, WORKQUEUE_BUCKETS
 from controller.runtime.serving import MetricsServer, parse_address
 from controller.runtime.workqueue import WorkQueue
+from crd.schema_status import STATES
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -64,6 +65,16 @@ COMPLETED = job(
     },
 )
 OTHER_NAMESPACE = job("gpt", namespace="research", status={"state": "Failed", "restartCount": 3})
+
+
+def admitted(value: str, reason: str, at: datetime) -> dict[str, Any]:
+    return {"type": "Admitted", "status": value, "reason": reason, "lastTransitionTime": rfc3339(at)}
+
+
+QUEUED = job(
+    "waiting",
+    status={"state": "Queued", "conditions": [admitted("False", "Pending", NOW - timedelta(minutes=5))]},
+)
 
 
 def scrape(registry: CollectorRegistry, metric: str, /, **labels: str) -> float | None:
@@ -192,6 +203,54 @@ def test_rest_and_leader_metrics() -> None:
     assert scrape(registry, "leader_election_master_status", name="trainingjob-operator") == 0
 
 
+# ---- Kueue ---------------------------------------------------------------------------------------------
+
+
+def test_an_admission_records_how_long_the_job_waited_in_its_queue() -> None:
+    metrics = Metrics(CollectorRegistry(), process_metrics=False)
+    queued = {"state": "Queued", "conditions": [admitted("False", "Pending", NOW)], "queue": {"name": "team"}}
+    running = {
+        "state": "Pending",
+        "conditions": [admitted("True", "Admitted", NOW + timedelta(seconds=90))],
+        "queue": {"name": "team", "clusterQueue": "gpus", "admissions": 1},
+    }
+    metrics.record_transition("ml", 10.0, queued, running)
+    labels = {"namespace": "ml", "cluster_queue": "gpus"}
+    assert scrape(metrics.registry, "trainingjob_queue_wait_seconds_count", **labels) == 1
+    assert scrape(metrics.registry, "trainingjob_queue_wait_seconds_sum", **labels) == 90.0
+    # Other writes of an admitted or a waiting job observe nothing.
+    metrics.record_transition("ml", 10.0, running, running)
+    metrics.record_transition("ml", 10.0, queued, queued)
+    assert scrape(metrics.registry, "trainingjob_queue_wait_seconds_count", **labels) == 1
+
+
+def test_evictions_are_counted_by_a_bounded_reason() -> None:
+    metrics = Metrics(CollectorRegistry(), process_metrics=False)
+    before = {
+        "state": "Running",
+        "conditions": [admitted("True", "Admitted", NOW)],
+        "queue": {"admissions": 1},
+    }
+    for reason, evictions in (("Preempted", 1), ("SomethingNew", 2)):
+        after = {
+            "state": "Queued",
+            "conditions": [admitted("False", reason, NOW)],
+            "queue": {"admissions": 1, "evictions": evictions},
+        }
+        metrics.record_transition("ml", 10.0, before, after)
+        before = {**after, "conditions": [admitted("True", "Admitted", NOW)]}
+    assert scrape(metrics.registry, "trainingjob_evictions_total", namespace="ml", reason="Preempted") == 1
+    assert scrape(metrics.registry, "trainingjob_evictions_total", namespace="ml", reason="other") == 1
+    assert eviction_reason("WorkloadDeleted") == "WorkloadDeleted"
+
+
+def test_a_queued_job_shows_how_long_it_has_waited() -> None:
+    registry = collector_registry([RUNNING, QUEUED])
+    assert scrape(registry, "trainingjob_queued_seconds", namespace="ml", training_job="waiting") == 300.0
+    assert scrape(registry, "trainingjob_queued_seconds", namespace="ml", training_job="bert") is None
+    assert scrape(registry, "trainingjob_jobs", namespace="ml", state="Queued") == 1
+
+
 # ---- per-job gauges ------------------------------------------------------------------------------------
 
 
@@ -232,7 +291,8 @@ def test_job_collector_counts_jobs_by_namespace_and_state() -> None:
     assert scrape(registry, "trainingjob_jobs", namespace="ml", state="Failed") == 0
     assert scrape(registry, "trainingjob_jobs", namespace="research", state="Failed") == 1
     states = {labels["state"] for labels in label_sets(registry, "trainingjob_jobs")}
-    assert states == {"Pending", "Initializing", "Running", "Restarting", "Suspended", "Completed", "Failed"}
+    assert states == set(STATES)
+    assert "Queued" in states
 
 
 def test_job_collector_has_no_series_for_values_not_reported() -> None:
@@ -334,8 +394,10 @@ def exercise_everything(metrics: Metrics, clock: FakeClock) -> WorkQueue:
     metrics.reconciliation_duration.labels(namespace=ns).observe(0.02)
     metrics.reconciliation_errors.labels(namespace=ns, error_type="Conflict").inc()
     metrics.invalid_spec.labels(namespace=ns).inc()
+    metrics.queue_wait.labels(namespace=ns, cluster_queue="gpus").observe(30.0)
+    metrics.evictions.labels(namespace=ns, reason=eviction_reason("Preempted")).inc()
     metrics.events_dropped.inc()
-    metrics.track_jobs(lambda: [RUNNING, PENDING, COMPLETED, OTHER_NAMESPACE], FakeClock(NOW))
+    metrics.track_jobs(lambda: [RUNNING, PENDING, COMPLETED, OTHER_NAMESPACE, QUEUED], FakeClock(NOW))
     queue = WorkQueue("trainingjob", clock, metrics.queue_metrics("trainingjob", "trainingjob"))
     metrics.track_queue(queue, "trainingjob")
     queue.add("ml/a")

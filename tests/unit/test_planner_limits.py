@@ -11,8 +11,8 @@ import pytest
 from controller.planner import Observed, plan
 from controller.planner.decide import (
     Accept,
+    AnyDecision,
     CreateRanks,
-    Decision,
     Finish,
     Finished,
     NextAttempt,
@@ -24,9 +24,9 @@ from controller.planner.decide import (
 )
 from controller.planner.facts import Facts
 from controller.planner.model import Settings
+from controller.planner.plan import apply_decision
 from controller.planner.texts import MESSAGE_LIMIT, REASON_LIMIT
 from controller.planner.timers import LATEST, MAX_WAKE_UP_SECONDS
-from controller.planner.transitions import apply
 from controller.runtime.clock import parse_time, rfc3339
 from controller.runtime.events import MESSAGE_LIMIT_BYTES
 from crd import contract
@@ -181,10 +181,10 @@ def decisions(scene: World) -> list[type]:
     observed = scene.observed()
     facts = Facts(parse(observed.job), observed, Settings(), ())
     status = scene.status
-    taken: list[Decision] = []
+    taken: list[AnyDecision] = []
     while not taken or taken[-1].STEP:
         taken.append(decide(facts, status, taken))
-        status = apply(facts, status, taken[-1]).status
+        status = apply_decision(facts, status, taken[-1]).status
     return [type(decision) for decision in taken]
 
 

@@ -81,13 +81,31 @@ wildcards, no Secrets (pods only name Secrets in their env, which the kubelet re
 - apiGroups: ["scheduling.x-k8s.io", "scheduling.volcano.sh"]
   resources: ["podgroups"]
   verbs: ["get", "list", "watch", "create", "delete", "patch"]
+# Kueue (docs/shared-clusters.md): a queued job's Workload; its status to mark it finished and to
+# release an eviction's quota once the pods are gone.
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["workloads"]
+  verbs: ["get", "list", "watch", "create", "delete", "patch"]
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["workloads/status"]
+  verbs: ["patch"]
 {{- end -}}
 
-{{/* Cluster-scoped reads: which nodes exist and what they can hold (GPUs), to explain unschedulable jobs;
-the trainers' admission policy, checked at start-up. */}}
+{{/*
+Cluster-scoped reads: which nodes exist and what they can hold (GPUs), to explain unschedulable jobs;
+Kueue's ResourceFlavors and the priority classes of queued jobs; the trainers' admission policy,
+checked at start-up.
+*/}}
 {{- define "trainingjob-operator.nodeRules" -}}
 - apiGroups: [""]
   resources: ["nodes"]
+  verbs: ["get", "list", "watch"]
+# Kueue's objects a Workload's placement and priority are read from (docs/shared-clusters.md).
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["resourceflavors", "workloadpriorityclasses"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: ["scheduling.k8s.io"]
+  resources: ["priorityclasses"]
   verbs: ["get", "list", "watch"]
 - apiGroups: ["admissionregistration.k8s.io"]
   resources: ["validatingadmissionpolicies", "validatingadmissionpolicybindings"]

@@ -1,0 +1,143 @@
+"""Helpers for the Kueue end-to-end tests: a test's own queues, queued TrainingJobs, their Workloads.
+
+Why: the Kueue tests run on the session's cluster next to every other test, so each brings its own
+capacity and its own queues: `gpu_queue` makes a ResourceFlavor whose node labels and tolerations
+are those of the test's private node pool (tests.e2e.lifecycle_support.node_pool), a ClusterQueue
+with a GPU quota for the test's namespace only and a LocalQueue there, and deletes the cluster-scoped
+ones afterwards. The jobs set no node selector or toleration of their own: only the admitted flavor's
+placement puts their pods on the pool, which is what the tests check.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from crd import contract
+from tests.cluster import Kubectl, wait_for
+from tests.e2e.jobs import job_manifest
+from tests.e2e.lifecycle_support import POOL_KEY, retried
+
+JsonDict = dict[str, Any]
+GPU = contract.GPU_RESOURCE
+KUEUE = contract.KUEUE_API_VERSION
+LOCAL_QUEUE = "team"
+
+
+@dataclass(frozen=True)
+class Queues:
+    flavor: str
+    cluster_queue: str
+    local_queue: str = LOCAL_QUEUE
+
+
+def is_true(obj: JsonDict | None, type_: str) -> bool:
+    conditions = ((obj or {}).get("status") or {}).get("conditions") or []
+    return any(c["type"] == type_ and c["status"] == "True" for c in conditions)
+
+
+def pool_toleration(namespace: str) -> JsonDict:
+    return {"key": POOL_KEY, "operator": "Equal", "value": namespace, "effect": "NoSchedule"}
+
+
+@contextlib.contextmanager
+def gpu_queue(kubectl: Kubectl, namespace: str, gpus: int) -> Iterator[Queues]:
+    """A flavor for the namespace's node pool, a ClusterQueue with `gpus` GPUs of it (preemption by
+    priority within the queue) for that namespace, and LocalQueue `team` there."""
+    name = f"tj-e2e-{namespace[-6:]}-{uuid.uuid4().hex[:4]}"
+    flavor = {
+        "apiVersion": KUEUE,
+        "kind": "ResourceFlavor",
+        "metadata": {"name": name},
+        "spec": {"nodeLabels": {POOL_KEY: namespace}, "tolerations": [pool_toleration(namespace)]},
+    }
+    cluster_queue = {
+        "apiVersion": KUEUE,
+        "kind": "ClusterQueue",
+        "metadata": {"name": name},
+        "spec": {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+            "preemption": {"withinClusterQueue": "LowerPriority"},
+            "resourceGroups": [
+                {
+                    "coveredResources": [GPU],
+                    "flavors": [{"name": name, "resources": [{"name": GPU, "nominalQuota": gpus}]}],
+                }
+            ],
+        },
+    }
+    local_queue = {
+        "apiVersion": KUEUE,
+        "kind": "LocalQueue",
+        "metadata": {"name": LOCAL_QUEUE, "namespace": namespace},
+        "spec": {"clusterQueue": name},
+    }
+    try:
+        for manifest in (flavor, cluster_queue, local_queue):
+            kubectl.run("create", "-f", "-", stdin=json.dumps(manifest))
+        wait_for(
+            f"ClusterQueue {name} active", lambda: is_true(kubectl.get_json("clusterqueue", name), "Active")
+        )
+        yield Queues(name, name)
+    finally:
+        for kind in ("clusterqueue", "resourceflavor"):
+            retried(
+                f"{kind} {name} deleted",
+                functools.partial(kubectl.run, "delete", kind, name, "--ignore-not-found", "--wait=false"),
+            )
+
+
+@contextlib.contextmanager
+def workload_priority_classes(kubectl: Kubectl, **values: int) -> Iterator[dict[str, str]]:
+    """WorkloadPriorityClasses with unique names: yields {given name: the class's name}."""
+    suffix = uuid.uuid4().hex[:6]
+    names = {given: f"tj-e2e-{given}-{suffix}" for given in values}
+    try:
+        for given, value in values.items():
+            manifest = {
+                "apiVersion": KUEUE,
+                "kind": "WorkloadPriorityClass",
+                "metadata": {"name": names[given]},
+                "value": value,
+            }
+            kubectl.run("create", "-f", "-", stdin=json.dumps(manifest))
+        yield names
+    finally:
+        for name in names.values():
+            retried(
+                f"WorkloadPriorityClass {name} deleted",
+                functools.partial(
+                    kubectl.run, "delete", "workloadpriorityclass", name, "--ignore-not-found", "--wait=false"
+                ),
+            )
+
+
+def queued_job(name: str, queue: str = LOCAL_QUEUE, *, priority: str | None = None, **spec: Any) -> JsonDict:
+    """An 8-GPU TrainingJob (one worker unless `spec` says otherwise) in LocalQueue `queue`."""
+    manifest = job_manifest(name, **{"numWorkers": 1, "gpusPerWorker": 8, **spec})
+    labels = {contract.QUEUE_NAME_LABEL: queue}
+    if priority:
+        labels[contract.WORKLOAD_PRIORITY_CLASS_LABEL] = priority
+    manifest["metadata"]["labels"] = labels
+    return manifest
+
+
+def workload_of(kubectl: Kubectl, namespace: str, job: str) -> JsonDict | None:
+    """The Workload the operator made for TrainingJob `job` (by its owner reference)."""
+    for workload in kubectl.items("workloads.kueue.x-k8s.io", "-n", namespace):
+        owners = workload["metadata"].get("ownerReferences") or []
+        if any(owner["kind"] == contract.KIND and owner["name"] == job for owner in owners):
+            return workload
+    return None
+
+
+def admitted_reason(status: JsonDict) -> str | None:
+    for entry in status.get("conditions") or []:
+        if entry["type"] == "Admitted":
+            return str(entry["reason"])
+    return None
