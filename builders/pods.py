@@ -184,7 +184,7 @@ def pod_labels(index: int, attempt: int) -> dict[str, str]:
 
 def pod_annotations(job: TrainingJob) -> dict[str, str]:
     """The world the pod was built for: numWorkers and WORLD_SIZE, or an elastic job's bounds (its world
-    changes while the pod runs)."""
+    changes while the pod runs); and the container kubectl logs and exec pick, the trainer."""
     elastic = job.spec.elastic
     if elastic is not None:
         annotations = {contract.ELASTIC_ANNOTATION: elastic.nnodes}
@@ -193,6 +193,7 @@ def pod_annotations(job: TrainingJob) -> dict[str, str]:
             contract.NUM_WORKERS_ANNOTATION: str(job.spec.num_workers),
             contract.WORLD_SIZE_ANNOTATION: str(job.spec.world_size),
         }
+    annotations[contract.DEFAULT_CONTAINER_ANNOTATION] = contract.CONTAINER_NAME
     if job.generation is not None:
         annotations[contract.SPEC_GENERATION_ANNOTATION] = str(job.generation)
     return annotations

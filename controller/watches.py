@@ -276,7 +276,7 @@ class Watches:
             self._foreign_pod_changed(obj)
             return
         self._expectations.deleted(key, obj["metadata"]["uid"])
-        if podstate.disruption_reason(obj) is not None or podstate.phase(obj) == "Failed":
+        if podstate.disruption_reason(obj) is not None or podstate.worker_phase(obj) == "Failed":
             self._tombstones.record(key, obj)
         self._queue.add(key, URGENT_PRIORITY)
 

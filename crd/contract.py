@@ -88,6 +88,9 @@ SPEC_GENERATION_ANNOTATION: Final = f"{GROUP}/spec-generation"
 # An elastic job's pods record "minWorkers:maxWorkers" instead of a world size: theirs changes while
 # they run (a scale or a lost worker never makes a pod stale), and no gang start waits for all of them.
 ELASTIC_ANNOTATION: Final = f"{GROUP}/elastic-workers"
+# kubectl's own annotation: `kubectl logs POD` and `kubectl exec POD` pick this container when the pod
+# has several (sidecars), so they show the trainer without `-c trainer`.
+DEFAULT_CONTAINER_ANNOTATION: Final = "kubectl.kubernetes.io/default-container"
 
 # Suffixes of the other per-job object names (see builders/names.py).
 CONFIG_SUFFIX: Final = "-config"

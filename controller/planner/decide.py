@@ -332,7 +332,7 @@ def _success(facts: Facts, status: Mapping[str, Any], gang: Gang) -> Finish | No
         reason, message = reached
         return Finish(State.COMPLETED, reason, message, tuple(gang.holding))
     rank0 = gang.ranks.get(0)
-    rank0_succeeded = rank0 is not None and podstate.phase(rank0) == "Succeeded"
+    rank0_succeeded = rank0 is not None and podstate.worker_phase(rank0) == "Succeeded"
     if facts.spec.success_policy.mode == "RankZero" and rank0_succeeded:
         # The other workers are stopped whatever cleanPodPolicy says (it keeps finished pods only).
         return Finish(State.COMPLETED, "RankZeroSucceeded", "rank 0 succeeded", tuple(gang.holding))

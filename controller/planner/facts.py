@@ -99,7 +99,7 @@ class Facts:
 
     def rank0_finished(self, status: Mapping[str, Any]) -> bool:
         pod = self.reporter(status)
-        return pod is not None and podstate.phase(pod) in ("Succeeded", "Failed")
+        return pod is not None and podstate.worker_phase(pod) in ("Succeeded", "Failed")
 
     def failures(self, verdict: str) -> list[CreateFailure]:
         return [failure for failure in self.observed.create_failures if failure.verdict == verdict]

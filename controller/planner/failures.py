@@ -79,7 +79,7 @@ def classify(
     index = podstate.replica_index(pod)
     ended = podstate.termination(pod)
     disrupted = podstate.disruption_reason(pod)
-    phase = podstate.phase(pod)
+    phase = podstate.worker_phase(pod)
     if disrupted is not None and phase != "Succeeded":
         return PodFailure(
             name,

@@ -44,7 +44,8 @@ class Gang:
         return [index for index in range(self.num_workers) if index not in self.ranks]
 
     def count(self, *phases: str) -> int:
-        return sum(1 for pod in self.ranks.values() if podstate.phase(pod) in phases)
+        """Ranks whose worker (its trainer container, podstate.worker_phase) is in one of `phases`."""
+        return sum(1 for pod in self.ranks.values() if podstate.worker_phase(pod) in phases)
 
     @property
     def unscheduled(self) -> list[JsonDict]:
@@ -52,7 +53,8 @@ class Gang:
 
     @property
     def holding(self) -> list[JsonDict]:
-        """The live pods still running or about to (they hold nodes and GPUs); finished ones are kept
+        """The live pods still running or about to (they hold nodes and GPUs), by the pod's own phase: a
+        pod whose trainer is done but whose sidecar still runs holds its node too. Finished ones are kept
         for inspection unless cleanPodPolicy says otherwise."""
         return [pod for pod in self.live if podstate.phase(pod) in ("Pending", "Running", "Unknown")]
 
@@ -130,17 +132,13 @@ def observe(
 
 def root_cause(failures: Sequence[PodFailure], pods_by_name: Mapping[str, JsonDict]) -> PodFailure:
     """The failure that most likely broke the gang: a disruption first (the other ranks' errors are
-    its consequences), else the container that terminated first."""
+    its consequences), else the worker whose container (the trainer, or what kept it from running)
+    terminated first."""
     disruptions = [failure for failure in failures if failure.disruption]
     if disruptions:
         return disruptions[0]
 
     def finished_at(failure: PodFailure) -> str:
-        pod = pods_by_name.get(failure.pod, {})
-        for entry in pod.get("status", {}).get("containerStatuses") or []:
-            terminated = (entry.get("state") or {}).get("terminated") or {}
-            if terminated.get("finishedAt"):
-                return str(terminated["finishedAt"])
-        return "9999"
+        return podstate.finished_at(pods_by_name.get(failure.pod, {}), failure.container) or "9999"
 
     return sorted(failures, key=lambda failure: (finished_at(failure), failure.pod))[0]

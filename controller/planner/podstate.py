@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from controller.runtime.clock import parse_time
-from crd.contract import NUM_WORKERS_ANNOTATION, REPLICA_INDEX_LABEL
+from crd.contract import CONTAINER_NAME, NUM_WORKERS_ANNOTATION, REPLICA_INDEX_LABEL
 
 JsonDict = dict[str, Any]
 
@@ -94,9 +94,47 @@ def disruption_reason(pod: Mapping[str, Any]) -> str | None:
     return None
 
 
+def container_statuses(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The statuses of the pod's init containers (native sidecars among them), then its containers."""
+    status = pod.get("status", {})
+    return [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
+
+
+def trainer_status(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The status of the operator's trainer container, None before the kubelet reported one."""
+    for entry in pod.get("status", {}).get("containerStatuses") or []:
+        if entry.get("name") == CONTAINER_NAME:
+            return entry  # type: ignore[no-any-return]
+    return None
+
+
+def _terminated(entry: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """A container's terminated state, or that of its last run when it was started again."""
+    if entry is None:
+        return None
+    terminated = (entry.get("state") or {}).get("terminated")
+    if terminated is None:
+        terminated = (entry.get("lastState") or {}).get("terminated")
+    return terminated
+
+
+def worker_phase(pod: Mapping[str, Any]) -> str:
+    """The worker's phase as the job counts it: the trainer container's end decides, not the pod's.
+
+    A classic sidecar that never exits keeps its pod Running after the trainer is done, and one that
+    fails makes the pod Failed though the trainer succeeded; neither says anything about training. So
+    once the trainer has terminated, exit code 0 is Succeeded and anything else Failed. Before that (or
+    when it never ran: an init container failed, the pod was evicted) it is the pod's phase.
+    """
+    ended = ((trainer_status(pod) or {}).get("state") or {}).get("terminated")
+    if ended is not None:
+        return "Succeeded" if ended.get("exitCode") == 0 else "Failed"
+    return phase(pod)
+
+
 @dataclass(frozen=True)
 class Termination:
-    """How the first failed container of a pod ended."""
+    """How a worker ended: its trainer container, or what kept the trainer from running."""
 
     container: str
     exit_code: int | None
@@ -104,31 +142,40 @@ class Termination:
     message: str
 
 
-def termination(pod: Mapping[str, Any]) -> Termination | None:
-    """The terminated state of the pod's first failed container (else of its first terminated one)."""
-    status = pod.get("status", {})
-    ended = []
-    for entry in status.get("containerStatuses") or []:
-        terminated = (entry.get("state") or {}).get("terminated")
-        if terminated is None:
-            terminated = (entry.get("lastState") or {}).get("terminated")
-        if terminated is not None:
-            ended.append((entry.get("name", ""), terminated))
-    if not ended:
-        if phase(pod) == "Failed":
-            return Termination(
-                "", None, str(status.get("reason") or "Failed"), str(status.get("message") or "")
-            )
-        return None
-    failed = [item for item in ended if item[1].get("exitCode", 0) != 0]
-    name, state = (failed or ended)[0]
+def _termination(name: str, state: Mapping[str, Any]) -> Termination:
     code = state.get("exitCode")
     return Termination(
-        container=str(name),
+        container=name,
         exit_code=int(code) if code is not None else None,
         reason=str(state.get("reason") or ("Completed" if code == 0 else "Error")),
         message=str(state.get("message") or ""),
     )
+
+
+def termination(pod: Mapping[str, Any]) -> Termination | None:
+    """The trainer container's terminated state. When the trainer has not ended: the first init
+    container or sidecar that failed (the trainer never ran, or the pod was taken away), else the pod's
+    own reason when it failed; None while nothing ended."""
+    trainer = _terminated(trainer_status(pod))
+    if trainer is not None:
+        return _termination(CONTAINER_NAME, trainer)
+    for entry in container_statuses(pod):
+        ended = _terminated(entry)
+        if ended is not None and ended.get("exitCode", 0) != 0:
+            return _termination(str(entry.get("name", "")), ended)
+    if phase(pod) == "Failed":
+        status = pod.get("status", {})
+        return Termination("", None, str(status.get("reason") or "Failed"), str(status.get("message") or ""))
+    return None
+
+
+def finished_at(pod: Mapping[str, Any], container: str) -> str | None:
+    """When `container` of the pod last terminated (RFC 3339), if it did."""
+    for entry in container_statuses(pod):
+        if entry.get("name") == container:
+            ended = _terminated(entry) or {}
+            return str(ended["finishedAt"]) if ended.get("finishedAt") else None
+    return None
 
 
 def node_lost_in(

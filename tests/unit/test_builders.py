@@ -186,6 +186,7 @@ def test_pod_identity_labels_and_annotations() -> None:
     assert worker["metadata"]["annotations"] == {
         contract.NUM_WORKERS_ANNOTATION: "3",
         contract.WORLD_SIZE_ANNOTATION: "6",
+        contract.DEFAULT_CONTAINER_ANNOTATION: "trainer",
         contract.SPEC_GENERATION_ANNOTATION: "3",
     }
 
