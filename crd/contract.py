@@ -41,6 +41,7 @@ class Condition(StrEnum):
 
     ADMITTED = "Admitted"
     CREATED = "Created"
+    SCHEDULED = "Scheduled"
     RUNNING = "Running"
     RESTARTING = "Restarting"
     SUSPENDED = "Suspended"

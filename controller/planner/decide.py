@@ -395,8 +395,11 @@ def backoff_used(status: Mapping[str, Any]) -> int:
 
 
 def unschedulable_summary(gang: Gang) -> str:
+    """How many pods wait for a node, and the scheduler's reason for one of them: an informative one
+    (which resource, which selector) before coscheduling's optimistic rejection of the whole gang."""
     unscheduled = gang.unscheduled
     known = [message for message in map(podstate.unschedulable_message, unscheduled) if message]
+    known.sort(key=lambda message: podstate.OPTIMISTIC_REJECTION in message)
     if known:
         return f"{len(unscheduled)}/{gang.num_workers} pods unschedulable: {known[0]}"
     return f"{len(unscheduled)}/{gang.num_workers} pods waiting to be scheduled"

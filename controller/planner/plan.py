@@ -11,8 +11,9 @@ Three steps:
 2. create failures reported by the reconciler come back as data (`Observed.create_failures`): an
    invalid object fails the job (InvalidSpec, through the same Finish as any failure), a blocked one
    shows on the Created condition and the message.
-3. the fields derived from the pods (workers, resources), observedGeneration and the time of the
-   next look (timers.py) are computed once, from the final status.
+3. the fields derived from the pods (workers, resources, the Scheduled condition: scheduled.py),
+   observedGeneration and the time of the next look (timers.py) are computed once, from the final
+   status.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from controller.planner.decide import AnyDecision, Finish, decide, progress
 from controller.planner.facts import Facts
 from controller.planner.model import Delete, Event, Observed, Plan, Settings
 from controller.planner.queueing import Admit, Dequeue, Enqueue, Evict
+from controller.planner.scheduled import show_scheduled
 from controller.planner.supporting import Patch, desired_objects, diff_objects
 from controller.planner.timers import ceil_to_second, wake_up
 from controller.planner.transitions import (
@@ -82,6 +84,7 @@ def plan(observed: Observed, settings: Settings | None = None) -> Plan:
     refused = facts.failures("blocked")
     if refused and not any(isinstance(step, Finish) for step in result.taken):
         final = show_blocked(moment(facts), final, (failure.message for failure in refused))
+    final = show_scheduled(facts, final)
     gang = facts.gang(final)
     final = _derived(final, facts)
     events = list(result.events)

@@ -77,6 +77,11 @@ def is_scheduled(pod: Mapping[str, Any]) -> bool:
     return bool(node_name(pod)) or (scheduled is not None and scheduled.get("status") == "True")
 
 
+# What scheduler-plugins' coscheduling says of the pods of a gang it gave up on as a whole (rejected
+# while waiting on permit): true, but it hides the reason of the pod that did not fit.
+OPTIMISTIC_REJECTION = "optimistic rejection in PostFilter"
+
+
 def unschedulable_message(pod: Mapping[str, Any]) -> str | None:
     """The scheduler's explanation when it could not place the pod, e.g. "0/4 nodes are available: ..."."""
     scheduled = condition(pod, "PodScheduled")
