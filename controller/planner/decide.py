@@ -154,7 +154,8 @@ class MarkCreated:
 
 @dataclass(frozen=True)
 class Track:
-    """The gang exists: show how far it got, and a stall (`stalled`) when progress stopped."""
+    """The gang exists: show how far it got, and a stall (`stalled`) when progress stopped. `warning`:
+    the condition's reason is a problem (a container that cannot start), announced by an Event."""
 
     STEP: ClassVar = False
     state: State
@@ -162,6 +163,7 @@ class Track:
     message: str
     condition_reason: str
     stalled: str | None = None
+    warning: bool = False
 
 
 Decision = (
@@ -416,6 +418,11 @@ def _track(facts: Facts, status: Mapping[str, Any], gang: Gang, *, deferred: boo
         reason = "PodsUnschedulable" if unschedulable else "PodsPending"
         return Track(State.PENDING, reason, message, reason)
     if running < total and elastic_running is None:
+        waiting = waiting_summary(gang)
+        if waiting is not None:
+            reason, text = waiting
+            message = f"{running}/{total} pods running; {text}"
+            return Track(State.INITIALIZING, "PodsScheduled", message, reason, warning=True)
         return Track(State.INITIALIZING, "PodsScheduled", f"{running}/{total} pods running", "PodsStarting")
     stalled = None
     if cond.is_true(status.get("conditions"), Condition.RUNNING) and not deferred:
@@ -427,6 +434,27 @@ def _track(facts: Facts, status: Mapping[str, Any], gang: Gang, *, deferred: boo
     if elastic_running is not None and running < total:
         return Track(State.RUNNING, "Running", elastic_running, "MinWorkersRunning", stalled)
     return Track(State.RUNNING, "Running", f"{total}/{total} workers running", "AllWorkersRunning", stalled)
+
+
+def waiting_summary(gang: Gang) -> tuple[str, str] | None:
+    """(the kubelet's waiting reason, a sentence naming the pod and container) for the first rank whose
+    containers cannot start (podstate.waiting_problem), with how many more there are; None if none."""
+    problems = [
+        (pod["metadata"]["name"], waiting)
+        for pod in gang.ranks.values()
+        if podstate.worker_phase(pod) == "Pending"
+        for waiting in [podstate.waiting_problem(pod)]
+        if waiting is not None
+    ]
+    if not problems:
+        return None
+    name, waiting = min(problems, key=lambda problem: problem[0])
+    text = f"pod {name}: container {waiting.container} is waiting: {waiting.reason}"
+    if waiting.message:
+        text += f": {waiting.message}"
+    if len(problems) > 1:
+        text += f" (and {len(problems) - 1} more pod(s) waiting)"
+    return waiting.reason, text
 
 
 def _stall(facts: Facts, status: Mapping[str, Any]) -> Finish | Restart | str | None:

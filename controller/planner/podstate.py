@@ -137,6 +137,35 @@ def worker_phase(pod: Mapping[str, Any]) -> str:
     return phase(pod)
 
 
+# Waiting reasons of a container that is on its way: anything else (ErrImagePull, ImagePullBackOff,
+# CreateContainerConfigError, InvalidImageName, CrashLoopBackOff, ...) is a problem someone must fix.
+STARTING_REASONS = ("ContainerCreating", "PodInitializing")
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A container that cannot start, and the kubelet's reason."""
+
+    container: str
+    reason: str
+    message: str
+
+
+def waiting_problem(pod: Mapping[str, Any]) -> Waiting | None:
+    """Why the pod's containers do not start, when the kubelet says it is a problem (a missing image
+    pull secret, a ConfigMap key that does not exist): the trainer's waiting state first, then an init
+    container's or a sidecar's. None while they are merely being created."""
+    trainer = trainer_status(pod)
+    ordered = [trainer] if trainer is not None else []
+    ordered += [entry for entry in container_statuses(pod) if entry is not trainer]
+    for entry in ordered:
+        waiting = (entry.get("state") or {}).get("waiting") or {}
+        reason = waiting.get("reason")
+        if reason and reason not in STARTING_REASONS:
+            return Waiting(str(entry.get("name", "")), str(reason), str(waiting.get("message") or ""))
+    return None
+
+
 @dataclass(frozen=True)
 class Termination:
     """How a worker ended: its trainer container, or what kept the trainer from running."""

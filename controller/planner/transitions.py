@@ -331,6 +331,10 @@ def record_progress(facts: Facts, status: Mapping[str, Any], decision: RecordPro
 def track(facts: Facts, status: Mapping[str, Any], decision: Track) -> Step:
     change = Change(moment(facts), status)
     running = decision.state == State.RUNNING
+    before = cond.get(status.get("conditions"), Condition.RUNNING)
+    if decision.warning and (before is None or before.get("reason") != decision.condition_reason):
+        # Once per problem (the condition's reason): the kubelet retries on its own back-off.
+        change.note("Warning", decision.condition_reason, decision.message)
     change.set(Condition.RUNNING, running, decision.condition_reason, decision.message)
     change.move_to(decision.state, decision.message, decision.event_reason)
     if decision.stalled is not None:
