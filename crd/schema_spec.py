@@ -45,6 +45,12 @@ from crd.schema_parts import (
 from crd.schema_podtemplate import pod_template, spec_rules
 from crd.schema_storage import checkpoint
 
+# Why networking.backend mpi is named in the enum (it is torch.distributed's third backend) but refused.
+MPI_REFUSAL = (
+    "MPI jobs need a launcher (mpirun started from one pod, reaching the workers over SSH or PMIx) that "
+    "the operator does not create, and a torch built with MPI"
+)
+
 
 def resources() -> Schema:
     limit = 32
@@ -192,9 +198,16 @@ def networking() -> Schema:
             "backend": string(
                 "torch.distributed backend (TORCH_DISTRIBUTED_BACKEND, DIST_BACKEND). Unset: nccl when "
                 "gpusPerWorker > 0, else gloo. nccl needs NVIDIA GPUs (gpusPerWorker, or nvidia.com/* "
-                "resources such as MIG slices).",
+                f"resources such as MIG slices). mpi is refused: {MPI_REFUSAL}.",
                 max_length=8,
                 enum=["nccl", "gloo", "mpi"],
+                rules=[
+                    rule(
+                        "self != 'mpi'",
+                        message=f"networking.backend mpi is not supported yet: {MPI_REFUSAL}; use nccl "
+                        "(NVIDIA GPUs) or gloo",
+                    )
+                ],
             ),
             "masterPort": integer(
                 "Port of the rendezvous on rank 0 (MASTER_PORT) and of the TF_CONFIG cluster addresses.",

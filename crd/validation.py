@@ -35,6 +35,7 @@ from typing import Any
 
 from crd import contract
 from crd.defaults import storage_in_use, with_defaults
+from crd.schema_spec import MPI_REFUSAL
 
 NVIDIA_PREFIX = "nvidia.com/"
 OTHER_ACCELERATOR_PREFIXES = ("amd.com/gpu", "gpu.intel.com/", "habana.ai/", "aws.amazon.com/neuron")
@@ -57,6 +58,7 @@ def validate(job: dict[str, Any]) -> list[FieldError]:
         *_value_from_errors(spec),
         *_hyperparameter_errors(spec),
         *_accelerator_errors(spec),
+        *_backend_errors(spec),
         *_resume_errors(spec),
         *_mount_path_errors(spec),
     ]
@@ -123,6 +125,12 @@ def _accelerator_errors(spec: dict[str, Any]) -> Iterator[FieldError]:
             "nccl needs NVIDIA GPUs, but the workers request none (gpusPerWorker is 0 and no nvidia.com/* "
             "resource is set); use gloo for CPU-only training",
         )
+
+
+def _backend_errors(spec: dict[str, Any]) -> Iterator[FieldError]:
+    """mpi, stored before admission refused it (crd/schema_spec.py says why)."""
+    if spec["networking"]["backend"] == "mpi":
+        yield FieldError("spec.networking.backend", f"mpi is not supported: {MPI_REFUSAL}")
 
 
 def _resume_errors(spec: dict[str, Any]) -> Iterator[FieldError]:

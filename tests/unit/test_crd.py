@@ -697,3 +697,11 @@ def test_nccl_needs_nvidia_devices() -> None:
         "spec.resources.limits": {"nvidia.com/mig-1g.5gb": 1},
     }
     assert _errors(mig) == []
+
+
+def test_a_stored_mpi_job_is_refused_by_the_operator_too() -> None:
+    # Admission refuses mpi (crd_cases backend-mpi); one stored before that fails with InvalidSpec.
+    errors = _errors({"spec.networking.backend": "mpi"})
+    assert [e.path for e in errors] == ["spec.networking.backend"]
+    assert "launcher" in errors[0].message
+    assert "mpi is refused" in subschema("spec", "networking", "backend")["description"]
