@@ -11,6 +11,7 @@ import posixpath
 from dataclasses import dataclass
 
 from builders.names import pvc_name
+from crd import contract
 from crd.spec import TrainingJob
 
 VOLUME_TYPES = ("pvc", "nfs")
@@ -24,6 +25,8 @@ class CheckpointStorage:
     mount_path: str
     claim_name: str | None = None
     creates_claim: bool = False
+    # The claim it creates outlives the job (create.whenDeleted Retain): it gets no owner reference.
+    retains_claim: bool = False
     nfs_server: str | None = None
     nfs_path: str | None = None
     bucket: str | None = None
@@ -49,7 +52,10 @@ def checkpoint_storage(job: TrainingJob) -> CheckpointStorage | None:
         pvc = storage.get("pvc", {})
         creates = "create" in pvc
         claim = storage.get("pvcName") or pvc.get("claimName") or (pvc_name(job) if creates else None)
-        return CheckpointStorage(kind, mount_path, mount_path, claim_name=claim, creates_claim=creates)
+        retains = creates and pvc["create"].get("whenDeleted", contract.CLAIM_RETAIN) == contract.CLAIM_RETAIN
+        return CheckpointStorage(
+            kind, mount_path, mount_path, claim_name=claim, creates_claim=creates, retains_claim=retains
+        )
     if kind == "nfs":
         nfs = storage.get("nfs", {})
         return CheckpointStorage(

@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future
 from typing import Any, Literal
 
+from builders.pvc import reusable_claim
 from builders.shared import is_shared
 from controller.planner import CreateFailure, Delete, Plan
 from controller.planner.supporting import Patch
@@ -293,9 +294,12 @@ def _namespace(job: JsonDict) -> str:
 
 
 def _ours(job: JsonDict, wanted: JsonDict, existing: JsonDict) -> bool:
-    """An object found under the name of one the job wants is the job's own (made before a crash), or
-    a shared one another job of the namespace made."""
+    """An object found under the name of one the job wants is the job's own (made before a crash), a
+    shared one another job of the namespace made, or a checkpoint claim retained for the job's name
+    (builders/pvc.py)."""
     owners = existing.get("metadata", {}).get("ownerReferences") or []
     if any(owner.get("uid") == job["metadata"]["uid"] for owner in owners):
+        return True
+    if reusable_claim(job["metadata"]["name"], existing):
         return True
     return is_shared(wanted) and is_shared(existing)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from builders.podgroup import GangScheduler
+from builders.pvc import reusable_claim
 from controller.executor import Writes
 from controller.kueue_watches import KueueWatch, queued
 from controller.metrics import Metrics
@@ -39,7 +40,7 @@ from controller.runtime.events import EventRecorder
 from controller.runtime.expectations import Expectations
 from controller.runtime.store import BY_OWNER_UID, object_key
 from controller.runtime.trackers import StatusWrites, Tombstones
-from controller.watches import BY_SHARED, Caches
+from controller.watches import BY_JOB, BY_SHARED, Caches
 
 logger = logging.getLogger(__name__)
 
@@ -142,6 +143,11 @@ class Reconciler:
                 owned[(obj["kind"], obj["metadata"]["name"])] = obj
             for obj in store.by_index(BY_OWNER_UID, uid):
                 owned[(obj["kind"], obj["metadata"]["name"])] = obj
+        claims = self._caches.owned.get("PersistentVolumeClaim")
+        for claim in claims.by_index(BY_JOB, object_key(job)) if claims is not None else ():
+            # A retained checkpoint claim has no owner: it is the job's by its name and labels.
+            if reusable_claim(job["metadata"]["name"], claim):
+                owned[(claim["kind"], claim["metadata"]["name"])] = claim
         nodes = self._caches.nodes
         nodes_known = nodes is not None and self._caches.nodes_synced()
         return Observed(

@@ -296,9 +296,14 @@ class Watches:
         key = owner_key(obj)
         if key:
             self._queue.add(key)
-        elif is_shared(obj):
+            return
+        if is_shared(obj):
             # Seen (also at start-up): still needed? The namespace's reconcile decides.
             self._queue.add_after(namespace_key(obj["metadata"]["namespace"]), RELEASE_AFTER_SECONDS)
+            return
+        # A checkpoint claim retained past its job (builders/pvc.py) is the job's by its label.
+        for labelled in by_job(obj):
+            self._queue.add(labelled)
 
     def _owned_deleted(self, obj: JsonDict) -> None:
         """A deleted object is repaired by its job; a deleted shared one by every job of its namespace

@@ -157,6 +157,11 @@ FRAMEWORKS: Final = tuple(DEFAULT_IMAGES)
 # A checkpoint claim the operator creates (storage type pvc without claimName) is named
 # "<job>-checkpoints" and gets this size unless spec.checkpoint.storage.pvc.create.size says otherwise.
 DEFAULT_CHECKPOINT_CLAIM_SIZE: Final = "10Gi"
+# spec.checkpoint.storage.pvc.create.whenDeleted (as StatefulSet's persistentVolumeClaimRetentionPolicy):
+# a retained claim has no owner reference, so neither the garbage collector nor a TTL deletes it.
+CLAIM_RETAIN: Final = "Retain"
+CLAIM_DELETE: Final = "Delete"
+CLAIM_RETENTION_POLICIES: Final = (CLAIM_RETAIN, CLAIM_DELETE)
 
 # Seconds a worker gets between SIGTERM and SIGKILL: enough to flush a checkpoint on preemption,
 # short enough that a gang restart is not held up for long.

@@ -69,13 +69,33 @@ def _exclusive_settings(kind: str, fields: tuple[str, ...]) -> Rule:
 def storage() -> Schema:
     pvc = obj(
         "A PersistentVolumeClaim holding the checkpoints: an existing claim, or one the operator creates "
-        f"and owns (named <job>{contract.CHECKPOINTS_SUFFIX}). With neither claimName nor create the "
-        f"operator creates one of {contract.DEFAULT_CHECKPOINT_CLAIM_SIZE}.",
+        f"(named <job>{contract.CHECKPOINTS_SUFFIX}). With neither claimName nor create the operator "
+        f"creates one of {contract.DEFAULT_CHECKPOINT_CLAIM_SIZE}, which outlives the job "
+        "(create.whenDeleted).",
         {
-            "claimName": string("An existing claim in the job's namespace.", max_length=NAME_LENGTH),
+            "claimName": string(
+                "An existing claim in the job's namespace, e.g. the retained claim of an earlier job "
+                f"(<job>{contract.CHECKPOINTS_SUFFIX}) to resume from with checkpoint.resumeFrom. The "
+                "operator never deletes it.",
+                max_length=NAME_LENGTH,
+            ),
             "create": obj(
-                "The claim the operator creates, deleted with the job.",
+                f"The claim the operator creates, <job>{contract.CHECKPOINTS_SUFFIX}. A job created again "
+                "with the name of one whose claim was retained uses that claim as it is (its size and class "
+                "are not changed).",
                 {
+                    "whenDeleted": string(
+                        "What happens to the claim when the job is deleted (kubectl delete, or "
+                        "ttlSecondsAfterFinished): Retain keeps it with its checkpoints, for a new job to "
+                        "resume from (claimName, or a job of the same name); Delete lets the garbage "
+                        "collector delete it with the job (the claim is owned by the job). A claim the job "
+                        "did not create (one retained by an earlier job) is never deleted with it. Immutable "
+                        "like all of storage: a change made just before the job is deleted could come too "
+                        "late for the garbage collector.",
+                        max_length=8,
+                        enum=list(contract.CLAIM_RETENTION_POLICIES),
+                        default=contract.CLAIM_RETAIN,
+                    ),
                     "size": quantity(
                         "Requested storage, e.g. 100Gi.", default=contract.DEFAULT_CHECKPOINT_CLAIM_SIZE
                     ),

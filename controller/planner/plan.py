@@ -30,7 +30,7 @@ from controller.planner.facts import Facts
 from controller.planner.model import Delete, Event, Observed, Plan, Settings
 from controller.planner.queueing import Admit, Dequeue, Enqueue, Evict
 from controller.planner.scheduled import show_scheduled
-from controller.planner.supporting import Patch, desired_objects, diff_objects
+from controller.planner.supporting import Patch, desired_objects, diff_objects, release_claims
 from controller.planner.timers import ceil_to_second, wake_up
 from controller.planner.transitions import (
     Change,
@@ -75,6 +75,7 @@ def plan(observed: Observed, settings: Settings | None = None) -> Plan:
     patches: list[Patch] = []
     if status.get("state") not in FINISHED_STATES and not facts.spec_errors:
         creates, patches = diff_objects(desired_objects(job, facts.gang_scheduler), observed.owned)
+    patches += release_claims(job, observed.owned)
     workload = workload_writes(facts, result.status)
     creates += workload.creates
     patches += workload.patches

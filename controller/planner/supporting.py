@@ -6,7 +6,8 @@ built by `builders/`; `diff_objects` compares them with what the cache holds (th
 the namespace's shared ones) and lists what to create or patch (the reconciler does the writing).
 Only the fields the operator owns are compared (a ConfigMap's data, a Service's ports and selector, a
 Role's rules, the PodGroup fields it sets), so defaulting by the API server or additions by other
-controllers never cause a write.
+controllers never cause a write. The checkpoint claim is only created, and released
+(`release_claims`) when it must outlive the job (builders/pvc.py).
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from builders.configmap import build_config_map
+from builders.names import pvc_name
 from builders.podgroup import GangScheduler, build_pod_group
-from builders.pvc import build_checkpoint_pvc
+from builders.pvc import build_checkpoint_pvc, release_claim_patch
 from builders.services import build_headless_service, build_master_service
 from builders.shared import build_shared
 from crd.spec import TrainingJob
@@ -64,6 +66,17 @@ def desired_objects(job: TrainingJob, gang: GangScheduler | None) -> list[JsonDi
     if gang is not None:
         objects.append(build_pod_group(job, gang))
     return objects
+
+
+def release_claims(job: TrainingJob, existing: Mapping[tuple[str, str], JsonDict]) -> list[Patch]:
+    """The patch that makes the job's checkpoint claim outlive it when whenDeleted says Retain but the
+    claim is still owned by the job (created so before the policy existed). Made whatever the job's
+    state: a finished job's TTL is what it protects against."""
+    claim = existing.get(("PersistentVolumeClaim", pvc_name(job)))
+    body = release_claim_patch(job, claim) if claim is not None else None
+    if body is None:
+        return []
+    return [Patch("PersistentVolumeClaim", pvc_name(job), body, "v1")]
 
 
 def _lookup(obj: Mapping[str, Any], path: tuple[str, ...]) -> Any:

@@ -378,6 +378,7 @@ ALLOWED: Final = (
     Access("patch", "configmaps", namespace=NS),
     Access("create", "serviceaccounts", namespace=NS),
     Access("create", "persistentvolumeclaims", namespace=NS),
+    Access("patch", "persistentvolumeclaims", namespace=NS),
     Access("create", "events", namespace=NS),
     Access("patch", "events", namespace=NS),
     Access("list", "nodes"),

@@ -64,6 +64,10 @@ def all_objects(tj: TrainingJob) -> list[dict[str, Any]]:
     return objects
 
 
+def when_deleted(tj: dict[str, Any]) -> str:
+    return str(tj["spec"]["checkpoint"]["storage"].get("pvc", {}).get("create", {}).get("whenDeleted"))
+
+
 EXAMPLES = crd_cases.example_manifests()
 VALID = crd_cases.valid_manifests()
 
@@ -97,6 +101,9 @@ def test_every_object_carries_labels_and_controller_reference(name: str) -> None
             assert "ownerReferences" not in meta
             continue
         assert meta["labels"][contract.JOB_NAME_LABEL] == job_name
+        if obj["kind"] == "PersistentVolumeClaim" and when_deleted(tj) == "Retain":
+            assert "ownerReferences" not in meta  # tests/unit/test_checkpoint_claims.py
+            continue
         assert meta["ownerReferences"] == [
             {
                 "apiVersion": "ml.example.com/v1",

@@ -503,7 +503,11 @@ def test_operator_default_backend(gpus: int, backend: str | None, expected: str)
 
 def test_operator_default_checkpoint_claim() -> None:
     created = with_defaults(job({"spec.checkpoint.enabled": True}))["spec"]["checkpoint"]["storage"]
-    assert created["pvc"]["create"] == {"size": "10Gi", "accessModes": ["ReadWriteMany"]}
+    assert created["pvc"]["create"] == {
+        "size": "10Gi",
+        "accessModes": ["ReadWriteMany"],
+        "whenDeleted": "Retain",
+    }
     assert created["pvc"]["create"] == apply_schema_defaults(
         {}, subschema("spec", "checkpoint", "storage", "pvc", "create")
     )

@@ -62,7 +62,7 @@ OPERATOR_RULES: Final[tuple[tuple[str, str, tuple[str, ...]], ...]] = (
     ("", "services", ("get", "list", "watch", "create", "delete", "patch")),
     ("", "configmaps", ("get", "list", "watch", "create", "delete", "patch")),
     ("", "serviceaccounts", ("get", "list", "watch", "create", "delete")),
-    ("", "persistentvolumeclaims", ("get", "list", "watch", "create")),
+    ("", "persistentvolumeclaims", ("get", "list", "watch", "create", "patch")),
     ("", "events", ("create", "patch")),
     ("rbac.authorization.k8s.io", "roles", ("get", "list", "watch", "create", "delete", "patch")),
     ("rbac.authorization.k8s.io", "rolebindings", ("get", "list", "watch", "create", "delete", "patch")),

@@ -66,10 +66,11 @@ wildcards, no Secrets (pods only name Secrets in their env, which the kubelet re
 - apiGroups: [""]
   resources: ["serviceaccounts"]
   verbs: ["get", "list", "watch", "create", "delete"]
-# Checkpoint volumes; kept when the job goes (no delete).
+# Checkpoint volumes; never deleted by the operator (no delete). patch: the job's owner reference
+# is taken off a claim that must outlive the job (checkpoint.storage.pvc.create.whenDeleted Retain).
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
-  verbs: ["get", "list", "watch", "create"]
+  verbs: ["get", "list", "watch", "create", "patch"]
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create", "patch"]
