@@ -317,6 +317,47 @@ def priority_class(kubectl: Kubectl, name: str, value: int = 1000) -> Iterator[N
             kubectl.run("delete", "priorityclass", name, "--ignore-not-found", "--wait=false", check=False)
 
 
+@contextlib.contextmanager
+def persistent_volume(
+    kubectl: Kubectl,
+    namespace: str,
+    claim: str,
+    *,
+    size: str = "1Gi",
+    modes: Sequence[str] = ("ReadWriteMany",),
+) -> Iterator[str]:
+    """A PersistentVolume bound ahead to the claim `claim` of `namespace` (made by an example or the
+    operator): the local cluster has no provisioner. Deleted afterwards; yields its name. Its hostPath
+    is never touched: the local kubelet keeps a claim's files in its own state directory."""
+    name = f"{namespace}-{claim}"[:253]
+    manifest = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": name},
+        "spec": {
+            "capacity": {"storage": size},
+            "accessModes": list(modes),
+            "storageClassName": "",
+            "persistentVolumeReclaimPolicy": "Retain",
+            "hostPath": {"path": f"/nonexistent/{name}"},
+            "claimRef": {"namespace": namespace, "name": claim},
+        },
+    }
+    kubectl.run("create", "-f", "-", stdin=json.dumps(manifest))
+    try:
+        yield name
+    finally:
+        kubectl.run("delete", "pv", name, "--ignore-not-found", "--wait=false", check=False)
+
+
+def wait_for_bound_claim(kubectl: Kubectl, namespace: str, claim: str, timeout: float = 60) -> JsonDict:
+    def probe() -> JsonDict | None:
+        found = kubectl.get_or_none("pvc", claim, "-n", namespace)
+        return found if found is not None and found.get("status", {}).get("phase") == "Bound" else None
+
+    return wait(f"claim {claim} bound", probe, timeout=timeout)
+
+
 class PodWatch:
     """`kubectl get pods --watch` for one job's pods (or, without `job`, every pod of the namespace),
     recording every watch event (type, pod) in order.

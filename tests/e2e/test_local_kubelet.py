@@ -24,7 +24,13 @@ import pytest
 from hack.devcluster.pki import issue, openssl
 from tests.cluster import DEV, Kubectl, wait_for
 from tests.e2e.conftest import StartOperator
-from tests.e2e.jobs import job_manifest, pods_of, wait_for_state
+from tests.e2e.jobs import (
+    job_manifest,
+    persistent_volume,
+    pods_of,
+    wait_for_bound_claim,
+    wait_for_state,
+)
 from tests.e2e.localkubelet import (
     FAST_EPOCHS,
     LocalKubelet,
@@ -213,7 +219,11 @@ def test_init_containers_run_first_and_native_sidecars_stop_after_the_trainer(
             "containers": [{"name": "trainer", "volumeMounts": [mounts[1]]}],
         }
     }
-    cluster.apply(sidecar_job("native", template), "-n", namespace)
+    manifest = sidecar_job("native", template)
+    # The job may complete before the kubelet has stopped the sidecar (the trainer decides): keep the
+    # pod to see how it ends.
+    manifest["spec"]["cleanPodPolicy"] = "None"
+    cluster.apply(manifest, "-n", namespace)
 
     def initializing() -> JsonDict | None:
         pods = pods_of(cluster, namespace, "native")
@@ -234,8 +244,12 @@ def test_init_containers_run_first_and_native_sidecars_stop_after_the_trainer(
 
     job = wait_for_state(cluster, namespace, "native", "Completed", timeout=120)
     assert job["status"]["currentEpoch"] == 2
-    [pod] = pods_of(cluster, namespace, "native")
-    assert pod["status"]["phase"] == "Succeeded"
+
+    def succeeded() -> JsonDict | None:
+        [pod] = pods_of(cluster, namespace, "native")
+        return pod if pod["status"]["phase"] == "Succeeded" else None
+
+    pod = wait_for("the pod to succeed once its sidecar stopped", succeeded, 60)
     init = container_states(pod, "initContainerStatuses")
     assert init["fetch"]["terminated"]["exitCode"] == 0
     assert init["log-shipper"]["terminated"]["exitCode"] == 0  # the stand-in, stopped after the trainer
@@ -251,39 +265,72 @@ def test_init_containers_run_first_and_native_sidecars_stop_after_the_trainer(
     assert "training finished: 2 epochs" in cluster.run("logs", *logs, "-c", "trainer")
 
 
-def test_an_istio_like_sidecar_keeps_its_pod_running_after_the_trainer_until_it_is_deleted(
+ISTIO_LIKE = {"name": "istio-proxy", "image": "istio/proxyv2:1.22", "args": ["proxy", "sidecar"]}
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        # A classic sidecar never exits: its pod stays Running, which cleanPodPolicy Running (the default)
+        # ends.
+        ({"spec": {"containers": [ISTIO_LIKE]}}, "Running"),
+        # A native one is stopped by the kubelet after the trainer; All removes the finished pods too.
+        ({"spec": {"initContainers": [{**ISTIO_LIKE, "restartPolicy": "Always"}]}}, "All"),
+    ],
+    ids=["classic", "native"],
+)
+def test_a_job_with_a_sidecar_that_never_exits_completes_and_its_pods_are_cleaned_up(
+    cluster: Kubectl,
+    namespace: str,
+    start_operator: StartOperator,
+    local_kubelet: Callable[[], LocalKubelet],
+    case: tuple[JsonDict, str],
+) -> None:
+    template, policy = case
+    start_operator("--progress-interval=0")
+    kubelet = local_kubelet()
+    manifest = sidecar_job("meshed", template)
+    manifest["spec"]["cleanPodPolicy"] = policy
+    cluster.apply(manifest, "-n", namespace)
+
+    job = wait_for_state(cluster, namespace, "meshed", "Completed", timeout=120)
+    status = job["status"]
+    assert status["currentEpoch"] == 2
+    succeeded = next(c for c in status["conditions"] if c["type"] == "Succeeded")
+    assert (succeeded["status"], succeeded["reason"]) == ("True", "AllWorkersSucceeded")
+    wait_for("the job's pods deleted", lambda: not pods_of(cluster, namespace, "meshed"), 60)
+    wait_for("every container process stopped", lambda: not container_processes(kubelet.state_dir), 60)
+    events = cluster.items("events", "-n", namespace, "--field-selector", "involvedObject.name=meshed")
+    deleted = [e["message"] for e in events if e["reason"] == "SuccessfulDelete"]
+    assert deleted == [f"Deleted pod: meshed-worker-0 (job Completed; cleanPodPolicy {policy})"]
+
+
+def test_a_kept_pod_runs_its_classic_sidecar_after_the_trainer_until_the_job_is_deleted(
     cluster: Kubectl, namespace: str, start_operator: StartOperator, local_kubelet: Callable[[], LocalKubelet]
 ) -> None:
     start_operator("--progress-interval=0")
     kubelet = local_kubelet()
-    template = {
-        "spec": {
-            "containers": [
-                {"name": "istio-proxy", "image": "istio/proxyv2:1.22", "args": ["proxy", "sidecar"]}
-            ]
-        }
-    }
-    cluster.apply(sidecar_job("meshed", template), "-n", namespace)
+    manifest = sidecar_job("kept", {"spec": {"containers": [ISTIO_LIKE]}})
+    manifest["spec"]["cleanPodPolicy"] = "None"
+    cluster.apply(manifest, "-n", namespace)
 
-    def trainer_done() -> JsonDict | None:
-        pods = pods_of(cluster, namespace, "meshed")
-        states = container_states(pods[0]) if pods else {}
-        return pods[0] if "terminated" in states.get("trainer", {}) else None
-
-    pod = wait_for("the trainer to end", trainer_done, 120)
+    wait_for_state(cluster, namespace, "kept", "Completed", timeout=120)
+    [pod] = pods_of(cluster, namespace, "kept")
     states = container_states(pod)
     assert states["trainer"]["terminated"]["exitCode"] == 0
     assert "running" in states["istio-proxy"]
     assert pod["status"]["phase"] == "Running"  # as on a real node: the classic sidecar still runs
-    proxy_log = cluster.run("logs", "meshed-worker-0", "-n", namespace, "-c", "istio-proxy")
+    assert pod["metadata"]["annotations"]["kubectl.kubernetes.io/default-container"] == "trainer"
+    # kubectl logs without -c shows the trainer (the annotation), -c the sidecar's stand-in.
+    assert "training finished: 2 epochs" in cluster.run("logs", "kept-worker-0", "-n", namespace)
+    proxy_log = cluster.run("logs", "kept-worker-0", "-n", namespace, "-c", "istio-proxy")
     assert (
         "istio-proxy (istio/proxyv2:1.22) runs 'proxy sidecar', which cannot run on this machine" in proxy_log
     )
     assert container_processes(kubelet.state_dir)  # the stand-in runs
-
     assert (kubelet.pod_dir(pod) / "home").is_dir()
 
-    cluster.run("delete", "trainingjob", "meshed", "-n", namespace)
+    cluster.run("delete", "trainingjob", "kept", "-n", namespace)
     wait_for("the stand-in to stop", lambda: not container_processes(kubelet.state_dir), 60)
     wait_for("the pod's own directories to go", lambda: not kubelet.pod_dir(pod).exists(), 30)
 
@@ -317,42 +364,20 @@ CODE = {
 @pytest.fixture
 def dataset_claim(cluster: Kubectl, namespace: str) -> Iterator[str]:
     """A PersistentVolumeClaim bound to a volume made for it (the local cluster has no provisioner)."""
-    volume = f"{namespace}-data"
-    cluster.apply(
-        {
+    with persistent_volume(cluster, namespace, "data"):
+        claim = {
             "apiVersion": "v1",
-            "kind": "PersistentVolume",
-            "metadata": {"name": volume},
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "data"},
             "spec": {
-                "capacity": {"storage": "1Gi"},
                 "accessModes": ["ReadWriteMany"],
                 "storageClassName": "",
-                "hostPath": {"path": f"/nonexistent/{volume}"},
-                "claimRef": {"namespace": namespace, "name": "data"},
+                "resources": {"requests": {"storage": "1Gi"}},
             },
         }
-    )
-    claim = {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {"name": "data"},
-        "spec": {
-            "accessModes": ["ReadWriteMany"],
-            "storageClassName": "",
-            "volumeName": volume,
-            "resources": {"requests": {"storage": "1Gi"}},
-        },
-    }
-    cluster.apply(claim, "-n", namespace)
-    wait_for(
-        "the claim bound",
-        lambda: cluster.get_json("pvc", "data", "-n", namespace)["status"].get("phase") == "Bound",
-        60,
-    )
-    try:
+        cluster.apply(claim, "-n", namespace)
+        wait_for_bound_claim(cluster, namespace, "data")
         yield "data"
-    finally:
-        cluster.run("delete", "pv", volume, "--wait=false")
 
 
 def own_code_job(name: str, *, prepare: bool) -> JsonDict:
