@@ -6,10 +6,12 @@ blocks are whole manifests, so a reader can apply them as they are). Most are Tr
 blocks of docs/shared-clusters.md that set up Kueue (ResourceFlavor, ClusterQueue, LocalQueue,
 WorkloadPriorityClasses) are applied on the session's cluster with Kueue running, and that page is
 also followed from start to end with the operator running, to show its story happens as written.
-The restricted-namespace block of docs/pod-template.md is examples/trainingjob-restricted.yaml word
-for word, which tests/e2e/test_pod_security.py runs in a namespace enforcing "restricted"; the block
-of docs/elastic.md is examples/trainingjob-elastic.yaml, which tests/e2e/test_elastic_e2e.py trains
-for real.
+A block that shows an example is the example word for word, comments included: the
+restricted-namespace block of docs/pod-template.md is examples/trainingjob-restricted.yaml
+(tests/e2e/test_pod_security.py runs it in a namespace enforcing "restricted"), the resume block of
+docs/progress.md examples/trainingjob-resume.yaml (tests/e2e/test_examples.py trains it from an
+earlier job's claim), the block of docs/elastic.md examples/trainingjob-elastic.yaml
+(tests/e2e/test_elastic_e2e.py trains it for real).
 """
 
 from __future__ import annotations
@@ -111,17 +113,17 @@ def test_the_documents_have_yaml_blocks() -> None:
     assert yaml_blocks("text\n```yaml\na: 1\n```\n```\nnot: yaml\n```\n") == ["a: 1\n"]
 
 
-def test_the_restricted_block_is_the_example() -> None:
-    example = (REPO / "examples" / "trainingjob-restricted.yaml").read_text(encoding="utf-8")
-    manifest = yaml.safe_load(example)
-    blocks = [yaml.safe_load(text) for text in yaml_blocks((REPO / "docs" / "pod-template.md").read_text())]
-    assert manifest in blocks
-
-
-def test_the_elastic_block_is_the_example() -> None:
-    example = (REPO / "examples" / "trainingjob-elastic.yaml").read_text(encoding="utf-8")
-    blocks = yaml_blocks((REPO / "docs" / "elastic.md").read_text(encoding="utf-8"))
-    assert example in blocks  # word for word, comments included
+@pytest.mark.parametrize(
+    ("example", "document"),
+    [
+        ("trainingjob-restricted.yaml", "pod-template.md"),
+        ("trainingjob-resume.yaml", "progress.md"),
+        ("trainingjob-elastic.yaml", "elastic.md"),
+    ],
+)
+def test_a_block_that_shows_an_example_is_the_example(example: str, document: str) -> None:
+    text = (REPO / "examples" / example).read_text(encoding="utf-8")
+    assert text in yaml_blocks((REPO / "docs" / document).read_text(encoding="utf-8"))
 
 
 @pytest.mark.parametrize("text", BLOCKS)

@@ -1,16 +1,21 @@
 """Every example in examples/ applies cleanly and runs on the local cluster, as a user would run it.
 
-The examples are applied unchanged with `kubectl apply -n <namespace> -f examples/<file>` and must
-reach Running with one Running pod per worker. The advanced example asks for what the dev cluster
-does not have: a PriorityClass `high-priority` and eight nodes labelled node-type=gpu-large (its
-nodeSelector) with four free GPUs each, one worker per node (its hostname anti-affinity). The test
-adds both and removes them afterwards; the extra nodes carry the nvidia.com/gpu NoSchedule taint the
-example tolerates, so no other test's pod lands on them.
+The examples are applied unchanged with `kubectl apply -n <namespace> -f examples/<file>`. Those the
+local kubelet can run (their trainer is `python SCRIPT` from a volume) train to Completed there and
+do what their comments say: the resume example continues from the checkpoints an earlier job left on
+its retained claim, the bring-your-own example trains its own code from a ConfigMap on a dataset
+from a claim. The others reach Running on kwok with one Running pod per worker, their pods carrying
+what the example asks for. The advanced example asks for what the dev cluster does not have: a
+PriorityClass `high-priority`, eight nodes labelled node-type=gpu-large (its nodeSelector) with four
+free GPUs each, one worker per node (its hostname anti-affinity), and a volume for its checkpoint
+claim. The test adds them and removes them afterwards; the extra nodes carry the nvidia.com/gpu
+NoSchedule taint the example tolerates, so no other test's pod lands on them. The local cluster has
+no volume provisioner, so each claim gets a PersistentVolume made for it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,29 +24,35 @@ import yaml
 
 from crd import contract
 from tests.cluster import REPO, Kubectl
+from tests.e2e.conftest import StartOperator
 from tests.e2e.jobs import (
     PatientKubectl,
     assert_healthy,
     extra_nodes,
     get_job,
+    job_manifest,
+    persistent_volume,
     pods_of,
     priority_class,
     wait,
     wait_for_state,
 )
+from tests.e2e.localkubelet import FAST_EPOCHS, LocalKubelet, local_kubelet
 from tests.e2e.operator import OperatorProcess
 
 EXAMPLES = REPO / "examples"
 SIMPLE_EXAMPLES = [
     "trainingjob-simple.yaml",
     "trainingjob-distributed.yaml",
-    "trainingjob-resume.yaml",
     # Elastic: Running once minWorkers run; run_example waits for every worker. It trains for real in
     # tests/e2e/test_elastic_e2e.py.
     "trainingjob-elastic.yaml",
 ]
 # Run in a namespace enforcing the "restricted" Pod Security Standard by tests/e2e/test_pod_security.py.
 RESTRICTED_EXAMPLE = "trainingjob-restricted.yaml"
+__all__ = ["local_kubelet"]  # the fixture
+# Trained to Completed by the local kubelet, below.
+TRAINED_EXAMPLES = ["trainingjob-resume.yaml", "trainingjob-byo.yaml"]
 
 
 @pytest.fixture
@@ -58,7 +69,7 @@ def load(path: Path) -> dict[str, Any]:
 
 def test_every_example_is_covered() -> None:
     assert sorted(path.name for path in EXAMPLES.glob("*.yaml")) == sorted(
-        [*SIMPLE_EXAMPLES, "trainingjob-advanced.yaml", RESTRICTED_EXAMPLE]
+        [*SIMPLE_EXAMPLES, "trainingjob-advanced.yaml", RESTRICTED_EXAMPLE, *TRAINED_EXAMPLES]
     )
 
 
@@ -110,7 +121,8 @@ def gpu_large_nodes(kubectl: Kubectl) -> Iterator[list[str]]:
 def test_advanced_example_runs(
     kubectl: Kubectl, namespace: str, gpu_large_nodes: list[str], operator: OperatorProcess
 ) -> None:
-    with priority_class(kubectl, "high-priority"):
+    claim = "advanced-training-checkpoints"
+    with priority_class(kubectl, "high-priority"), persistent_volume(kubectl, namespace, claim, size="500Gi"):
         run_example(kubectl, namespace, operator, EXAMPLES / "trainingjob-advanced.yaml")
         pods = pods_of(kubectl, namespace, "advanced-training")
         # One worker per node (hostname anti-affinity), all on the gpu-large nodes.
@@ -119,6 +131,104 @@ def test_advanced_example_runs(
         assert {pod["spec"]["priority"] for pod in pods} == {
             int(kubectl.get_json("priorityclass", "high-priority")["value"])
         }
-        # The job and its pods go before the PriorityClass and the nodes do.
+        # torchrun runs the reference trainer the job's ConfigMap mounts, four processes per worker,
+        # checkpointing to the claim.
+        trainer = pods[0]["spec"]["containers"][0]
+        assert (trainer["command"], trainer["args"]) == (["torchrun"], ["/etc/trainingjob/train.py"])
+        env = {entry["name"]: entry.get("value") for entry in trainer["env"]}
+        assert (env["PET_NPROC_PER_NODE"], env["PET_NNODES"], env["WORLD_SIZE"]) == ("4", "8", "32")
+        assert env["CHECKPOINT_DIR"] == "/checkpoints"
+        volumes = {volume["name"]: volume for volume in pods[0]["spec"]["volumes"]}
+        assert volumes["checkpoints"]["persistentVolumeClaim"] == {"claimName": claim}
+        # The job and its pods go before the PriorityClass and the nodes do; the claim stays.
         kubectl.run("delete", "trainingjob", "advanced-training", "-n", namespace)
         wait("the advanced example's pods gone", lambda: not pods_of(kubectl, namespace, "advanced-training"))
+        kept = kubectl.get_json("pvc", claim, "-n", namespace)
+        assert "ownerReferences" not in kept["metadata"]
+        assert "deletionTimestamp" not in kept["metadata"]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Trained to Completed by the local kubelet
+
+
+def test_the_resume_example_continues_from_the_claim_an_earlier_job_retained(
+    kubectl: Kubectl, namespace: str, start_operator: StartOperator, local_kubelet: Callable[[], LocalKubelet]
+) -> None:
+    start_operator("--progress-interval=0")
+    kubelet = local_kubelet()
+    claim = "gpt-training-checkpoints"
+    claim_dir = kubelet.claim_dir(claim)
+    with persistent_volume(kubectl, namespace, claim, size="10Gi"):
+        # The earlier job: checkpoints on the claim the operator creates for it (retained by default).
+        earlier = job_manifest(
+            "gpt-training",
+            hyperparameters={"epochs": 3},
+            checkpoint={"enabled": True},
+            env=[{"name": key, "value": value} for key, value in FAST_EPOCHS.items()],
+        )
+        kubectl.apply(earlier, "-n", namespace)
+        done = wait_for_state(kubectl, namespace, "gpt-training", "Completed", timeout=180)
+        assert done["status"]["checkpoint"]["latest"] == str(claim_dir / "epoch-3")
+        created = kubectl.get_json("pvc", claim, "-n", namespace)
+        assert "ownerReferences" not in created["metadata"]
+
+        kubectl.run("delete", "trainingjob", "gpt-training", "-n", namespace)
+
+        def collected() -> bool:
+            # The garbage collector deleted what the job owned (its pods, its ConfigMap)...
+            gone = kubectl.get_or_none("configmap", "gpt-training-config", "-n", namespace) is None
+            return gone and not pods_of(kubectl, namespace, "gpt-training")
+
+        wait("the deleted job's objects collected", collected, 60)
+        # ... and left the claim alone.
+        kept = kubectl.get_json("pvc", claim, "-n", namespace)
+        assert kept["metadata"]["uid"] == created["metadata"]["uid"]
+        assert "deletionTimestamp" not in kept["metadata"]
+
+        result = kubectl.attempt("apply", "-n", namespace, "-f", str(EXAMPLES / "trainingjob-resume.yaml"))
+        assert (result.returncode, result.stderr) == (0, "")
+        job = wait_for_state(kubectl, namespace, "gpt-resume", "Completed", timeout=180)
+        status = job["status"]
+        assert (status["currentEpoch"], status["totalEpochs"]) == (6, 6)
+        assert status["checkpoint"]["latest"] == str(claim_dir / "epoch-6")
+        log = kubectl.run("logs", "gpt-resume-worker-0", "-n", namespace)
+        # The new job read the checkpoint the earlier one wrote, and trained only what was left.
+        assert f"resuming from epoch 3 (checkpoint {claim_dir / 'epoch-3'}): 3 of 6 epochs left" in log
+        assert "epoch 3/6" not in log
+        assert "epoch 4/6" in log
+        # Every 2 epochs (and the last), 3 kept: what is left of the earlier job's, then the new ones.
+        assert sorted(path.name for path in claim_dir.glob("epoch-*")) == ["epoch-3", "epoch-4", "epoch-6"]
+
+
+def test_the_byo_example_trains_its_own_code_on_its_dataset_to_completed(
+    kubectl: Kubectl, namespace: str, start_operator: StartOperator, local_kubelet: Callable[[], LocalKubelet]
+) -> None:
+    start_operator("--progress-interval=0")
+    kubelet = local_kubelet()
+    with persistent_volume(kubectl, namespace, "byo-dataset"):
+        result = kubectl.attempt("apply", "-n", namespace, "-f", str(EXAMPLES / "trainingjob-byo.yaml"))
+        assert (result.returncode, result.stderr) == (0, "")
+        assert result.stdout.splitlines() == [
+            "secret/registry-credentials created",
+            "configmap/byo-training-code created",
+            "persistentvolumeclaim/byo-dataset created",
+            f"trainingjob.{contract.GROUP}/byo-training created",
+        ]
+        job = wait_for_state(kubectl, namespace, "byo-training", "Completed", timeout=180)
+        status = job["status"]
+        assert (status["currentEpoch"], status["totalEpochs"], status["progress"]) == (5, 5, "100%")
+        assert status["metrics"]["accuracy"] > 0.9
+
+        dataset = kubelet.claim_dir("byo-dataset") / "points.csv"
+        assert len(dataset.read_text().splitlines()) == 400  # prepared on the claim once
+        pods = pods_of(kubectl, namespace, "byo-training")
+        assert [pod["status"]["phase"] for pod in pods] == ["Succeeded", "Succeeded"]
+        for pod in pods:
+            assert pod["spec"]["imagePullSecrets"] == [{"name": "registry-credentials"}]
+            assert pod["spec"]["containers"][0]["image"] == "myteam/trainer:1.0"
+        prepared = kubectl.run("logs", "byo-training-worker-0", "-n", namespace, "-c", "prepare-data")
+        assert prepared.startswith(f"dataset {dataset}")
+        log = kubectl.run("logs", "byo-training-worker-0", "-n", namespace)
+        assert log.splitlines()[0] == f"rank 0/2: 200 of 400 rows from {dataset}"
+        assert "epoch 5/5: loss=" in log

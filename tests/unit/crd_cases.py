@@ -511,10 +511,12 @@ def invalid_cases() -> list[InvalidCase]:
 
 
 def example_manifests() -> dict[str, dict[str, Any]]:
-    """The examples of examples/ (the product README's four, the restricted one and the elastic one), by
-    file name."""
+    """The TrainingJob of each example of examples/, by file name (a file may hold the objects the job
+    uses before it)."""
     return {
-        path.name: yaml.safe_load(path.read_text())
+        path.name: next(
+            doc for doc in yaml.safe_load_all(path.read_text()) if doc and doc.get("kind") == contract.KIND
+        )
         for path in sorted(EXAMPLES_DIR.glob("trainingjob-*.yaml"))
     }
 

@@ -314,17 +314,21 @@ def test_pod_scheduling_from_the_advanced_example() -> None:
 
 def test_advanced_example_container() -> None:
     tj = materialize(EXAMPLES["trainingjob-advanced.yaml"])
-    pod = build_pod(parse(tj), 0, attempt=0, resume_from="s3://ml-checkpoints/resnet152/checkpoint-epoch-50")
+    pod = build_pod(parse(tj), 0, attempt=0, resume_from="epoch-50")
     trainer = container(pod)
     assert trainer["image"] == "pytorch/pytorch:2.8.0-cuda12.8-cudnn9-runtime"
-    assert trainer["command"] == ["python", "-m", "torch.distributed.run"]
-    assert trainer["args"] == ["--nproc_per_node=4", "train.py"]
+    # torchrun runs the reference trainer the ConfigMap mounts, one process per GPU from PET_*.
+    assert trainer["command"] == ["torchrun"]
+    assert trainer["args"] == [f"{contract.CONFIG_MOUNT_PATH}/{contract.TRAINER_FILE}"]
     assert trainer["ports"][1] == {"name": "metrics", "containerPort": 8080, "protocol": "TCP"}
     env = {e["name"]: e.get("value") for e in trainer["env"]}
     assert env["WORLD_SIZE"] == "32"
     assert env["PET_NPROC_PER_NODE"] == "4"
-    assert env["CHECKPOINT_DIR"] == "s3://ml-checkpoints/advanced-training"
-    assert env["RESUME_FROM"] == "s3://ml-checkpoints/resnet152/checkpoint-epoch-50"
+    assert env["CHECKPOINT_DIR"] == "/checkpoints"
+    assert env["RESUME_FROM"] == "/checkpoints/epoch-50"
+    assert env["TENSORBOARD_LOG_DIR"] == "/checkpoints/tensorboard"
+    volumes = {volume["name"]: volume for volume in pod["spec"]["volumes"]}
+    assert volumes["checkpoints"]["persistentVolumeClaim"] == {"claimName": "advanced-training-checkpoints"}
     assert env["HP_WEIGHT_DECAY"] == "0.01"
     assert env["NCCL_DEBUG"] == "INFO"
     assert env_names(pod).count("NCCL_IB_DISABLE") == 1
@@ -438,7 +442,7 @@ def test_config_map_is_deterministic_json() -> None:
     assert config["numWorkers"] == 8
     assert config["gpusPerWorker"] == 4
     assert config["hyperparameters"]["additionalParams"] == {"weight_decay": "0.01", "label_smoothing": "0.1"}
-    assert config["checkpoint"]["storage"] == {"type": "s3", "s3Bucket": "ml-checkpoints"}
+    assert config["checkpoint"]["storage"]["pvc"]["create"]["whenDeleted"] == "Retain"
     assert set(config) == {
         "name",
         "model",
@@ -566,7 +570,8 @@ def test_seed_examples_build_the_expected_object_set() -> None:
         "ServiceAccount",
     ]
     assert kinds == {
-        "trainingjob-advanced.yaml": base,
+        "trainingjob-advanced.yaml": sorted([*base, "PersistentVolumeClaim"]),
+        "trainingjob-byo.yaml": base,
         "trainingjob-distributed.yaml": base,
         "trainingjob-resume.yaml": base,
         "trainingjob-simple.yaml": base,

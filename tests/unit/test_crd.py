@@ -590,7 +590,7 @@ def test_valid_manifest_passes_openapi_and_operator_checks(name: str, manifest: 
     assert validate(manifest) == []
 
 
-def test_examples_are_the_readme_examples_and_the_restricted_one() -> None:
+def test_examples_are_the_readme_examples_the_restricted_and_the_byo_one() -> None:
     examples = crd_cases.example_manifests()
     assert {m["metadata"]["name"] for m in examples.values()} == {
         "mnist-training",
@@ -599,6 +599,7 @@ def test_examples_are_the_readme_examples_and_the_restricted_one() -> None:
         "advanced-training",
         "restricted-training",
         "bert-elastic",
+        "byo-training",
     }
     for manifest in examples.values():
         assert manifest["apiVersion"] == contract.API_VERSION
