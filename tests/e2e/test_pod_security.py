@@ -8,7 +8,7 @@ is the podTemplate that does (docs/pod-template.md). In a namespace enforcing "r
 default job is blocked, with a condition and an Event quoting the PodSecurity refusal, and its pod
 creates are retried with the rate limiter's growing backoff, not in a loop; the compliant example runs
 next to it. In a namespace enforcing "baseline", the default job runs, and a job asking for what
-baseline forbids (IPC_LOCK, which RDMA needs) is blocked the same way.
+baseline forbids (IPC_LOCK, which RDMA needs; a hostPath volume) is blocked the same way.
 """
 
 from __future__ import annotations
@@ -138,9 +138,19 @@ def test_baseline_namespace_runs_the_default_job(
     kubectl.apply(job_manifest("default"), "-n", namespace)
     # RDMA needs IPC_LOCK, a capability "baseline" does not allow: enforcement is on.
     kubectl.apply(job_manifest("rdma", networking={"rdmaEnabled": True}), "-n", namespace)
+    # A volume type the namespace refuses: a node's own directory.
+    host_data = {
+        "volumes": [{"name": "cache", "hostPath": {"path": "/var/cache/datasets"}}],
+        "containers": [{"name": "trainer", "volumeMounts": [{"name": "cache", "mountPath": "/cache"}]}],
+    }
+    kubectl.apply(job_manifest("host-data", podTemplate={"spec": host_data}), "-n", namespace)
 
     wait_for_state(kubectl, namespace, "default", "Running", timeout=120)
     assert len(pods_of(kubectl, namespace, "default")) == 2
     job = blocked(kubectl, namespace, "rdma", 'violates PodSecurity "baseline:latest"')
     assert "IPC_LOCK" in job["status"]["message"]
+    job = blocked(kubectl, namespace, "host-data", 'violates PodSecurity "baseline:latest"')
+    assert 'hostPath volumes (volume "cache")' in job["status"]["message"]
+    assert job["status"]["state"] == "Pending"
+    wait_for_events(kubectl, namespace, "host-data", {"FailedCreate": ['hostPath volumes (volume "cache")']})
     assert_healthy(operator)
