@@ -23,6 +23,7 @@ from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
 from controller.runtime.clock import Clock, RealClock, parse_time
 from controller.runtime.metrics import RECONCILE_BUCKETS, RuntimeMetrics
+from crd import contract
 from crd.contract import FINISHED_STATES, Condition, State
 from crd.schema_status import STATES
 
@@ -312,7 +313,8 @@ class JobCollector:
         ("trainingjob_accuracy", "Latest accuracy reported by rank 0 (status.metrics.accuracy)"),
         (
             "trainingjob_gpu_utilization_percent",
-            "Latest GPU utilisation in percent reported by rank 0 (status.metrics.gpu_utilization)",
+            "Latest GPU utilisation in percent reported by rank 0 (status.metrics.gpu_utilization): "
+            "what the job's code measures and reports, not an exporter's measurement",
         ),
         (
             "trainingjob_allocated_gpus",
@@ -395,7 +397,7 @@ class JobCollector:
             "trainingjob_total_epochs": _number(status.get("totalEpochs")),
             "trainingjob_loss": _number(reported.get("loss")),
             "trainingjob_accuracy": _number(reported.get("accuracy")),
-            "trainingjob_gpu_utilization_percent": _number(reported.get("gpu_utilization")),
+            "trainingjob_gpu_utilization_percent": _number(reported.get(contract.GPU_UTILIZATION_METRIC)),
             "trainingjob_allocated_gpus": _number(resources.get("gpus")),
             "trainingjob_allocated_workers": _number(resources.get("workers")),
             "trainingjob_gang_restarts": _number(status.get("restartCount")) or 0.0,

@@ -50,6 +50,7 @@ from datetime import datetime, timezone
 from typing import Any, Final
 
 __all__ = [
+    "GPU_UTILIZATION",
     "Reporter",
     "atomic_checkpoint",
     "checkpoint_dir",
@@ -64,6 +65,11 @@ __all__ = [
 ]
 
 DEFAULT_ANNOTATION: Final = "ml.example.com/progress"
+# The metrics key for GPU utilisation in percent (0-100). The operator exports it per job as
+# trainingjob_gpu_utilization_percent, which the TrainingJobLowGPUUtilization alert and the dashboard's
+# GPU utilisation panel read; a job that does not report it has no such series. This helper does not
+# measure it: read it in your code (e.g. torch.cuda.utilization(), or pynvml) and report it.
+GPU_UTILIZATION: Final = "gpu_utilization"
 SERVICE_ACCOUNT_DIR: Final = "/var/run/secrets/kubernetes.io/serviceaccount"
 # Local runs and tests only: where to report instead of the in-cluster API, and with which
 # credentials. The API's base URL: https://host:port (e.g. the local control plane, as the local
@@ -325,7 +331,9 @@ class Reporter:
         """Queues a report and returns at once; a report not yet sent is replaced by this one.
 
         epoch: completed epochs. metrics: numbers (floats, ints, numpy scalars, one-element tensors);
-        anything else is left out. checkpoint: the newest complete checkpoint; it is repeated in every
+        anything else is left out. `successPolicy.metric` (default "accuracy") names the one the success
+        policy watches; GPU_UTILIZATION ("gpu_utilization", percent) is the one the GPU alert and
+        dashboard panel show. checkpoint: the newest complete checkpoint; it is repeated in every
         later report until a newer one is given, so a report replaced before it was sent cannot lose it.
         checkpoint_time defaults to the time a new checkpoint path is first reported.
         """

@@ -39,7 +39,9 @@ from typing import Any, Final
 import jsonschema  # type: ignore[import-untyped]
 import kubernetes_validate
 import pytest
+import trainingjob_progress as tp
 import yaml
+from prometheus_client import CollectorRegistry
 
 from controller.metrics import Metrics
 from crd import contract
@@ -858,6 +860,28 @@ def test_alerts_cover_the_seed_and_the_operator() -> None:
         assert rule["labels"]["severity"] in {"critical", "warning", "info"}, name
         assert rule["annotations"].get("summary"), name
         assert rule["annotations"].get("description"), name
+
+
+def test_the_gpu_alert_and_panel_say_where_their_data_comes_from() -> None:
+    """The GPU utilisation series is the operator's, made from the key rank 0 reports: the alert, the
+    panel, the helper and docs/progress.md name the same metric and key as the operator's code."""
+    key, series = contract.GPU_UTILIZATION_METRIC, "trainingjob_gpu_utilization_percent"
+    assert key == tp.GPU_UTILIZATION
+    assert f'GPU_UTILIZATION ("{key}", percent)' in (tp.Reporter.report.__doc__ or "")
+    registry = CollectorRegistry()
+    job = {"metadata": {"namespace": "ml", "name": "j"}, "status": {"metrics": {key: 61.5}}}
+    Metrics(registry, process_metrics=False).track_jobs(lambda: [job])
+    assert registry.get_sample_value(series, {"namespace": "ml", "training_job": "j"}) == 61.5
+    alert = next(rule for rule in alert_rules() if rule["alert"] == "TrainingJobLowGPUUtilization")
+    [panel] = [panel for panel in dashboard_panels() if series in json.dumps(panel.get("targets"))]
+    for text in (alert["annotations"]["description"], panel["description"]):
+        assert series in text
+        assert key in text
+        assert "docs/progress.md" in text
+    assert "DCGM" in panel["description"]
+    progress_doc = (REPO / "docs" / "progress.md").read_text(encoding="utf-8")
+    for needle in (f"`{key}`", f"`{series}", "TrainingJobLowGPUUtilization", "DCGM_FI_DEV_GPU_UTIL"):
+        assert needle in progress_doc, needle
 
 
 def test_dashboard_expressions_are_valid_promql(tmp_path: Path) -> None:
