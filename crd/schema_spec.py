@@ -313,8 +313,8 @@ def success_policy() -> Schema:
         "When the job counts as Completed besides finishing its epochs.",
         {
             "mode": string(
-                "AllWorkers: Completed when every worker exits 0. RankZero: Completed when rank 0 exits 0 "
-                "(the other workers are then stopped).",
+                "AllWorkers: Completed when every worker's trainer container exits 0. RankZero: Completed "
+                "when rank 0's exits 0 (the other workers are then stopped). Sidecars do not count.",
                 max_length=16,
                 enum=["AllWorkers", "RankZero"],
                 default="AllWorkers",
@@ -427,8 +427,9 @@ def spec() -> Schema:
                 "Delete the job this long after it Completed or Failed. Unset: keep it.", minimum=0
             ),
             "cleanPodPolicy": string(
-                "Which worker pods are deleted when the job finishes: All, Running (those still running) or "
-                "None (keep them all for inspection, even running ranks of a failed job). Whatever the "
+                "Which worker pods are deleted when the job finishes: All, Running (those still running, "
+                "including a pod whose trainer is done but whose sidecar runs) or None (keep them all for "
+                "inspection, even running ranks of a failed job). Whatever the "
                 "policy, running pods are stopped when the job ends by activeDeadlineSeconds, "
                 "targetAccuracy, earlyStoppingPatience or rank 0's success in successPolicy.mode RankZero.",
                 max_length=8,
