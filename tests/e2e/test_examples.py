@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from crd import contract
+from crd.defaults import subschema
 from tests.cluster import REPO, Kubectl
 from tests.e2e.conftest import StartOperator
 from tests.e2e.jobs import (
@@ -71,6 +72,12 @@ def test_every_example_is_covered() -> None:
     assert sorted(path.name for path in EXAMPLES.glob("*.yaml")) == sorted(
         [*SIMPLE_EXAMPLES, "trainingjob-advanced.yaml", RESTRICTED_EXAMPLE, *TRAINED_EXAMPLES]
     )
+
+
+def test_the_advanced_example_has_every_section_of_the_spec() -> None:
+    """Its comment says so: every object of the spec (a new section must show up there too)."""
+    sections = {name for name, node in subschema("spec")["properties"].items() if node["type"] == "object"}
+    assert sections - set(load(EXAMPLES / "trainingjob-advanced.yaml")["spec"]) == set()
 
 
 def run_example(kubectl: Kubectl, namespace: str, operator: OperatorProcess, path: Path) -> None:
@@ -140,6 +147,12 @@ def test_advanced_example_runs(
         assert env["CHECKPOINT_DIR"] == "/checkpoints"
         volumes = {volume["name"]: volume for volume in pods[0]["spec"]["volumes"]}
         assert volumes["checkpoints"]["persistentVolumeClaim"] == {"claimName": claim}
+        # Its pod template: labels and annotations beside the operator's, the trainer's pull policy.
+        for pod in pods:
+            assert pod["metadata"]["labels"]["team"] == "vision"
+            assert pod["metadata"]["labels"][contract.JOB_NAME_LABEL] == "advanced-training"
+            assert pod["metadata"]["annotations"]["sidecar.istio.io/inject"] == "false"
+            assert pod["spec"]["containers"][0]["imagePullPolicy"] == "IfNotPresent"
         # The job and its pods go before the PriorityClass and the nodes do; the claim stays.
         kubectl.run("delete", "trainingjob", "advanced-training", "-n", namespace)
         wait("the advanced example's pods gone", lambda: not pods_of(kubectl, namespace, "advanced-training"))
