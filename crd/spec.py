@@ -11,148 +11,27 @@ itself (config.json is written from it).
 A value of the wrong type (possible only if the API server stored it under an older, looser schema)
 raises `SpecError` naming the field, which the planner reports as an invalid spec. Each section can
 also be read on its own from a JSON fragment (`FailurePolicy.from_json({...})`), with that section's
-schema defaults applied.
+schema defaults applied. The reading machinery (field types, error paths, sections) is in
+crd/spec_fields.py.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
 
 from crd import contract
-from crd.defaults import apply_schema_defaults, storage_in_use, subschema, with_defaults
+from crd.defaults import storage_in_use, with_defaults
+from crd.spec_fields import Fields, Section, real_number
 
 JsonDict = dict[str, Any]
 # A resource quantity as written in the spec: "32Gi", "8", or a plain number.
 Quantity = str | int | float
 
 
-class SpecError(ValueError):
-    """A field the operator cannot read as its schema says."""
-
-    def __init__(self, path: str, message: str) -> None:
-        super().__init__(f"{path}: {message}")
-        self.path = path
-        self.message = message
-
-
-def _real(value: int | float) -> float:
-    """`value` as a float; an integer beyond a float's range saturates to infinity."""
-    try:
-        return float(value)
-    except OverflowError:
-        return math.inf
-
-
-class _Fields:
-    """Reads one JSON object's fields, naming `path.field` in any error."""
-
-    def __init__(self, raw: object, path: str) -> None:
-        if not isinstance(raw, Mapping):
-            raise SpecError(path, f"must be an object, got {type(raw).__name__}")
-        self.raw: Mapping[str, Any] = raw
-        self.path = path
-
-    def _value(self, key: str) -> Any:
-        return self.raw.get(key)
-
-    def _present(self, key: str) -> Any:
-        value = self.raw.get(key)
-        if value is None:
-            raise SpecError(f"{self.path}.{key}", "is required")
-        return value
-
-    def _wrong(self, key: str, expected: str) -> SpecError:
-        return SpecError(f"{self.path}.{key}", f"must be {expected}, got {self.raw.get(key)!r:.80}")
-
-    def integer(self, key: str) -> int:
-        value = self._present(key)
-        whole = isinstance(value, float) and math.isfinite(value) and value.is_integer()
-        if isinstance(value, bool) or not (isinstance(value, int) or whole):
-            raise self._wrong(key, "an integer")
-        return int(value)
-
-    def optional_integer(self, key: str) -> int | None:
-        return None if self._value(key) is None else self.integer(key)
-
-    def number(self, key: str) -> int | float:
-        value = self._present(key)
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise self._wrong(key, "a number")
-        if isinstance(value, float) and not math.isfinite(value):
-            raise self._wrong(key, "a finite number")
-        return value
-
-    def optional_number(self, key: str) -> int | float | None:
-        return None if self._value(key) is None else self.number(key)
-
-    def flag(self, key: str) -> bool:
-        value = self._present(key)
-        if not isinstance(value, bool):
-            raise self._wrong(key, "true or false")
-        return value
-
-    def optional_flag(self, key: str) -> bool | None:
-        return None if self._value(key) is None else self.flag(key)
-
-    def text(self, key: str) -> str:
-        value = self._present(key)
-        if not isinstance(value, str):
-            raise self._wrong(key, "a string")
-        return value
-
-    def optional_text(self, key: str) -> str | None:
-        return None if self._value(key) is None else self.text(key)
-
-    def texts(self, key: str) -> tuple[str, ...]:
-        value = self._value(key) or []
-        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-            raise self._wrong(key, "a list of strings")
-        return tuple(value)
-
-    def integers(self, key: str) -> frozenset[int]:
-        value = self._value(key) or []
-        if not isinstance(value, list) or any(
-            isinstance(item, bool) or not isinstance(item, int) for item in value
-        ):
-            raise self._wrong(key, "a list of integers")
-        return frozenset(value)
-
-    def objects(self, key: str) -> tuple[Mapping[str, Any], ...]:
-        value = self._value(key) or []
-        if not isinstance(value, list) or not all(isinstance(item, Mapping) for item in value):
-            raise self._wrong(key, "a list of objects")
-        return tuple(value)
-
-    def mapping(self, key: str) -> Mapping[str, Any]:
-        value = self._value(key) or {}
-        if not isinstance(value, Mapping):
-            raise self._wrong(key, "an object")
-        return value
-
-    def section(self, key: str) -> _Fields:
-        return _Fields(self.mapping(key), f"{self.path}.{key}")
-
-
-class _Section:
-    """A part of the spec that can be read from its own JSON, with its schema defaults applied."""
-
-    SCHEMA_PATH: ClassVar[tuple[str, ...]]
-
-    @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> Self:
-        defaulted = apply_schema_defaults(dict(raw), subschema(*cls.SCHEMA_PATH))
-        return cls.read(_Fields(defaulted, ".".join(cls.SCHEMA_PATH)))
-
-    @classmethod
-    def read(cls, fields: _Fields) -> Self:
-        raise NotImplementedError
-
-
 @dataclass(frozen=True)
-class Resources(_Section):
+class Resources(Section):
     """spec.resources: the trainer container's requests and limits, quantities as written."""
 
     SCHEMA_PATH: ClassVar = ("spec", "resources")
@@ -160,7 +39,7 @@ class Resources(_Section):
     limits: Mapping[str, Quantity]
 
     @classmethod
-    def read(cls, fields: _Fields) -> Self:
+    def read(cls, fields: Fields) -> Self:
         return cls(requests=fields.mapping("requests"), limits=fields.mapping("limits"))
 
     def names(self) -> set[str]:
@@ -168,7 +47,7 @@ class Resources(_Section):
 
 
 @dataclass(frozen=True)
-class Hyperparameters(_Section):
+class Hyperparameters(Section):
     """spec.hyperparameters; numbers keep the type they were written with (1 stays 1, not 1.0)."""
 
     SCHEMA_PATH: ClassVar = ("spec", "hyperparameters")
@@ -182,7 +61,7 @@ class Hyperparameters(_Section):
     additional_params: Mapping[str, str]
 
     @classmethod
-    def read(cls, fields: _Fields) -> Self:
+    def read(cls, fields: Fields) -> Self:
         return cls(
             learning_rate=fields.optional_number("learningRate"),
             batch_size=fields.optional_integer("batchSize"),
@@ -196,7 +75,7 @@ class Hyperparameters(_Section):
 
 
 @dataclass(frozen=True)
-class Checkpoint(_Section):
+class Checkpoint(Section):
     """spec.checkpoint; `storage` is the block as written (builders/storage.py resolves its spellings)."""
 
     SCHEMA_PATH: ClassVar = ("spec", "checkpoint")
@@ -210,7 +89,7 @@ class Checkpoint(_Section):
     in_use: bool
 
     @classmethod
-    def read(cls, fields: _Fields) -> Self:
+    def read(cls, fields: Fields) -> Self:
         return cls(
             enabled=fields.flag("enabled"),
             frequency=fields.integer("frequency"),
@@ -223,7 +102,7 @@ class Checkpoint(_Section):
 
 
 @dataclass(frozen=True)
-class Scheduling(_Section):
+class Scheduling(Section):
     """spec.scheduling; affinity and tolerations are copied into the pods as written."""
 
     SCHEMA_PATH: ClassVar = ("spec", "scheduling")
@@ -236,7 +115,7 @@ class Scheduling(_Section):
     schedule_timeout_seconds: int | None
 
     @classmethod
-    def read(cls, fields: _Fields) -> Self:
+    def read(cls, fields: Fields) -> Self:
         return cls(
             priority=fields.optional_text("priority") or None,
             node_selector=fields.mapping("nodeSelector"),
@@ -249,7 +128,7 @@ class Scheduling(_Section):
 
 
 @dataclass(frozen=True)
-class Monitoring(_Section):
+class Monitoring(Section):
     SCHEMA_PATH: ClassVar = ("spec", "monitoring")
     enabled: bool
     metrics_port: int
@@ -263,7 +142,7 @@ class Monitoring(_Section):
     restart_on_stall: bool
 
     @classmethod
-    def read(cls, fields: _Fields) -> Self:
+    def read(cls, fields: Fields) -> Self:
         return cls(
             enabled=fields.flag("enabled"),
             metrics_port=fields.integer("metricsPort"),
@@ -279,7 +158,7 @@ class Monitoring(_Section):
 
 
 @dataclass(frozen=True)
-class Networking(_Section):
+class Networking(Section):
     SCHEMA_PATH: ClassVar = ("spec", "networking")
     backend: str
     master_port: int
@@ -287,7 +166,7 @@ class Networking(_Section):
     socket_interface: str | None
 
     @classmethod
-    def read(cls, fields: _Fields) -> Self:
+    def read(cls, fields: Fields) -> Self:
         return cls(
             backend=fields.text("backend"),
             master_port=fields.integer("masterPort"),
@@ -297,23 +176,23 @@ class Networking(_Section):
 
 
 @dataclass(frozen=True)
-class RestartBackoff(_Section):
+class RestartBackoff(Section):
     SCHEMA_PATH: ClassVar = ("spec", "failurePolicy", "restartBackoff")
     initial_delay_seconds: float
     max_delay_seconds: float
     multiplier: float
 
     @classmethod
-    def read(cls, fields: _Fields) -> Self:
+    def read(cls, fields: Fields) -> Self:
         return cls(
-            initial_delay_seconds=_real(fields.number("initialDelaySeconds")),
-            max_delay_seconds=_real(fields.number("maxDelaySeconds")),
-            multiplier=_real(fields.number("multiplier")),
+            initial_delay_seconds=real_number(fields.number("initialDelaySeconds")),
+            max_delay_seconds=real_number(fields.number("maxDelaySeconds")),
+            multiplier=real_number(fields.number("multiplier")),
         )
 
 
 @dataclass(frozen=True)
-class FailurePolicy(_Section):
+class FailurePolicy(Section):
     SCHEMA_PATH: ClassVar = ("spec", "failurePolicy")
     restart_policy: str
     backoff_limit: int
@@ -324,7 +203,7 @@ class FailurePolicy(_Section):
     restart_backoff: RestartBackoff
 
     @classmethod
-    def read(cls, fields: _Fields) -> Self:
+    def read(cls, fields: Fields) -> Self:
         return cls(
             restart_policy=fields.text("restartPolicy"),
             backoff_limit=fields.integer("backoffLimit"),
@@ -337,7 +216,7 @@ class FailurePolicy(_Section):
 
 
 @dataclass(frozen=True)
-class SuccessPolicy(_Section):
+class SuccessPolicy(Section):
     SCHEMA_PATH: ClassVar = ("spec", "successPolicy")
     mode: str
     target_accuracy: float | None
@@ -347,15 +226,15 @@ class SuccessPolicy(_Section):
     min_delta: float
 
     @classmethod
-    def read(cls, fields: _Fields) -> Self:
+    def read(cls, fields: Fields) -> Self:
         target = fields.optional_number("targetAccuracy")
         return cls(
             mode=fields.text("mode"),
-            target_accuracy=None if target is None else _real(target),
+            target_accuracy=None if target is None else real_number(target),
             metric=fields.text("metric"),
             metric_mode=fields.text("metricMode"),
             early_stopping_patience=fields.optional_integer("earlyStoppingPatience"),
-            min_delta=_real(fields.number("minDelta")),
+            min_delta=real_number(fields.number("minDelta")),
         )
 
     @property
@@ -364,7 +243,7 @@ class SuccessPolicy(_Section):
 
 
 @dataclass(frozen=True)
-class Rendezvous(_Section):
+class Rendezvous(Section):
     """spec.elastic.rendezvous: torchrun's c10d rendezvous."""
 
     SCHEMA_PATH: ClassVar = ("spec", "elastic", "rendezvous")
@@ -373,7 +252,7 @@ class Rendezvous(_Section):
     last_call_timeout_seconds: int
 
     @classmethod
-    def read(cls, fields: _Fields) -> Self:
+    def read(cls, fields: Fields) -> Self:
         return cls(
             port=fields.integer("port"),
             join_timeout_seconds=fields.integer("joinTimeoutSeconds"),
@@ -382,7 +261,7 @@ class Rendezvous(_Section):
 
 
 @dataclass(frozen=True)
-class Elastic(_Section):
+class Elastic(Section):
     """spec.elastic: the bounds of an elastic job's world, in pods (torchrun nodes)."""
 
     SCHEMA_PATH: ClassVar = ("spec", "elastic")
@@ -392,7 +271,7 @@ class Elastic(_Section):
     rendezvous: Rendezvous
 
     @classmethod
-    def read(cls, fields: _Fields) -> Self:
+    def read(cls, fields: Fields) -> Self:
         return cls(
             min_workers=fields.integer("minWorkers"),
             max_workers=fields.integer("maxWorkers"),
@@ -435,7 +314,7 @@ class Spec:
     elastic: Elastic | None = None
 
     @classmethod
-    def read(cls, fields: _Fields) -> Spec:
+    def read(cls, fields: Fields) -> Spec:
         return cls(
             model=fields.text("model"),
             dataset=fields.text("dataset"),
@@ -505,7 +384,7 @@ class TrainingJob:
 def parse(manifest: Mapping[str, Any]) -> TrainingJob:
     """Defaults `manifest` (left untouched) and reads it; SpecError names a field it cannot read."""
     defaulted = with_defaults(dict(manifest))
-    metadata = _Fields(defaulted.get("metadata") or {}, "metadata")
+    metadata = Fields(defaulted.get("metadata") or {}, "metadata")
     generation = metadata.optional_integer("generation")
     labels = metadata.mapping("labels")
     return TrainingJob(
@@ -513,7 +392,7 @@ def parse(manifest: Mapping[str, Any]) -> TrainingJob:
         namespace=metadata.optional_text("namespace") or None,
         uid=metadata.optional_text("uid") or "",
         generation=generation,
-        spec=Spec.read(_Fields(defaulted.get("spec") or {}, "spec")),
+        spec=Spec.read(Fields(defaulted.get("spec") or {}, "spec")),
         manifest=defaulted,
         labels={str(key): str(value) for key, value in labels.items()},
     )

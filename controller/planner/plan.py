@@ -47,7 +47,8 @@ from controller.planner.workloads import workload_writes
 from controller.runtime import boundedjson
 from controller.runtime.clock import rfc3339
 from crd.contract import FINISHED_STATES, State
-from crd.spec import SpecError, parse
+from crd.spec import parse
+from crd.spec_fields import SpecError
 from crd.validation import validate
 
 JsonDict = dict[str, Any]
