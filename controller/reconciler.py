@@ -11,6 +11,9 @@ Its rules:
   changed), then objects. A crash in between leaves a status the next reconcile completes. When the
   planner says so (`Plan.objects_first`: a job blocked by a refused create), objects go first and
   status after, so a failure that keeps recurring writes nothing new.
+* A pod's tracking finalizer goes only after the status planned from a cache that showed its end is
+  written (or, unchanged, confirmed): its last state is never lost before it is accounted for. Pods
+  whose job is gone are let go at once (planner/tracking.py).
 * Deletes carry UID preconditions; creates of deterministic names make a second create a 409.
 * A refused create is not an error of the reconcile: it goes back to the planner as a
   `CreateFailure`, and the status it then plans is written. A blocked job is retried with the rate
@@ -30,7 +33,7 @@ from builders.pvc import reusable_claim
 from controller.executor import Writes
 from controller.kueue_watches import KueueWatch, queued
 from controller.metrics import Metrics
-from controller.planner import CreateFailure, Event, Observed, Plan, Settings, plan
+from controller.planner import CreateFailure, Event, Observed, Plan, Settings, plan, tracking
 from controller.resources import CONFIGMAPS, ROLEBINDINGS, ROLES, SERVICEACCOUNTS, TRAININGJOBS
 from controller.runtime import mergepatch
 from controller.runtime.client import KubeClient
@@ -39,7 +42,7 @@ from controller.runtime.errors import Conflict, NotFound
 from controller.runtime.events import EventRecorder
 from controller.runtime.expectations import Expectations
 from controller.runtime.store import BY_OWNER_UID, object_key
-from controller.runtime.trackers import StatusWrites, Tombstones
+from controller.runtime.trackers import StatusWrites
 from controller.watches import BY_JOB, BY_SHARED, Caches
 
 logger = logging.getLogger(__name__)
@@ -63,7 +66,6 @@ class Reconciler:
         *,
         expectations: Expectations,
         status_writes: StatusWrites,
-        tombstones: Tombstones,
         events: EventRecorder,
         metrics: Metrics,
         clock: Clock,
@@ -74,7 +76,6 @@ class Reconciler:
         self._caches = caches
         self._expectations = expectations
         self._status_writes = status_writes
-        self._tombstones = tombstones
         self._events = events
         self._metrics = metrics
         self._clock = clock
@@ -90,6 +91,7 @@ class Reconciler:
         if not name:
             self._release_namespace(namespace)
             return Result()
+        self._release_orphans(key, self._caches.jobs.get(key))
         cached, waiting = self._ready_to_act(key)
         if cached is None:
             return waiting
@@ -117,7 +119,6 @@ class Reconciler:
         if cached is None:
             self._expectations.forget(key)
             self._status_writes.forget(key)
-            self._tombstones.forget(key)
             logger.debug("job is gone; nothing to do")
             return None, Result()
         if not self._expectations.satisfied(key):
@@ -158,9 +159,16 @@ class Reconciler:
             nodes_known=nodes_known,
             now=self._clock.now(),
             gang_scheduler=self.gang_scheduler,
-            vanished=self._tombstones.recent(object_key(job)),
             kueue=kueue.queueing() if (kueue := self.kueue) is not None else None,
         )
+
+    def _release_orphans(self, key: str, job: JsonDict | None) -> None:
+        """Lets go of pods labelled for `key` that its job (if any) does not control: no status will
+        ever account for them (planner/tracking.py)."""
+        uid = job["metadata"]["uid"] if job is not None else None
+        orphans = tracking.orphans(self._caches.pods.by_index(BY_JOB, key), uid)
+        if orphans:
+            self._writes.release(key.partition("/")[0], orphans)
 
     # ------------------------------------------------------------------------- shared objects
 
@@ -187,10 +195,11 @@ class Reconciler:
 
     def _status_first(self, cached: JsonDict, observed: Observed, planned: Plan) -> Result:
         old_status = cached.get("status") or {}
-        version = self._write_status(cached, old_status, planned.status)
+        version = self._write_status(cached, old_status, planned.status, confirm=bool(planned.releases))
         if version is None:
             return Result()
         self._record(cached, old_status, planned.status, planned.events)
+        self._writes.release(cached["metadata"]["namespace"], planned.releases)
         failures = self._writes.execute(cached, planned)
         if failures:
             # The job has the planned status now: the failures are news about that job.
@@ -218,15 +227,17 @@ class Reconciler:
         failures = self._writes.execute(cached, planned)
         if failures:
             replanned = self._replan(observed, failures)
-            if self._write_status(cached, old_status, replanned.status) is not None:
+            if self._write_status(cached, old_status, replanned.status, confirm=bool(replanned.releases)):
                 self._record(cached, old_status, replanned.status, replanned.events)
+                self._writes.release(cached["metadata"]["namespace"], replanned.releases)
             return self._after_failures(failures, replanned)
         logger.info(
             "the objects that could not be created before were created", extra={"action": "unblocked"}
         )
-        if self._write_status(cached, old_status, planned.status) is None:
+        if self._write_status(cached, old_status, planned.status, confirm=bool(planned.releases)) is None:
             return Result()
         self._record(cached, old_status, planned.status, planned.events)
+        self._writes.release(cached["metadata"]["namespace"], planned.releases)
         return Result(requeue_after=planned.requeue_after)
 
     def _replan(self, observed: Observed, failures: Sequence[CreateFailure]) -> Plan:
@@ -243,15 +254,27 @@ class Reconciler:
     # ------------------------------------------------------------------------------------- status
 
     def _write_status(
-        self, job: JsonDict, old: Mapping[str, Any], new: Mapping[str, Any], version: str | None = None
+        self,
+        job: JsonDict,
+        old: Mapping[str, Any],
+        new: Mapping[str, Any],
+        version: str | None = None,
+        *,
+        confirm: bool = False,
     ) -> str | None:
         """PATCHes status when it changed, with the job's resourceVersion (or `version`, that of our last
-        write) as precondition; returns the resourceVersion the job has now (None if it is gone)."""
+        write) as precondition; returns the resourceVersion the job has now (None if it is gone).
+
+        `confirm`: pods are to be let go on the strength of this status, so even an unchanged one is
+        confirmed with the API server (a PATCH of the precondition alone, which writes nothing): a
+        cache that lags behind another leader's last write gets a 409, not a release."""
         version = version or str(job["metadata"]["resourceVersion"])
         patch = mergepatch.diff(old, new)
-        if not patch:
+        if not patch and not confirm:
             return version
-        body = {"metadata": {"resourceVersion": version}, "status": patch}
+        body: JsonDict = {"metadata": {"resourceVersion": version}}
+        if patch:
+            body["status"] = patch
         namespace, name = job["metadata"]["namespace"], job["metadata"]["name"]
         try:
             updated = self._client.patch(TRAININGJOBS, namespace, name, body, subresource="status")

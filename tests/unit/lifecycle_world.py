@@ -5,6 +5,9 @@ wrote), its pods, its other owned objects and the nodes. `step()` calls `plan()`
 clock and applies the plan the way the API server and a fast kubelet would: creates appear (pods as
 Pending, unscheduled), deletes remove pods at once, or leave them Terminating when the world is
 `graceful` or their node is lost (no kubelet confirms the deletion), and force deletes remove them.
+A `tracking` world also keeps the pods' tracking finalizer as the API server does: a deleted pod stays
+Terminating, with its last state, until a plan releases it (planner/tracking.py); otherwise releases
+only take the finalizer off, as if the next reconcile came at once.
 Helper methods play scheduler and kubelet (bind, run, exit, evict), so tests read as a sequence of
 cluster events and reconciles.
 """
@@ -84,8 +87,10 @@ class World:
     events: list[Event] = field(default_factory=list)
     uid_counter: int = 0
     job_deleted: bool = False
-    # Last states of deleted pods, as the operator's pod-delete handler remembers them.
-    vanished: list[JsonDict] = field(default_factory=list)
+    tracking: bool = False
+    # UIDs of terminating pods whose deletion a kubelet (or a force delete) confirmed: gone once no
+    # finalizer holds them.
+    confirmed: set[str] = field(default_factory=set)
     # Kueue as the operator's caches show it (None: its API is not served); tests/unit/kueue_world.py.
     kueue: Queueing | None = None
     # Writes refused because the object changed since the plan read it (resourceVersion preconditions).
@@ -113,7 +118,6 @@ class World:
             nodes=copy.deepcopy(self.nodes),
             now=self.now,
             nodes_known=self.nodes_known,
-            vanished=copy.deepcopy(self.vanished),
             kueue=copy.deepcopy(self.kueue),
         )
 
@@ -151,6 +155,8 @@ class World:
                 self.state,
                 result.events,
             )
+        for release in result.releases:
+            self.release(release.name, release.uid)
         for obj in result.creates:
             self.create(obj)
         for patch in result.patches:
@@ -195,21 +201,37 @@ class World:
         pod = self.pods.get(delete.name)
         if pod is None or pod["metadata"]["uid"] != delete.uid:
             return  # 404 or a precondition failure: the controller's delete targets a uid
-        if delete.force:
-            del self.pods[delete.name]
-            return
         node = pod["spec"].get("nodeName")
-        if not node:
-            del self.pods[delete.name]  # never bound: the API server deletes it at once
-            return
-        if pod["metadata"].get("deletionTimestamp"):
-            return
-        if self.graceful or self.node_lost(str(node)):
-            grace = int(pod["spec"].get("terminationGracePeriodSeconds", 30))
+        if not pod["metadata"].get("deletionTimestamp"):
+            grace = (
+                0 if delete.force or not node else int(pod["spec"].get("terminationGracePeriodSeconds", 30))
+            )
             pod["metadata"]["deletionTimestamp"] = rfc3339(self.now + timedelta(seconds=grace))
             pod["metadata"]["deletionGracePeriodSeconds"] = grace
+        # Never bound, forced, or on a live node of a world that is not `graceful`: confirmed at once.
+        if delete.force or not node or not (self.graceful or self.node_lost(str(node))):
+            self.confirm(pod)
+
+    def confirm(self, pod: JsonDict) -> None:
+        """The deletion of `pod` is confirmed: it goes unless a finalizer (in a tracking world) holds it."""
+        self.confirmed.add(pod["metadata"]["uid"])
+        self._collect(pod["metadata"]["name"])
+
+    def release(self, name: str, uid: str) -> None:
+        """The operator removes the pod's tracking finalizer (if it is still that pod)."""
+        pod = self.pods.get(name)
+        if pod is None or pod["metadata"]["uid"] != uid:
             return
-        del self.pods[delete.name]
+        finalizers = pod["metadata"].get("finalizers") or []
+        assert contract.TRACKING_FINALIZER in finalizers, f"released {name} twice"
+        pod["metadata"]["finalizers"] = [item for item in finalizers if item != contract.TRACKING_FINALIZER]
+        self._collect(name)
+
+    def _collect(self, name: str) -> None:
+        pod = self.pods[name]
+        held = self.tracking and pod["metadata"].get("finalizers")
+        if pod["metadata"]["uid"] in self.confirmed and not held:
+            del self.pods[name]
 
     def node_lost(self, name: str) -> bool:
         node = self.nodes.get(name)
@@ -225,7 +247,7 @@ class World:
             if pod["metadata"].get("deletionTimestamp") and not self.node_lost(
                 str(pod["spec"].get("nodeName"))
             ):
-                del self.pods[name]
+                self.confirm(pod)
 
     # ------------------------------------------------------------------------- spec changes
 

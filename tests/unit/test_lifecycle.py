@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -728,6 +727,23 @@ def test_pods_stuck_terminating_on_a_lost_node_are_force_deleted() -> None:
     assert result.creates == []
     uid = w.pods[W1]["metadata"]["uid"]
     result = w.step(30)
+    assert result.deletes == [Delete("Pod", W1, uid, "stuck terminating on lost node node-1", force=True)]
+    assert w.pods == {}
+    assert created_pod_names(w.step(1)) == [W0, W1]
+
+
+def test_a_tracked_pod_on_a_lost_node_is_released_then_force_deleted() -> None:
+    w = world(settings=Settings(force_delete_after=60), tracking=True)
+    w.run_to_running()
+    w.set_node_ready("node-1", False)
+    w.step(1)  # NodeLost: the gang is deleted; both pods are held by their finalizer
+    assert sorted(w.pods) == [W0, W1]
+    released = w.step()
+    assert sorted(release.name for release in released.releases) == [W0, W1]
+    assert W0 not in w.pods  # confirmed by its kubelet, and no longer held
+    assert w.pods[W1]["metadata"]["finalizers"] == []  # no kubelet confirms it
+    uid = w.pods[W1]["metadata"]["uid"]
+    result = w.step(60)
     assert result.deletes == [Delete("Pod", W1, uid, "stuck terminating on lost node node-1", force=True)]
     assert w.pods == {}
     assert created_pod_names(w.step(1)) == [W0, W1]
@@ -1677,55 +1693,87 @@ def test_a_finished_job_is_not_left_stalled() -> None:
     assert (scene.condition("Stalled") or {}).get("status") == "False"
 
 
-def _preempted_and_gone(scene: World, index: int) -> dict[str, Any]:
-    """Rank `index` is preempted and deleted before any reconcile saw the DisruptionTarget condition:
-    the cache no longer has the pod; returns its last state (what the informer's delete carried)."""
+def _preempted_and_deleted(scene: World, index: int) -> None:
+    """Rank `index` is preempted and deleted while no reconcile runs (the leader is down, say): the
+    tracking finalizer keeps the pod, with its DisruptionTarget condition, Terminating."""
     scene.disrupt(index, "PreemptionByScheduler")
-    last = copy.deepcopy(scene.pod(index))
-    del scene.pods[last["metadata"]["name"]]
-    return last
+    scene.confirm(scene.pod(index))
+    assert scene.pod(index)["metadata"]["deletionTimestamp"]
 
 
-def test_a_rank_preempted_and_gone_before_the_reconcile_counts_as_preemption() -> None:
-    scene = world()
+def test_a_rank_preempted_and_deleted_before_the_reconcile_counts_as_preemption() -> None:
+    # Rank 1 is preempted and deleted, rank 0 exits 1 a second later (its peer is lost), and only then
+    # does a reconcile run: disruption first, so with backoffLimit 0 the gang restarts.
+    scene = world({"spec.failurePolicy.backoffLimit": 0}, tracking=True)
     scene.run_to_running()
-    last = _preempted_and_gone(scene, 1)
-    result = plan(replace(scene.observed(), vanished=[last]), scene.settings)
+    _preempted_and_deleted(scene, 1)
+    scene.advance(1)
+    scene.exit(0, 1, message="peer lost")
+    result = scene.step()
     assert result.status["state"] == "Restarting"
     assert result.status["lastRestartReason"] == "PreemptionByScheduler"
+    assert result.status["restarts"] == {"disruption": 1}
+    # Both ends are in the status now: their pods may go.
+    assert sorted(release.name for release in result.releases) == ["mnist-worker-0", "mnist-worker-1"]
+
+
+def test_a_rank_that_failed_before_it_was_deleted_counts_as_its_failure() -> None:
+    scene = world(tracking=True)
+    scene.run_to_running()
+    scene.exit(1, 1, message="CUDA error")
+    scene.advance(2)
+    pod = scene.pod(1)
+    scene.delete_pod(Delete("Pod", pod["metadata"]["name"], pod["metadata"]["uid"], "someone"))
+    result = scene.step()
+    assert result.status["lastRestartReason"] == "PodFailed"
+    assert result.status["restarts"] == {"failure": 1}
+
+
+def test_a_rank_deleted_while_running_is_a_deletion_whatever_its_exit_code() -> None:
+    scene = world(tracking=True)
+    scene.run_to_running()
+    pod = scene.pod(1)
+    scene.delete_pod(Delete("Pod", pod["metadata"]["name"], pod["metadata"]["uid"], "someone"))
+    scene.advance(1)
+    scene.exit(1, 143)  # SIGTERM from the kubelet, after the deletion
+    result = scene.step()
+    assert result.status["lastRestartReason"] == "PodDeleted"
     assert result.status["restarts"] == {"disruption": 1}
 
 
 def test_without_its_last_state_the_missing_rank_is_an_unexplained_deletion() -> None:
+    # Only when someone strips the tracking finalizer can a rank vanish unseen.
     scene = world()
     scene.run_to_running()
-    _preempted_and_gone(scene, 1)
+    scene.disrupt(1, "PreemptionByScheduler")
+    del scene.pods["mnist-worker-1"]
     result = plan(scene.observed(), scene.settings)
     assert result.status["lastRestartReason"] == "PodDeleted"
 
 
-def test_last_states_of_an_earlier_attempt_are_ignored() -> None:
-    scene = world()
+def test_a_running_pod_keeps_its_finalizer_and_an_ended_one_is_released() -> None:
+    scene = world(tracking=True)
     scene.run_to_running()
-    last = _preempted_and_gone(scene, 1)
-    last["metadata"]["labels"][contract.ATTEMPT_LABEL] = "7"
-    result = plan(replace(scene.observed(), vanished=[last]), scene.settings)
-    assert result.status["lastRestartReason"] == "PodDeleted"
-    # And a rank that is present again is not judged by an old last state.
-    scene2 = world()
-    scene2.run_to_running()
-    stale = copy.deepcopy(scene2.pod(1))
-    stale["status"]["phase"] = "Failed"
-    steady = plan(replace(scene2.observed(), vanished=[stale]), scene2.settings)
-    assert steady.status["state"] == "Running"
+    assert scene.step().releases == ()
+    assert all(contract.TRACKING_FINALIZER in pod["metadata"]["finalizers"] for pod in scene.pods.values())
+    scene.succeed(1)
+    result = scene.step()
+    assert scene.state == "Running"
+    assert [release.name for release in result.releases] == ["mnist-worker-1"]
+    assert scene.pod(1)["metadata"]["finalizers"] == []
+    scene.succeed(0)
+    scene.step()
+    assert scene.state == "Completed"
+    assert [pod["metadata"]["finalizers"] for pod in scene.pods.values()] == [[], []]
 
 
-def test_a_remembered_preemption_restarts_the_gang_once() -> None:
-    scene = world({"spec.failurePolicy.backoffLimit": 0})
+def test_a_preemption_held_by_the_finalizer_restarts_the_gang_once() -> None:
+    scene = world({"spec.failurePolicy.backoffLimit": 0}, tracking=True)
     scene.run_to_running()
-    scene.vanished.append(_preempted_and_gone(scene, 1))
+    _preempted_and_deleted(scene, 1)
     scene.step()
     assert scene.state == "Restarting"
+    scene.step()
     until_restarted(scene)
     scene.settle()
     assert (scene.status["attempt"], scene.status["restartCount"]) == (1, 1)
