@@ -122,6 +122,8 @@ class Reconciler:
             logger.debug("job is gone; nothing to do")
             return None, Result()
         if not self._expectations.satisfied(key):
+            self._deletions_shown(key, cached)
+        if not self._expectations.satisfied(key):
             pending = self._expectations.pending(key)
             logger.debug("waiting for the cache to show our pod writes", extra={"pending": repr(pending)})
             age = pending.age_seconds if pending is not None else 0.0
@@ -134,6 +136,21 @@ class Reconciler:
             logger.debug("waiting for the caches of Kueue's objects to sync")
             return None, Result(requeue_after=1.0)
         return cached, Result()
+
+    def _deletions_shown(self, key: str, job: JsonDict) -> None:
+        """Pod deletes we expect whose pod the cache shows terminating or no longer holds: seen, even if
+        the event that showed it came before we expected it (someone else deleted the pod first, and
+        its tracking finalizer keeps it Terminating, so no later event may come)."""
+        pending = self._expectations.pending(key)
+        if pending is None:
+            return
+        pods = {
+            pod["metadata"]["uid"]: pod
+            for pod in self._caches.pods.by_index(BY_OWNER_UID, job["metadata"]["uid"])
+        }
+        for uid in pending.deletes:
+            if uid not in pods or pods[uid]["metadata"].get("deletionTimestamp"):
+                self._expectations.deleted(key, uid)
 
     def _observe(self, job: JsonDict) -> Observed:
         uid = job["metadata"]["uid"]

@@ -265,7 +265,9 @@ class Watches:
         if key is None:
             self._foreign_pod_changed(new)
             return
-        if new["metadata"].get("deletionTimestamp") and not old["metadata"].get("deletionTimestamp"):
+        if new["metadata"].get("deletionTimestamp"):
+            # Every update of a terminating pod, not only the first: a delete we expect may have been
+            # someone else's first (the Job controller does the same).
             self._expectations.deleted(key, new["metadata"]["uid"])
         siblings = self.caches.pods.by_index(BY_JOB, key)
         urgent = podstate.changes_the_gang(old, new, siblings)

@@ -427,3 +427,21 @@ def test_a_reconcile_waiting_for_the_cache_releases_none_of_the_jobs_pods(api: F
     _, actions = scene.reconcile()
 
     assert actions == []
+
+
+def test_a_delete_we_expect_is_seen_when_the_cache_already_shows_the_pod_terminating(api: FakeApi) -> None:
+    # An eviction deleted the pod first: its event came before our own delete raised the expectation,
+    # and the tracking finalizer keeps the pod Terminating, so no later event may come.
+    live = world(graceful=True)
+    live.run_to_running()
+    scene = Scene(api, live.job).with_supporting_objects()
+    live.disrupt(1, "EvictionByEvictionAPI")
+    for pod in live.pods.values():
+        scene.caches.pods.add(pod)
+    scene.expectations.expect_deletes(scene.key, [live.pod(1)["metadata"]["uid"]])
+    scene.always("PATCH", W1, Reply(200, {}))
+    scene.always("DELETE", W0, Reply(200, {}))
+
+    _, actions = scene.reconcile()
+
+    assert actions[0] == ("PATCH", scene.status_path)
