@@ -23,7 +23,7 @@ Its rules:
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, replace
 from typing import Any
@@ -33,16 +33,16 @@ from builders.pvc import reusable_claim
 from controller.executor import Writes
 from controller.kueue_watches import KueueWatch, queued
 from controller.metrics import Metrics
-from controller.planner import CreateFailure, Event, Observed, Plan, Settings, plan, tracking
-from controller.resources import CONFIGMAPS, ROLEBINDINGS, ROLES, SERVICEACCOUNTS, TRAININGJOBS
-from controller.runtime import mergepatch
+from controller.planner import CreateFailure, Observed, Plan, Settings, plan, tracking
+from controller.resources import CONFIGMAPS, ROLEBINDINGS, ROLES, SERVICEACCOUNTS
 from controller.runtime.client import KubeClient
-from controller.runtime.clock import Clock, parse_time
+from controller.runtime.clock import Clock
 from controller.runtime.errors import Conflict, NotFound
 from controller.runtime.events import EventRecorder
 from controller.runtime.expectations import Expectations
 from controller.runtime.store import BY_OWNER_UID, object_key
 from controller.runtime.trackers import StatusWrites
+from controller.status import StatusWriter
 from controller.watches import BY_JOB, BY_SHARED, Caches
 
 logger = logging.getLogger(__name__)
@@ -76,11 +76,12 @@ class Reconciler:
         self._caches = caches
         self._expectations = expectations
         self._status_writes = status_writes
-        self._events = events
-        self._metrics = metrics
         self._clock = clock
         self._settings = settings
         self._writes = Writes(client, expectations=expectations, events=events, pool=executor)
+        self._status = StatusWriter(
+            client, status_writes=status_writes, events=events, metrics=metrics, clock=clock
+        )
         # Set by discovery (controller/discovery.py) as the cluster serves a gang scheduler's or
         # Kueue's API, and unset when it stops serving it.
         self.gang_scheduler: GangScheduler | None = None
@@ -212,19 +213,19 @@ class Reconciler:
 
     def _status_first(self, cached: JsonDict, observed: Observed, planned: Plan) -> Result:
         old_status = cached.get("status") or {}
-        version = self._write_status(cached, old_status, planned.status, confirm=bool(planned.releases))
+        version = self._status.write(cached, old_status, planned.status, confirm=bool(planned.releases))
         if version is None:
             return Result()
-        self._record(cached, old_status, planned.status, planned.events)
+        self._status.record(cached, old_status, planned.status, planned.events)
         self._writes.release(cached["metadata"]["namespace"], planned.releases)
         failures = self._writes.execute(cached, planned)
         if failures:
             # The job has the planned status now: the failures are news about that job.
             written = replace(observed, job={**observed.job, "status": planned.status})
             replanned = self._replan(written, failures)
-            if self._write_status(cached, planned.status, replanned.status, version) is not None:
+            if self._status.write(cached, planned.status, replanned.status, version) is not None:
                 news = [event for event in replanned.events if event not in planned.events]
-                self._record(cached, planned.status, replanned.status, news)
+                self._status.record(cached, planned.status, replanned.status, news)
             return self._after_failures(failures, replanned)
         if planned.delete_job:
             self._writes.delete_job(cached)
@@ -244,16 +245,16 @@ class Reconciler:
         failures = self._writes.execute(cached, planned)
         if failures:
             replanned = self._replan(observed, failures)
-            if self._write_status(cached, old_status, replanned.status, confirm=bool(replanned.releases)):
-                self._record(cached, old_status, replanned.status, replanned.events)
+            if self._status.write(cached, old_status, replanned.status, confirm=bool(replanned.releases)):
+                self._status.record(cached, old_status, replanned.status, replanned.events)
                 self._writes.release(cached["metadata"]["namespace"], replanned.releases)
             return self._after_failures(failures, replanned)
         logger.info(
             "the objects that could not be created before were created", extra={"action": "unblocked"}
         )
-        if self._write_status(cached, old_status, planned.status, confirm=bool(planned.releases)) is None:
+        if self._status.write(cached, old_status, planned.status, confirm=bool(planned.releases)) is None:
             return Result()
-        self._record(cached, old_status, planned.status, planned.events)
+        self._status.record(cached, old_status, planned.status, planned.events)
         self._writes.release(cached["metadata"]["namespace"], planned.releases)
         return Result(requeue_after=planned.requeue_after)
 
@@ -267,61 +268,3 @@ class Reconciler:
         if any(failure.verdict == "invalid" for failure in failures):
             return Result(requeue_after=replanned.requeue_after)
         return Result(rate_limited=True)
-
-    # ------------------------------------------------------------------------------------- status
-
-    def _write_status(
-        self,
-        job: JsonDict,
-        old: Mapping[str, Any],
-        new: Mapping[str, Any],
-        version: str | None = None,
-        *,
-        confirm: bool = False,
-    ) -> str | None:
-        """PATCHes status when it changed, with the job's resourceVersion (or `version`, that of our last
-        write) as precondition; returns the resourceVersion the job has now (None if it is gone).
-
-        `confirm`: pods are to be let go on the strength of this status, so even an unchanged one is
-        confirmed with the API server (a PATCH of the precondition alone, which writes nothing): a
-        cache that lags behind another leader's last write gets a 409, not a release."""
-        version = version or str(job["metadata"]["resourceVersion"])
-        patch = mergepatch.diff(old, new)
-        if not patch and not confirm:
-            return version
-        body: JsonDict = {"metadata": {"resourceVersion": version}}
-        if patch:
-            body["status"] = patch
-        namespace, name = job["metadata"]["namespace"], job["metadata"]["name"]
-        try:
-            updated = self._client.patch(TRAININGJOBS, namespace, name, body, subresource="status")
-        except NotFound:
-            logger.info("job deleted while reconciling")
-            return None
-        except Conflict:
-            logger.info("job changed since it was read; reconciling again with the fresh version")
-            raise
-        written = str(updated["metadata"]["resourceVersion"])
-        self._status_writes.wrote(object_key(job), written)
-        old_state, new_state = old.get("state"), new.get("state")
-        if old_state != new_state:
-            logger.info(
-                "state %s -> %s: %s",
-                old_state or "(new)",
-                new_state,
-                new.get("message", ""),
-                extra={"action": "transition", "from": old_state, "to": new_state},
-            )
-        else:
-            logger.debug("status updated", extra={"fields": sorted(patch)})
-        return written
-
-    def _record(
-        self, job: JsonDict, old: Mapping[str, Any], new: Mapping[str, Any], events: Sequence[Event]
-    ) -> None:
-        """The metrics of what the status write changed, and the plan's Events."""
-        created = job["metadata"].get("creationTimestamp")
-        age = (self._clock.now() - parse_time(created)).total_seconds() if created else None
-        self._metrics.record_transition(job["metadata"]["namespace"], age, old, new)
-        for event in events:
-            self._events.record(job, event.type, event.reason, event.message)

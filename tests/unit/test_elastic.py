@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from crd import contract
+from tests.unit.lifecycle_steps import assert_steady, created_pod_names
 from tests.unit.lifecycle_world import INSUFFICIENT_GPU, World, names, world
-from tests.unit.test_lifecycle import assert_steady, created_pod_names
 
 ELASTIC = {"spec.elastic": {"minWorkers": 2, "maxWorkers": 4}}
 W0, W1, W2, W3 = (f"mnist-worker-{index}" for index in range(4))
