@@ -51,6 +51,23 @@ def gone(cluster: Kubectl, namespace: str, pod: str, uid: str) -> bool:
     return found is None or found["metadata"]["uid"] != uid
 
 
+def deleted_while_down(
+    cluster: Kubectl, namespace: str, start_operator: StartOperator, name: str
+) -> list[JsonDict]:
+    """A running job deleted while its operator is down: the garbage collector deletes the pods, and
+    their finalizer holds them. Returns the pods as they ran."""
+    operator = start_operator()
+    pods = running_job(cluster, namespace, name)
+    crash(operator)
+    cluster.run("delete", "trainingjob", name, "-n", namespace, "--wait=false")
+    wait_for(
+        "the garbage collector to delete the pods",
+        lambda: all(pod["metadata"].get("deletionTimestamp") for pod in pods_of(cluster, namespace, name)),
+    )
+    assert len(pods_of(cluster, namespace, name)) == 2
+    return pods
+
+
 def next_second(moment: str) -> None:
     """Waits until the clock is past the whole second of `moment` (status times have whole seconds)."""
     stamp = datetime.fromisoformat(moment.replace("Z", "+00:00"))
@@ -127,18 +144,7 @@ def test_a_pod_that_failed_before_it_was_deleted_counts_as_its_failure(
 def test_pods_of_a_job_deleted_while_the_operator_is_down_go_once_it_is_back(
     cluster: Kubectl, namespace: str, start_operator: StartOperator
 ) -> None:
-    operator = start_operator()
-    pods = running_job(cluster, namespace, "deleted")
-    crash(operator)
-    cluster.run("delete", "trainingjob", "deleted", "-n", namespace, "--wait=false")
-    # The garbage collector deletes the pods; their finalizer holds them.
-    wait_for(
-        "the garbage collector to delete the pods",
-        lambda: all(
-            pod["metadata"].get("deletionTimestamp") for pod in pods_of(cluster, namespace, "deleted")
-        ),
-    )
-    assert len(pods_of(cluster, namespace, "deleted")) == 2
+    pods = deleted_while_down(cluster, namespace, start_operator, "deleted")
 
     start_operator()
 
@@ -169,16 +175,7 @@ def test_the_documented_manual_release_lets_held_pods_go(
     cluster: Kubectl, namespace: str, start_operator: StartOperator
 ) -> None:
     # docs/accounting.md's loop for pods left held without an operator, run as written.
-    operator = start_operator()
-    pods = running_job(cluster, namespace, "orphaned")
-    crash(operator)
-    cluster.run("delete", "trainingjob", "orphaned", "-n", namespace, "--wait=false")
-    wait_for(
-        "the garbage collector to delete the pods",
-        lambda: all(
-            pod["metadata"].get("deletionTimestamp") for pod in pods_of(cluster, namespace, "orphaned")
-        ),
-    )
+    pods = deleted_while_down(cluster, namespace, start_operator, "orphaned")
     text = (REPO / "docs" / "accounting.md").read_text()
     script = text[text.index("kubectl get pods -A -l") : text.index("\ndone\n") + len("\ndone\n")]
     env = {
