@@ -244,10 +244,8 @@ def build_pod(
         labels.update(decoration.labels)
         annotations.update(decoration.annotations)
         pod_spec["schedulerName"] = decoration.scheduler_name
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": object_meta(job, pod_name(job, index), labels=labels, annotations=annotations),
-        "spec": pod_spec,
-    }
+    metadata = object_meta(job, pod_name(job, index), labels=labels, annotations=annotations)
+    # Held until the pod's end is in the job's status (controller/planner/tracking.py).
+    metadata["finalizers"] = [contract.TRACKING_FINALIZER]
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
     return place(merge_pod_template(pod, job.spec.pod_template), placement)

@@ -3,7 +3,8 @@
 Order: patches of supporting objects, then their creates (in parallel, except that a RoleBinding
 waits for its Role: the API server checks that whoever binds a Role holds its permissions, and
 cannot check a Role that does not exist yet), then the pods (they need the account and the
-ConfigMap), then pod deletes, then deletes of other objects (a Kueue Workload). Pod creates and
+ConfigMap), then pod deletes, then deletes of other objects (a Kueue Workload); the reconciler
+releases the tracking finalizers of pods apart (`release`), after it wrote status. Pod creates and
 deletes are announced to the expectations first and lowered again for every one that fails or is
 not tried, so a reconcile never waits for a cache event that will not come.
 
@@ -33,6 +34,7 @@ from builders.shared import is_shared
 from controller.planner import CreateFailure, Delete, Plan
 from controller.planner.supporting import Patch
 from controller.planner.texts import event_message, objects_listed
+from controller.planner.tracking import Release
 from controller.resources import PODS, TRAININGJOBS, WORKLOADS, resource_for
 from controller.runtime.client import KubeClient
 from controller.runtime.errors import (
@@ -48,6 +50,7 @@ from controller.runtime.errors import (
 from controller.runtime.events import EventRecorder
 from controller.runtime.expectations import Expectations
 from controller.runtime.store import object_key
+from crd.contract import TRACKING_FINALIZER
 
 logger = logging.getLogger(__name__)
 
@@ -145,6 +148,30 @@ class Writes:
         for (verb, reason), names in written.deleted.items():
             pods = objects_listed([("Pod", name) for name in names])
             self._events.record(job, "Normal", "SuccessfulDelete", event_message(f"{verb} {pods} ({reason})"))
+
+    def release(self, namespace: str, releases: Sequence[Release]) -> None:
+        """Removes the tracking finalizer of each pod, if it is still that pod and still has it there (a
+        JSON patch that tests both); a pod gone or changed meanwhile is left to its next event."""
+        if releases:
+            self._all(lambda _job, item: self._release(namespace, item), {}, releases)
+
+    def _release(self, namespace: str, release: Release) -> None:
+        path = f"/metadata/finalizers/{release.position}"
+        operations = [
+            {"op": "test", "path": "/metadata/uid", "value": release.uid},
+            {"op": "test", "path": path, "value": TRACKING_FINALIZER},
+            {"op": "remove", "path": path},
+        ]
+        try:
+            self._client.patch(PODS, namespace, release.name, operations, patch_type="json")
+        except (NotFound, Conflict, Invalid) as error:
+            logger.info("not releasing pod %s: %s", release.name, error.message, extra={"action": "release"})
+            return
+        logger.info(
+            "released pod %s: its end is accounted for",
+            release.name,
+            extra={"action": "release", "object": release.name},
+        )
 
     def delete_job(self, job: JsonDict) -> None:
         try:

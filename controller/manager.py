@@ -34,7 +34,7 @@ from controller.runtime.logs import log_context, new_reconcile_id
 from controller.runtime.ratelimit import default_controller_rate_limiter
 from controller.runtime.serving import MetricsServer, parse_address
 from controller.runtime.store import object_key
-from controller.runtime.trackers import StatusWrites, Tombstones
+from controller.runtime.trackers import StatusWrites
 from controller.runtime.workqueue import WorkQueue
 from controller.watches import RESYNC_PRIORITY, Watches
 from crd import contract
@@ -185,7 +185,6 @@ class Manager:
         metrics.track_queue(self.queue, CONTROLLER)
         metrics.init_controller(CONTROLLER, options.workers)
         self.expectations = Expectations(self.clock)
-        self.tombstones = Tombstones(self.clock)
         self.status_writes = StatusWrites(self.clock)
         self.events = EventRecorder(
             events_client or client,
@@ -204,7 +203,6 @@ class Manager:
             namespace=options.namespace,
             expectations=self.expectations,
             status_writes=self.status_writes,
-            tombstones=self.tombstones,
         )
         self.executor = ThreadPoolExecutor(
             max_workers=options.create_concurrency, thread_name_prefix="create"
@@ -214,7 +212,6 @@ class Manager:
             self.watches.caches,
             expectations=self.expectations,
             status_writes=self.status_writes,
-            tombstones=self.tombstones,
             events=self.events,
             metrics=metrics,
             clock=self.clock,

@@ -11,6 +11,9 @@ Its rules:
   changed), then objects. A crash in between leaves a status the next reconcile completes. When the
   planner says so (`Plan.objects_first`: a job blocked by a refused create), objects go first and
   status after, so a failure that keeps recurring writes nothing new.
+* A pod's tracking finalizer goes only after the status planned from a cache that showed its end is
+  written (or, unchanged, confirmed): its last state is never lost before it is accounted for. Pods
+  whose job is gone are let go at once (planner/tracking.py).
 * Deletes carry UID preconditions; creates of deterministic names make a second create a 409.
 * A refused create is not an error of the reconcile: it goes back to the planner as a
   `CreateFailure`, and the status it then plans is written. A blocked job is retried with the rate
@@ -20,7 +23,7 @@ Its rules:
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, replace
 from typing import Any
@@ -30,16 +33,16 @@ from builders.pvc import reusable_claim
 from controller.executor import Writes
 from controller.kueue_watches import KueueWatch, queued
 from controller.metrics import Metrics
-from controller.planner import CreateFailure, Event, Observed, Plan, Settings, plan
-from controller.resources import CONFIGMAPS, ROLEBINDINGS, ROLES, SERVICEACCOUNTS, TRAININGJOBS
-from controller.runtime import mergepatch
+from controller.planner import CreateFailure, Observed, Plan, Settings, plan, tracking
+from controller.resources import CONFIGMAPS, ROLEBINDINGS, ROLES, SERVICEACCOUNTS
 from controller.runtime.client import KubeClient
-from controller.runtime.clock import Clock, parse_time
+from controller.runtime.clock import Clock
 from controller.runtime.errors import Conflict, NotFound
 from controller.runtime.events import EventRecorder
 from controller.runtime.expectations import Expectations
 from controller.runtime.store import BY_OWNER_UID, object_key
-from controller.runtime.trackers import StatusWrites, Tombstones
+from controller.runtime.trackers import StatusWrites
+from controller.status import StatusWriter
 from controller.watches import BY_JOB, BY_SHARED, Caches
 
 logger = logging.getLogger(__name__)
@@ -63,7 +66,6 @@ class Reconciler:
         *,
         expectations: Expectations,
         status_writes: StatusWrites,
-        tombstones: Tombstones,
         events: EventRecorder,
         metrics: Metrics,
         clock: Clock,
@@ -74,12 +76,12 @@ class Reconciler:
         self._caches = caches
         self._expectations = expectations
         self._status_writes = status_writes
-        self._tombstones = tombstones
-        self._events = events
-        self._metrics = metrics
         self._clock = clock
         self._settings = settings
         self._writes = Writes(client, expectations=expectations, events=events, pool=executor)
+        self._status = StatusWriter(
+            client, status_writes=status_writes, events=events, metrics=metrics, clock=clock
+        )
         # Set by discovery (controller/discovery.py) as the cluster serves a gang scheduler's or
         # Kueue's API, and unset when it stops serving it.
         self.gang_scheduler: GangScheduler | None = None
@@ -90,6 +92,7 @@ class Reconciler:
         if not name:
             self._release_namespace(namespace)
             return Result()
+        self._release_orphans(key, self._caches.jobs.get(key))
         cached, waiting = self._ready_to_act(key)
         if cached is None:
             return waiting
@@ -117,9 +120,10 @@ class Reconciler:
         if cached is None:
             self._expectations.forget(key)
             self._status_writes.forget(key)
-            self._tombstones.forget(key)
             logger.debug("job is gone; nothing to do")
             return None, Result()
+        if not self._expectations.satisfied(key):
+            self._deletions_shown(key, cached)
         if not self._expectations.satisfied(key):
             pending = self._expectations.pending(key)
             logger.debug("waiting for the cache to show our pod writes", extra={"pending": repr(pending)})
@@ -133,6 +137,21 @@ class Reconciler:
             logger.debug("waiting for the caches of Kueue's objects to sync")
             return None, Result(requeue_after=1.0)
         return cached, Result()
+
+    def _deletions_shown(self, key: str, job: JsonDict) -> None:
+        """Pod deletes we expect whose pod the cache shows terminating or no longer holds: seen, even if
+        the event that showed it came before we expected it (someone else deleted the pod first, and
+        its tracking finalizer keeps it Terminating, so no later event may come)."""
+        pending = self._expectations.pending(key)
+        if pending is None:
+            return
+        pods = {
+            pod["metadata"]["uid"]: pod
+            for pod in self._caches.pods.by_index(BY_OWNER_UID, job["metadata"]["uid"])
+        }
+        for uid in pending.deletes:
+            if uid not in pods or pods[uid]["metadata"].get("deletionTimestamp"):
+                self._expectations.deleted(key, uid)
 
     def _observe(self, job: JsonDict) -> Observed:
         uid = job["metadata"]["uid"]
@@ -158,9 +177,16 @@ class Reconciler:
             nodes_known=nodes_known,
             now=self._clock.now(),
             gang_scheduler=self.gang_scheduler,
-            vanished=self._tombstones.recent(object_key(job)),
             kueue=kueue.queueing() if (kueue := self.kueue) is not None else None,
         )
+
+    def _release_orphans(self, key: str, job: JsonDict | None) -> None:
+        """Lets go of pods labelled for `key` that its job (if any) does not control: no status will
+        ever account for them (planner/tracking.py)."""
+        uid = job["metadata"]["uid"] if job is not None else None
+        orphans = tracking.orphans(self._caches.pods.by_index(BY_JOB, key), uid)
+        if orphans:
+            self._writes.release(key.partition("/")[0], orphans)
 
     # ------------------------------------------------------------------------- shared objects
 
@@ -187,18 +213,19 @@ class Reconciler:
 
     def _status_first(self, cached: JsonDict, observed: Observed, planned: Plan) -> Result:
         old_status = cached.get("status") or {}
-        version = self._write_status(cached, old_status, planned.status)
+        version = self._status.write(cached, old_status, planned.status, confirm=bool(planned.releases))
         if version is None:
             return Result()
-        self._record(cached, old_status, planned.status, planned.events)
+        self._status.record(cached, old_status, planned.status, planned.events)
+        self._writes.release(cached["metadata"]["namespace"], planned.releases)
         failures = self._writes.execute(cached, planned)
         if failures:
             # The job has the planned status now: the failures are news about that job.
             written = replace(observed, job={**observed.job, "status": planned.status})
             replanned = self._replan(written, failures)
-            if self._write_status(cached, planned.status, replanned.status, version) is not None:
+            if self._status.write(cached, planned.status, replanned.status, version) is not None:
                 news = [event for event in replanned.events if event not in planned.events]
-                self._record(cached, planned.status, replanned.status, news)
+                self._status.record(cached, planned.status, replanned.status, news)
             return self._after_failures(failures, replanned)
         if planned.delete_job:
             self._writes.delete_job(cached)
@@ -218,15 +245,17 @@ class Reconciler:
         failures = self._writes.execute(cached, planned)
         if failures:
             replanned = self._replan(observed, failures)
-            if self._write_status(cached, old_status, replanned.status) is not None:
-                self._record(cached, old_status, replanned.status, replanned.events)
+            if self._status.write(cached, old_status, replanned.status, confirm=bool(replanned.releases)):
+                self._status.record(cached, old_status, replanned.status, replanned.events)
+                self._writes.release(cached["metadata"]["namespace"], replanned.releases)
             return self._after_failures(failures, replanned)
         logger.info(
             "the objects that could not be created before were created", extra={"action": "unblocked"}
         )
-        if self._write_status(cached, old_status, planned.status) is None:
+        if self._status.write(cached, old_status, planned.status, confirm=bool(planned.releases)) is None:
             return Result()
-        self._record(cached, old_status, planned.status, planned.events)
+        self._status.record(cached, old_status, planned.status, planned.events)
+        self._writes.release(cached["metadata"]["namespace"], planned.releases)
         return Result(requeue_after=planned.requeue_after)
 
     def _replan(self, observed: Observed, failures: Sequence[CreateFailure]) -> Plan:
@@ -239,49 +268,3 @@ class Reconciler:
         if any(failure.verdict == "invalid" for failure in failures):
             return Result(requeue_after=replanned.requeue_after)
         return Result(rate_limited=True)
-
-    # ------------------------------------------------------------------------------------- status
-
-    def _write_status(
-        self, job: JsonDict, old: Mapping[str, Any], new: Mapping[str, Any], version: str | None = None
-    ) -> str | None:
-        """PATCHes status when it changed, with the job's resourceVersion (or `version`, that of our last
-        write) as precondition; returns the resourceVersion the job has now (None if it is gone)."""
-        version = version or str(job["metadata"]["resourceVersion"])
-        patch = mergepatch.diff(old, new)
-        if not patch:
-            return version
-        body = {"metadata": {"resourceVersion": version}, "status": patch}
-        namespace, name = job["metadata"]["namespace"], job["metadata"]["name"]
-        try:
-            updated = self._client.patch(TRAININGJOBS, namespace, name, body, subresource="status")
-        except NotFound:
-            logger.info("job deleted while reconciling")
-            return None
-        except Conflict:
-            logger.info("job changed since it was read; reconciling again with the fresh version")
-            raise
-        written = str(updated["metadata"]["resourceVersion"])
-        self._status_writes.wrote(object_key(job), written)
-        old_state, new_state = old.get("state"), new.get("state")
-        if old_state != new_state:
-            logger.info(
-                "state %s -> %s: %s",
-                old_state or "(new)",
-                new_state,
-                new.get("message", ""),
-                extra={"action": "transition", "from": old_state, "to": new_state},
-            )
-        else:
-            logger.debug("status updated", extra={"fields": sorted(patch)})
-        return written
-
-    def _record(
-        self, job: JsonDict, old: Mapping[str, Any], new: Mapping[str, Any], events: Sequence[Event]
-    ) -> None:
-        """The metrics of what the status write changed, and the plan's Events."""
-        created = job["metadata"].get("creationTimestamp")
-        age = (self._clock.now() - parse_time(created)).total_seconds() if created else None
-        self._metrics.record_transition(job["metadata"]["namespace"], age, old, new)
-        for event in events:
-            self._events.record(job, event.type, event.reason, event.message)

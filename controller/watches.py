@@ -5,9 +5,12 @@ This is the first stop of a job key: an informer event on any object is mapped t
 queued. Along the way the handlers feed what the reconciler needs to trust its caches:
 
 * a pod seen created or deleted lowers the job's expectations (controller.runtime.expectations);
-* a job seen at a resourceVersion settles the status write that produced it (`StatusWrites`);
-* a deleted pod whose end says why (a disruption, a failure) leaves its last state (`Tombstones`),
-  since the reconcile that follows no longer finds it in the cache.
+* a job seen at a resourceVersion settles the status write that produced it (`StatusWrites`).
+
+A pod's end is never only in an event: the tracking finalizer keeps a deleted pod, with its last
+state, in the cache until its job's status accounts for it (planner/tracking.py); a pod that ends or
+starts terminating wakes its job ahead of other work, and one whose job is gone wakes that job's key,
+whose reconcile lets the pod go.
 
 Caches hold only what the planner reads (transforms): pods without their spec, nodes as their Ready
 condition. The objects a namespace's jobs share (builders/shared.py) have no owner: their events
@@ -29,7 +32,7 @@ from controller.runtime.expectations import Expectations
 from controller.runtime.informer import Informer
 from controller.runtime.resource import Resource
 from controller.runtime.store import OWNER_INDEXERS, IndexFunc, Store, object_key
-from controller.runtime.trackers import StatusWrites, Tombstones
+from controller.runtime.trackers import StatusWrites
 from controller.runtime.workqueue import NORMAL_PRIORITY, WorkQueue
 from crd import contract
 
@@ -169,7 +172,6 @@ class Watches:
         namespace: str | None,
         expectations: Expectations,
         status_writes: StatusWrites,
-        tombstones: Tombstones,
     ) -> None:
         self._client = client
         self._queue = queue
@@ -177,7 +179,6 @@ class Watches:
         self._namespace = namespace
         self._expectations = expectations
         self._status_writes = status_writes
-        self._tombstones = tombstones
         self.informers: list[Informer] = []
         # Informers whose sync the operator does not wait for (readiness, start of work).
         self.optional: set[str] = set()
@@ -264,7 +265,9 @@ class Watches:
         if key is None:
             self._foreign_pod_changed(new)
             return
-        if new["metadata"].get("deletionTimestamp") and not old["metadata"].get("deletionTimestamp"):
+        if new["metadata"].get("deletionTimestamp"):
+            # Every update of a terminating pod, not only the first: a delete we expect may have been
+            # someone else's first (the Job controller does the same).
             self._expectations.deleted(key, new["metadata"]["uid"])
         siblings = self.caches.pods.by_index(BY_JOB, key)
         urgent = podstate.changes_the_gang(old, new, siblings)
@@ -276,8 +279,6 @@ class Watches:
             self._foreign_pod_changed(obj)
             return
         self._expectations.deleted(key, obj["metadata"]["uid"])
-        if podstate.disruption_reason(obj) is not None or podstate.worker_phase(obj) == "Failed":
-            self._tombstones.record(key, obj)
         self._queue.add(key, URGENT_PRIORITY)
 
     def _foreign_pod_changed(self, obj: JsonDict) -> None:

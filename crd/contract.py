@@ -97,6 +97,11 @@ ELASTIC_ANNOTATION: Final = f"{GROUP}/elastic-workers"
 # has several (sidecars), so they show the trainer without `-c trainer`.
 DEFAULT_CONTAINER_ANNOTATION: Final = "kubectl.kubernetes.io/default-container"
 
+# The finalizer on every pod the operator creates (like batch/v1 Job's batch.kubernetes.io/job-tracking):
+# the API server keeps a deleted pod, with its last state, until the operator has recorded how it ended
+# in the job's status and removed the finalizer (docs/accounting.md).
+TRACKING_FINALIZER: Final = f"{GROUP}/trainingjob-tracking"
+
 # Suffixes of the other per-job object names (see builders/names.py).
 CONFIG_SUFFIX: Final = "-config"
 CHECKPOINTS_SUFFIX: Final = "-checkpoints"

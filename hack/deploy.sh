@@ -6,7 +6,8 @@
 # Why a script: before touching the cluster it checks that kubectl exists and the cluster answers,
 # renders the kustomization (with IMAGE, if given) and validates every object with a server-side dry
 # run, so a mistake is reported with nothing half-installed. `delete` keeps the CRD (deleting it
-# deletes every TrainingJob) unless DELETE_CRD=1.
+# deletes every TrainingJob) unless DELETE_CRD=1, which deletes the jobs first, while the operator
+# still runs to let their pods go.
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -51,6 +52,24 @@ fi
 
 if [[ "$ACTION" == delete ]]; then
   if [[ "${DELETE_CRD:-0}" == 1 ]]; then
+    # The jobs go first, while the operator still runs: it takes its tracking finalizer off their
+    # pods once they are accounted for (docs/accounting.md). Removed after it, they would be held.
+    if "$KUBECTL" get crd trainingjobs.ml.example.com >/dev/null 2>&1; then
+      "$KUBECTL" delete trainingjobs --all --all-namespaces --ignore-not-found --wait=true --timeout=120s
+      held() {
+        "$KUBECTL" get pods --all-namespaces -l app.kubernetes.io/managed-by=trainingjob-operator \
+          -o jsonpath='{range .items[*]}{.metadata.namespace}/{.metadata.name} {.metadata.finalizers}{"\n"}{end}' |
+          grep -F ml.example.com/trainingjob-tracking || true
+      }
+      for _ in $(seq 120); do
+        [[ -z "$(held)" ]] && break
+        sleep 1
+      done
+      if [[ -n "$(held)" ]]; then
+        fail "pods of deleted TrainingJobs are still held by the ml.example.com/trainingjob-tracking finalizer" \
+          "(is the operator running?); nothing was removed. See docs/accounting.md to release them by hand."
+      fi
+    fi
     "$KUBECTL" delete --ignore-not-found -f "$rendered"
     echo "deploy: removed the operator and the TrainingJob CRD"
   else

@@ -14,6 +14,7 @@ it stays for the rest of the session. Those tests are marked `components` too.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -23,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from crd import contract
 from hack.kube_bins import component_binary
 from tests.cluster import DEV, REPO, Kubectl, require_optional, wait_for
 
@@ -81,7 +83,39 @@ def namespace(cluster: Kubectl, request: pytest.FixtureRequest) -> Iterator[str]
     try:
         yield name
     finally:
+        release_tracked_pods(cluster, name)
         cluster.run("delete", "namespace", name, "--wait=false", "--ignore-not-found", check=False)
+
+
+def release_tracked_pods(cluster: Kubectl, namespace: str) -> None:
+    """Takes the operator's tracking finalizer off the namespace's pods, as an admin does once no
+    operator runs for them (docs/accounting.md): the test's operator is gone by now, and held pods
+    would keep the namespace, and their nodes' GPUs, for the rest of the session."""
+    listed = cluster.attempt("get", "pods", "-n", namespace, "-o", "json")
+    if listed.returncode != 0:
+        return
+    for pod in json.loads(listed.stdout).get("items", []):
+        finalizers = pod["metadata"].get("finalizers") or []
+        if contract.TRACKING_FINALIZER in finalizers:
+            position = finalizers.index(contract.TRACKING_FINALIZER)
+            patch = [
+                {
+                    "op": "test",
+                    "path": f"/metadata/finalizers/{position}",
+                    "value": contract.TRACKING_FINALIZER,
+                },
+                {"op": "remove", "path": f"/metadata/finalizers/{position}"},
+            ]
+            cluster.attempt(
+                "patch",
+                "pod",
+                pod["metadata"]["name"],
+                "-n",
+                namespace,
+                "--type=json",
+                "-p",
+                json.dumps(patch),
+            )
 
 
 @pytest.fixture

@@ -144,6 +144,7 @@ def _deleted(
             or index in gang.ranks
             or index in being_replaced
             or pod["metadata"].get("labels", {}).get(ATTEMPT_LABEL) != attempt
+            or podstate.failed_before_deletion(pod)  # a failure of its own (among gang.failures)
         ):
             continue
         name = str(pod["metadata"]["name"])

@@ -33,7 +33,8 @@ class Facts:
     settings: Settings
     # What is wrong with the spec beyond the API server's checks, as "field: problem" lines.
     spec_errors: tuple[str, ...]
-    _gangs: dict[int, Gang] = field(default_factory=dict, repr=False, compare=False)
+    # The gang, observed on first use (a frozen dataclass caches in a mutable field).
+    _gang: list[Gang] = field(default_factory=list, repr=False, compare=False)
 
     @property
     def spec(self) -> Spec:
@@ -55,21 +56,21 @@ class Facts:
         return self.observed.gang_scheduler if self.spec.scheduling.gang_scheduling else None
 
     def gang(self, status: Mapping[str, Any]) -> Gang:
-        """The gang of the status's attempt (deleted pods of earlier attempts explain nothing about it)."""
-        attempt = attempt_of(status)
-        if attempt not in self._gangs:
+        """The job's pods as one gang (the same for every status the reconcile's steps go through: the
+        pods do not change while it plans)."""
+        if not self._gang:
             observed = self.observed
-            self._gangs[attempt] = observe(
-                observed.pods,
-                self.spec.num_workers,
-                observed.nodes,
-                observed.nodes_known,
-                now=observed.now,
-                node_grace=self.settings.node_lost_after,
-                vanished=observed.vanished,
-                attempt=attempt,
+            self._gang.append(
+                observe(
+                    observed.pods,
+                    self.spec.num_workers,
+                    observed.nodes,
+                    observed.nodes_known,
+                    now=observed.now,
+                    node_grace=self.settings.node_lost_after,
+                )
             )
-        return self._gangs[attempt]
+        return self._gang[0]
 
     def reporter(self, status: Mapping[str, Any]) -> JsonDict | None:
         """The pod whose progress report counts: worker 0's, where rank 0 runs. In an elastic job

@@ -2,7 +2,7 @@
 
 The planner never reasons about single pods: a rank restarted alone cannot rejoin the collective,
 so every decision is about the gang. This module turns the job's owned pods (from the cache) into
-a `Gang` once per reconcile (and attempt).
+a `Gang` once per reconcile.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from typing import Any
 
 from controller.planner import podstate
 from controller.planner.failures import PodFailure, classify
-from crd.contract import ATTEMPT_LABEL
 
 JsonDict = dict[str, Any]
 
@@ -85,19 +84,18 @@ def observe(
     *,
     now: datetime | None = None,
     node_grace: float = 0.0,
-    vanished: Sequence[JsonDict] = (),
-    attempt: int | None = None,
 ) -> Gang:
-    """The gang as the cache shows it. `vanished` are the last states of pods deleted recently (the
-    cache no longer has them): a rank of the current `attempt` that went missing after a preemption or
-    eviction counts as that disruption, not as an unexplained deletion."""
+    """The gang as the cache shows it. A pod being deleted is no longer a rank, but it still says how
+    its rank ended (the tracking finalizer keeps it until the status says so: planner/tracking.py):
+    preempted or evicted (a disruption), or failed before anyone deleted it (a failure). Any other
+    deletion leaves its rank missing, which the planner judges as such."""
     gang = Gang(num_workers=num_workers)
     for pod in sorted(pods, key=lambda item: str(item.get("metadata", {}).get("name", ""))):
         if podstate.is_terminating(pod):
             gang.terminating.append(pod)
             # Preemption, API eviction and taint-manager deletion mark the pod DisruptionTarget and
             # delete it: the rank then goes missing, and this is why.
-            if podstate.disruption_reason(pod) is not None:
+            if podstate.disruption_reason(pod) is not None or podstate.failed_before_deletion(pod):
                 failure = classify(pod, None, False)
                 if failure is not None:
                     gang.failures.append(replace(failure, gone=True))
@@ -115,18 +113,6 @@ def observe(
         )
         if failure is not None:
             gang.failures.append(failure)
-    known = {pod["metadata"]["name"] for pod in gang.terminating}
-    for pod in vanished:
-        index = podstate.replica_index(pod)
-        if index is None or not 0 <= index < num_workers or index in gang.ranks:
-            continue
-        if pod["metadata"]["name"] in known:
-            continue
-        if attempt is not None and pod["metadata"].get("labels", {}).get(ATTEMPT_LABEL) != str(attempt):
-            continue
-        failure = classify(pod, None, False)
-        if failure is not None:
-            gang.failures.append(replace(failure, gone=True))
     return gang
 
 

@@ -1,9 +1,9 @@
 """What goes into the planner and what comes out of it.
 
 In: `Observed`, everything the caches show about one TrainingJob at one instant (the job as stored,
-its pods and other owned objects, node readiness, the pods deleted a moment ago, the gang scheduler
-the cluster runs, what it shows of Kueue, and the create failures of the last attempt to carry out a
-plan), plus the operator-wide `Settings`.
+its pods, those being deleted among them (the tracking finalizer keeps them), its other owned
+objects, node readiness, the gang scheduler the cluster runs, what it shows of Kueue, and the create
+failures of the last attempt to carry out a plan), plus the operator-wide `Settings`.
 
 Out: a `Plan`, the status the job should have and the writes that get the cluster there. The
 reconciler carries it out and never changes it; when a create fails, it asks again with the
@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from builders.podgroup import GangScheduler
 from controller.planner.supporting import Patch
+from controller.planner.tracking import Release
 
 JsonDict = dict[str, Any]
 
@@ -71,8 +72,6 @@ class Observed:
     nodes_known: bool = True
     # The gang scheduler the cluster runs (discovery); used for jobs that ask for gang scheduling.
     gang_scheduler: GangScheduler | None = None
-    # Last states of the job's pods deleted recently that ended with a disruption or a failure.
-    vanished: Sequence[JsonDict] = ()
     # What went wrong carrying out the plan made from this same observation.
     create_failures: Sequence[CreateFailure] = ()
     # Kueue, when the cluster serves its API (discovery); None: not installed.
@@ -98,7 +97,8 @@ class Event:
 @dataclass(frozen=True)
 class Plan:
     """The status to write and the writes to make, in order: patches of supporting objects, creates
-    (supporting objects, then pods), pod deletes; then the job itself when its TTL expired.
+    (supporting objects, then pods), pod deletes; then the job itself when its TTL expired. The
+    tracking finalizers of `releases` are removed only after `status` is written.
 
     `objects_first`: the job is blocked by a refused create and the plan tries the creates again, so
     the reconciler makes them before writing status and writes only what the outcome changes (a
@@ -112,3 +112,5 @@ class Plan:
     requeue_after: float | None = None
     delete_job: bool = False
     objects_first: bool = False
+    # Pods whose end `status` accounts for: their tracking finalizer goes once it is written.
+    releases: tuple[Release, ...] = ()

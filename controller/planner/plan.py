@@ -13,7 +13,8 @@ Three steps:
    shows on the Created condition and the message.
 3. the fields derived from the pods (workers, resources, the Scheduled condition: scheduled.py),
    observedGeneration and the time of the next look (timers.py) are computed once, from the final
-   status.
+   status; so are the pods whose end that status accounts for, whose tracking finalizer the
+   reconciler then removes (tracking.py).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from builders.meta import selector_labels
-from controller.planner import texts
+from controller.planner import texts, tracking
 from controller.planner.admission import apply_queueing
 from controller.planner.decide import AnyDecision, Finish, decide, progress
 from controller.planner.facts import Facts
@@ -111,6 +112,7 @@ def plan(observed: Observed, settings: Settings | None = None) -> Plan:
         requeue_after=wake_up(facts, final, gang, update.retry_in if update is not None else None),
         delete_job=result.delete_job,
         objects_first=blocked(status) and bool(all_creates) and not deletes,
+        releases=tracking.releases(observed.pods),
     )
 
 
@@ -181,7 +183,7 @@ def _unreadable(observed: Observed, status: JsonDict, error: SpecError) -> Plan:
     schema): the job fails with InvalidSpec and its pods are left alone (nothing about them can be
     judged without a spec). Once failed, nothing more is done."""
     if status.get("state") in FINISHED_STATES:
-        return Plan(status=status)
+        return Plan(status=status, releases=tracking.releases(observed.pods))
     generation = observed.job.get("metadata", {}).get("generation")
     now = observed.now
     change = Change(
@@ -190,4 +192,4 @@ def _unreadable(observed: Observed, status: JsonDict, error: SpecError) -> Plan:
     finish_status(change, State.FAILED, "InvalidSpec", texts.message(f"invalid spec: {error}"))
     if change.moment.generation is not None:
         change.status["observedGeneration"] = change.moment.generation
-    return Plan(status=change.status, events=list(change.events))
+    return Plan(status=change.status, events=list(change.events), releases=tracking.releases(observed.pods))

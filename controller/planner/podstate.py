@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from controller.runtime.clock import parse_time
@@ -53,6 +53,28 @@ def is_terminating(pod: Mapping[str, Any]) -> bool:
 def deletion_time(pod: Mapping[str, Any]) -> datetime | None:
     stamp = pod.get("metadata", {}).get("deletionTimestamp")
     return parse_time(stamp) if stamp else None
+
+
+def deletion_start(pod: Mapping[str, Any]) -> datetime | None:
+    """When the pod's deletion was asked for: its deletionTimestamp less its grace period (the API
+    server keeps that difference when a later delete shortens the grace period)."""
+    stamp = deletion_time(pod)
+    if stamp is None:
+        return None
+    grace = pod.get("metadata", {}).get("deletionGracePeriodSeconds") or 0
+    return stamp - timedelta(seconds=int(grace))
+
+
+def failed_before_deletion(pod: Mapping[str, Any]) -> bool:
+    """A pod being deleted whose trainer had failed before the deletion was asked for: its own failure,
+    not the deletion's doing (a deleted pod's containers are killed, and may exit non-zero, after it).
+    Times have whole seconds: a failure in the second of the deletion counts as the deletion's."""
+    started = deletion_start(pod)
+    if started is None or worker_phase(pod) != "Failed":
+        return False
+    ended = termination(pod)
+    finished = finished_at(pod, ended.container) if ended is not None and ended.container else None
+    return finished is not None and parse_time(finished) < started
 
 
 def creation_time(pod: Mapping[str, Any]) -> datetime | None:

@@ -127,6 +127,8 @@ def test_the_trainer_token_may_patch_only_the_progress_annotation_of_its_own_pod
         ("alpha-worker-0", json.dumps({"metadata": {"labels": {contract.REPLICA_INDEX_LABEL: "7"}}})),
         ("alpha-worker-0", json.dumps({"metadata": {"annotations": {"other": "x"}}})),
         ("alpha-worker-0", json.dumps({"metadata": {"finalizers": ["example.com/hold"]}})),
+        # nor take the operator's tracking finalizer off (docs/accounting.md)
+        ("alpha-worker-0", json.dumps({"metadata": {"finalizers": None}})),
     ]
     for pod, body in attempts:
         code, message = trainer.patch_pod(namespace, pod, body)
@@ -136,7 +138,7 @@ def test_the_trainer_token_may_patch_only_the_progress_annotation_of_its_own_pod
     for name, metadata in after.items():
         assert metadata["labels"] == before[name]["labels"]
         assert "other" not in (metadata.get("annotations") or {})
-        assert not metadata.get("finalizers")
+        assert metadata.get("finalizers") == before[name].get("finalizers") == [contract.TRACKING_FINALIZER]
     for args in (("delete", "pod", "alpha-worker-1", "-n", namespace, "--wait=false"),):
         result = trainer.kubectl.attempt(*args)
         assert result.returncode != 0, args

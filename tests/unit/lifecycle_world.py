@@ -5,8 +5,12 @@ wrote), its pods, its other owned objects and the nodes. `step()` calls `plan()`
 clock and applies the plan the way the API server and a fast kubelet would: creates appear (pods as
 Pending, unscheduled), deletes remove pods at once, or leave them Terminating when the world is
 `graceful` or their node is lost (no kubelet confirms the deletion), and force deletes remove them.
-Helper methods play scheduler and kubelet (bind, run, exit, evict), so tests read as a sequence of
-cluster events and reconciles.
+A `tracking` world also keeps the pods' tracking finalizer as the API server does: a deleted pod stays
+Terminating, with its last state, until a plan releases it (planner/tracking.py); otherwise releases
+only take the finalizer off, as if the next reconcile came at once.
+The cluster's side (`FakeCluster`: the API server's rules, and methods that play scheduler and
+kubelet: bind, start, exit, disrupt) is apart from the reconciling (`World`), so tests read as a
+sequence of cluster events and reconciles.
 """
 
 from __future__ import annotations
@@ -71,106 +75,24 @@ def condition(status: JsonDict, type_: str) -> JsonDict | None:
 
 
 @dataclass
-class World:
+class FakeCluster:
+    """The API server's and the nodes' side of a World: the job's pods and other objects as stored, the
+    nodes, and the scheduler's and kubelets' moves."""
+
     job: JsonDict
     now: datetime = T0
-    settings: Settings = field(default_factory=Settings)
     pods: dict[str, JsonDict] = field(default_factory=dict)
     owned: dict[tuple[str, str], JsonDict] = field(default_factory=dict)
     nodes: dict[str, JsonDict] = field(default_factory=dict)
     nodes_known: bool = True
     graceful: bool = False
-    plans: list[Plan] = field(default_factory=list)
-    events: list[Event] = field(default_factory=list)
     uid_counter: int = 0
-    job_deleted: bool = False
-    # Last states of deleted pods, as the operator's pod-delete handler remembers them.
-    vanished: list[JsonDict] = field(default_factory=list)
-    # Kueue as the operator's caches show it (None: its API is not served); tests/unit/kueue_world.py.
-    kueue: Queueing | None = None
-    # Writes refused because the object changed since the plan read it (resourceVersion preconditions).
-    conflicts: int = 0
+    tracking: bool = False
+    # UIDs of terminating pods whose deletion a kubelet (or a force delete) confirmed: gone once no
+    # finalizer holds them.
+    confirmed: set[str] = field(default_factory=set)
 
-    # ------------------------------------------------------------------------------ reconciling
-
-    @property
-    def status(self) -> JsonDict:
-        return dict(self.job.get("status") or {})
-
-    @property
-    def state(self) -> str | None:
-        state = self.status.get("state")
-        return str(state) if state else None
-
-    def condition(self, type_: str) -> JsonDict | None:
-        return condition(self.status, type_)
-
-    def observed(self) -> Observed:
-        return Observed(
-            job=copy.deepcopy(self.job),
-            pods=[copy.deepcopy(pod) for pod in self.pods.values()],
-            owned=copy.deepcopy(self.owned),
-            nodes=copy.deepcopy(self.nodes),
-            now=self.now,
-            nodes_known=self.nodes_known,
-            vanished=copy.deepcopy(self.vanished),
-            kueue=copy.deepcopy(self.kueue),
-        )
-
-    def plan(self) -> Plan:
-        """Plans without applying anything."""
-        return plan(self.observed(), self.settings)
-
-    def step(self, seconds: float = 0.0) -> Plan:
-        """Advances the clock, plans and applies the plan; returns it."""
-        self.advance(seconds)
-        result = self.plan()
-        self.apply(result)
-        return result
-
-    def settle(self, limit: int = 10) -> Plan:
-        """Steps at the same instant until a plan writes nothing."""
-        for _ in range(limit):
-            result = self.step()
-            if not (result.creates or result.deletes or result.patches):
-                return result
-        raise AssertionError("the job never settled")
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
-
-    def apply(self, result: Plan) -> None:
-        self.plans.append(result)
-        self.events.extend(result.events)
-        before = self.state
-        self.job["status"] = copy.deepcopy(result.status)
-        if self.state != before:
-            # Every state transition is announced by an Event that names the new state.
-            assert any(event.message.startswith(f"{self.state}:") for event in result.events), (
-                before,
-                self.state,
-                result.events,
-            )
-        for obj in result.creates:
-            self.create(obj)
-        for patch in result.patches:
-            current = self.owned[(patch.kind, patch.name)]
-            wanted = patch.body.get("metadata", {}).get("resourceVersion")
-            if wanted is not None and wanted != current["metadata"].get("resourceVersion"):
-                self.conflicts += 1  # 409: the reconcile that follows reads the object again
-                continue
-            _merge_patch(current, patch.body)
-            self.default(current)
-            current["metadata"]["resourceVersion"] = f"{current['metadata'].get('resourceVersion')}+"
-        for delete in result.deletes:
-            if delete.kind == "Pod":
-                self.delete_pod(delete)
-                continue
-            existing = self.owned.get((delete.kind, delete.name))
-            if existing is not None and existing["metadata"]["uid"] == delete.uid:
-                del self.owned[(delete.kind, delete.name)]
-        if result.delete_job:
-            self.job_deleted = True
+    # ------------------------------------------------------------------------------ the API server
 
     def default(self, obj: JsonDict) -> None:
         """What the API server adds to a stored object (its schema's defaults); here nothing."""
@@ -195,21 +117,37 @@ class World:
         pod = self.pods.get(delete.name)
         if pod is None or pod["metadata"]["uid"] != delete.uid:
             return  # 404 or a precondition failure: the controller's delete targets a uid
-        if delete.force:
-            del self.pods[delete.name]
-            return
         node = pod["spec"].get("nodeName")
-        if not node:
-            del self.pods[delete.name]  # never bound: the API server deletes it at once
-            return
-        if pod["metadata"].get("deletionTimestamp"):
-            return
-        if self.graceful or self.node_lost(str(node)):
-            grace = int(pod["spec"].get("terminationGracePeriodSeconds", 30))
+        if not pod["metadata"].get("deletionTimestamp"):
+            grace = (
+                0 if delete.force or not node else int(pod["spec"].get("terminationGracePeriodSeconds", 30))
+            )
             pod["metadata"]["deletionTimestamp"] = rfc3339(self.now + timedelta(seconds=grace))
             pod["metadata"]["deletionGracePeriodSeconds"] = grace
+        # Never bound, forced, or on a live node of a world that is not `graceful`: confirmed at once.
+        if delete.force or not node or not (self.graceful or self.node_lost(str(node))):
+            self.confirm(pod)
+
+    def confirm(self, pod: JsonDict) -> None:
+        """The deletion of `pod` is confirmed: it goes unless a finalizer (in a tracking world) holds it."""
+        self.confirmed.add(pod["metadata"]["uid"])
+        self._collect(pod["metadata"]["name"])
+
+    def release(self, name: str, uid: str) -> None:
+        """The operator removes the pod's tracking finalizer (if it is still that pod)."""
+        pod = self.pods.get(name)
+        if pod is None or pod["metadata"]["uid"] != uid:
             return
-        del self.pods[delete.name]
+        finalizers = pod["metadata"].get("finalizers") or []
+        assert contract.TRACKING_FINALIZER in finalizers, f"released {name} twice"
+        pod["metadata"]["finalizers"] = [item for item in finalizers if item != contract.TRACKING_FINALIZER]
+        self._collect(name)
+
+    def _collect(self, name: str) -> None:
+        pod = self.pods[name]
+        held = self.tracking and pod["metadata"].get("finalizers")
+        if pod["metadata"]["uid"] in self.confirmed and not held:
+            del self.pods[name]
 
     def node_lost(self, name: str) -> bool:
         node = self.nodes.get(name)
@@ -225,20 +163,7 @@ class World:
             if pod["metadata"].get("deletionTimestamp") and not self.node_lost(
                 str(pod["spec"].get("nodeName"))
             ):
-                del self.pods[name]
-
-    # ------------------------------------------------------------------------- spec changes
-
-    def update_spec(self, **changes: Any) -> None:
-        """Edits spec fields (dotted paths) as a user would: the generation moves."""
-        for path, value in changes.items():
-            node = self.job["spec"]
-            *parents, last = path.split(".")
-            for part in parents:
-                node = node.setdefault(part, {})
-            node[last] = value
-        self.job = with_defaults(self.job)
-        self.job["metadata"]["generation"] = int(self.job["metadata"]["generation"]) + 1
+                self.confirm(pod)
 
     # ------------------------------------------------------------------------ pods and nodes
 
@@ -370,6 +295,115 @@ class World:
         """The trainer patches its progress annotation."""
         annotations = self.pod(index)["metadata"].setdefault("annotations", {})
         annotations[contract.PROGRESS_ANNOTATION] = json.dumps(report)
+
+
+@dataclass
+class World(FakeCluster):
+    """A FakeCluster with the operator's planner reconciling its job."""
+
+    settings: Settings = field(default_factory=Settings)
+    plans: list[Plan] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    job_deleted: bool = False
+    # Kueue as the operator's caches show it (None: its API is not served); tests/unit/kueue_world.py.
+    kueue: Queueing | None = None
+    # Writes refused because the object changed since the plan read it (resourceVersion preconditions).
+    conflicts: int = 0
+
+    # ------------------------------------------------------------------------------ reconciling
+
+    @property
+    def status(self) -> JsonDict:
+        return dict(self.job.get("status") or {})
+
+    @property
+    def state(self) -> str | None:
+        state = self.status.get("state")
+        return str(state) if state else None
+
+    def condition(self, type_: str) -> JsonDict | None:
+        return condition(self.status, type_)
+
+    def observed(self) -> Observed:
+        return Observed(
+            job=copy.deepcopy(self.job),
+            pods=[copy.deepcopy(pod) for pod in self.pods.values()],
+            owned=copy.deepcopy(self.owned),
+            nodes=copy.deepcopy(self.nodes),
+            now=self.now,
+            nodes_known=self.nodes_known,
+            kueue=copy.deepcopy(self.kueue),
+        )
+
+    def plan(self) -> Plan:
+        """Plans without applying anything."""
+        return plan(self.observed(), self.settings)
+
+    def step(self, seconds: float = 0.0) -> Plan:
+        """Advances the clock, plans and applies the plan; returns it."""
+        self.advance(seconds)
+        result = self.plan()
+        self.apply(result)
+        return result
+
+    def settle(self, limit: int = 10) -> Plan:
+        """Steps at the same instant until a plan writes nothing."""
+        for _ in range(limit):
+            result = self.step()
+            if not (result.creates or result.deletes or result.patches):
+                return result
+        raise AssertionError("the job never settled")
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+    def apply(self, result: Plan) -> None:
+        self.plans.append(result)
+        self.events.extend(result.events)
+        before = self.state
+        self.job["status"] = copy.deepcopy(result.status)
+        if self.state != before:
+            # Every state transition is announced by an Event that names the new state.
+            assert any(event.message.startswith(f"{self.state}:") for event in result.events), (
+                before,
+                self.state,
+                result.events,
+            )
+        for release in result.releases:
+            self.release(release.name, release.uid)
+        for obj in result.creates:
+            self.create(obj)
+        for patch in result.patches:
+            current = self.owned[(patch.kind, patch.name)]
+            wanted = patch.body.get("metadata", {}).get("resourceVersion")
+            if wanted is not None and wanted != current["metadata"].get("resourceVersion"):
+                self.conflicts += 1  # 409: the reconcile that follows reads the object again
+                continue
+            _merge_patch(current, patch.body)
+            self.default(current)
+            current["metadata"]["resourceVersion"] = f"{current['metadata'].get('resourceVersion')}+"
+        for delete in result.deletes:
+            if delete.kind == "Pod":
+                self.delete_pod(delete)
+                continue
+            existing = self.owned.get((delete.kind, delete.name))
+            if existing is not None and existing["metadata"]["uid"] == delete.uid:
+                del self.owned[(delete.kind, delete.name)]
+        if result.delete_job:
+            self.job_deleted = True
+
+    # ------------------------------------------------------------------------- spec changes
+
+    def update_spec(self, **changes: Any) -> None:
+        """Edits spec fields (dotted paths) as a user would: the generation moves."""
+        for path, value in changes.items():
+            node = self.job["spec"]
+            *parents, last = path.split(".")
+            for part in parents:
+                node = node.setdefault(part, {})
+            node[last] = value
+        self.job = with_defaults(self.job)
+        self.job["metadata"]["generation"] = int(self.job["metadata"]["generation"]) + 1
 
     # --------------------------------------------------------------------------- shortcuts
 

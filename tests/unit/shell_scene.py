@@ -29,7 +29,7 @@ from controller.runtime.clock import FakeClock
 from controller.runtime.events import EventRecorder
 from controller.runtime.expectations import Expectations
 from controller.runtime.store import Store, object_key
-from controller.runtime.trackers import StatusWrites, Tombstones
+from controller.runtime.trackers import StatusWrites
 from controller.watches import STANDARD_INDEXERS, Caches
 from crd import contract
 from crd.spec import parse
@@ -97,7 +97,6 @@ class Scene:
         )
         self.expectations = Expectations(self.clock)
         self.status_writes = StatusWrites(self.clock)
-        self.tombstones = Tombstones(self.clock)
         self.sink = EventsSeen()
         self.events = EventRecorder(self.sink, contract.OPERATOR_NAME, clock=self.clock)
         self.metrics = Metrics(CollectorRegistry(), process_metrics=False)
@@ -106,7 +105,6 @@ class Scene:
             self.caches,
             expectations=self.expectations,
             status_writes=self.status_writes,
-            tombstones=self.tombstones,
             events=self.events,
             metrics=self.metrics,
             clock=self.clock,
@@ -148,8 +146,9 @@ class Scene:
         return fresh
 
     def status_patches(self) -> list[JsonDict]:
-        """The status merge patches written so far, in order."""
-        return [request.json()["status"] for request in self.api.requests("PATCH", self.status_path)]
+        """The status merge patches written so far, in order (a PATCH that only confirms the job's
+        resourceVersion patches nothing)."""
+        return [request.json().get("status", {}) for request in self.api.requests("PATCH", self.status_path)]
 
     def deliver_status(self) -> None:
         """The job informer delivers the job with every status patch written so far applied."""

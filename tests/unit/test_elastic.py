@@ -8,14 +8,13 @@ scale moves numWorkers within the bounds without a restart.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
 
 from crd import contract
+from tests.unit.lifecycle_steps import assert_steady, created_pod_names
 from tests.unit.lifecycle_world import INSUFFICIENT_GPU, World, names, world
-from tests.unit.test_lifecycle import assert_steady, created_pod_names
 
 ELASTIC = {"spec.elastic": {"minWorkers": 2, "maxWorkers": 4}}
 W0, W1, W2, W3 = (f"mnist-worker-{index}" for index in range(4))
@@ -127,10 +126,8 @@ def test_a_worker_lost_to_a_disruption_shrinks_the_world_and_is_replaced(reason:
     assert waiting.creates == []
     assert w.status["message"] == f"2/3 workers running; {W2} will be created once the old pod has terminated"
     assert elastic_status(w)["shrinks"] == 1
-    # Its last state, as the pod-delete handler keeps it, explains nothing new.
-    tombstone = lost_pod(w, 2, reason)
+    # Once the lost pod is gone its name is free again.
     w.finish_terminating()
-    w.vanished.append(tombstone)
     replaced = w.step()
     assert created_pod_names(replaced) == [W2]
     assert w.state == "Running"
@@ -147,28 +144,17 @@ def test_a_worker_lost_to_a_disruption_shrinks_the_world_and_is_replaced(reason:
     assert_steady(w)
 
 
-def lost_pod(w: World, index: int, reason: str) -> dict[str, Any]:
-    """Worker `index`'s last state after a disruption, as the operator's tombstones keep it."""
-    pod: dict[str, Any] = json.loads(json.dumps(w.pods.get(f"mnist-worker-{index}") or {}))
-    if not pod:
-        pod = {
-            "metadata": {
-                "name": f"mnist-worker-{index}",
-                "labels": {contract.REPLICA_INDEX_LABEL: str(index), contract.ATTEMPT_LABEL: "0"},
-            },
-            "status": {"phase": "Failed"},
-        }
-    pod["status"]["conditions"] = [{"type": "DisruptionTarget", "status": "True", "reason": reason}]
-    return pod
-
-
-def test_a_lost_worker_seen_only_in_its_last_state_is_counted_once() -> None:
-    w = running()
-    tombstone = lost_pod(w, 2, "PreemptionByScheduler")
-    del w.pods[W2]
-    w.vanished.append(tombstone)
-    w.step()
+def test_a_lost_worker_held_by_its_tracking_finalizer_is_counted_once() -> None:
+    # Preempted and deleted before any reconcile saw it: the tracking finalizer keeps the pod, and its
+    # DisruptionTarget condition, until the status counts the loss; every later look counts nothing new.
+    w = running(tracking=True)
+    w.disrupt(2, "PreemptionByScheduler")
+    w.confirm(w.pod(2))
+    assert W2 in w.pods, "the finalizer holds the deleted pod"
+    shrunk = w.step()
     assert elastic_status(w)["shrinks"] == 1
+    assert [release.name for release in shrunk.releases] == [W2]
+    assert W2 not in w.pods
     w.settle()
     assert W2 in w.pods
     assert elastic_status(w)["shrinks"] == 1

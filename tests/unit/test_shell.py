@@ -20,8 +20,9 @@ from controller.planner.supporting import desired_objects
 from controller.planner.texts import MESSAGE_LIMIT
 from controller.resources import PODS
 from controller.runtime.client import KubeClient
-from controller.runtime.errors import ServerError
+from controller.runtime.errors import Conflict, ServerError
 from controller.runtime.events import MESSAGE_LIMIT_BYTES
+from crd import contract
 from crd.spec import parse
 from tests.unit.fakeapi import FakeApi, Reply, Stream, event, items_list, running, status
 from tests.unit.lifecycle_world import NAMESPACE, make_job, world
@@ -289,14 +290,25 @@ def test_building_the_manager_talks_to_nothing(api: FakeApi) -> None:
     assert api.requests() == []
 
 
-def test_a_pod_preempted_and_deleted_before_the_reconcile_is_a_disruption(api: FakeApi) -> None:
-    # The manager's pod-delete handler keeps the last state of a pod deleted with DisruptionTarget; the
-    # reconciler must read that record: without it the missing rank is an unexplained deletion.
+def _release_of(request: Any, pod: dict[str, Any]) -> None:
+    """`request` removes exactly the tracking finalizer of exactly `pod`."""
+    assert request.json() == [
+        {"op": "test", "path": "/metadata/uid", "value": pod["metadata"]["uid"]},
+        {"op": "test", "path": "/metadata/finalizers/0", "value": contract.TRACKING_FINALIZER},
+        {"op": "remove", "path": "/metadata/finalizers/0"},
+    ]
+
+
+def test_a_pod_preempted_and_deleted_before_the_reconcile_is_a_disruption_and_released_after(
+    api: FakeApi,
+) -> None:
+    # The pod informer delivers rank 1 preempted and deleted (held by its tracking finalizer); the
+    # manager's reconciler counts the disruption, writes it, and only then lets the pod go.
     scene = world({"spec.failurePolicy.backoffLimit": 0})
     scene.run_to_running()
     before = copy.deepcopy(list(scene.pods.values()))
     scene.disrupt(1, "PreemptionByScheduler")
-    last_state = copy.deepcopy(scene.pod(1))
+    deleted = copy.deepcopy(scene.pod(1))
     manager = manager_for(api)
     job = dict(scene.job, metadata={**scene.job["metadata"], "resourceVersion": "7"})
     manager.watches.caches.jobs.add(job)
@@ -306,11 +318,12 @@ def test_a_pod_preempted_and_deleted_before_the_reconcile_is_a_disruption(api: F
         "GET",
         "/api/v1/pods",
         Reply(200, items_list(before, "10")),
-        Stream((event("DELETED", last_state),), stall=True),
+        Stream((event("MODIFIED", deleted),), stall=True),
     )
     api.default("GET", "/api/v1/pods", Stream(stall=True))
     status_path = f"{JOB_PATH}/mnist/status"
     api.default("PATCH", status_path, Reply(200, {"metadata": {"resourceVersion": "8"}}))
+    api.default("PATCH", W1, Reply(200, {}))
     api.default("DELETE", W0, Reply(200, {}))
     pods = next(informer for informer in manager.watches.informers if informer.resource == PODS)
     stop = threading.Event()
@@ -318,9 +331,12 @@ def test_a_pod_preempted_and_deleted_before_the_reconcile_is_a_disruption(api: F
     thread.start()
     try:
         deadline = time.monotonic() + DEADLINE_SECONDS
-        while not len(manager.tombstones) and time.monotonic() < deadline:
+        cache = manager.watches.caches.pods
+        while (
+            not (cache.get(f"{NAMESPACE}/mnist-worker-1") or {}).get("metadata", {}).get("deletionTimestamp")
+        ):
+            assert time.monotonic() < deadline, "the pod informer did not deliver the deletion"
             time.sleep(0.01)
-        assert len(manager.tombstones) == 1, "the delete handler did not record the preempted pod"
     finally:
         stop.set()
         pods.stop()
@@ -328,8 +344,104 @@ def test_a_pod_preempted_and_deleted_before_the_reconcile_is_a_disruption(api: F
 
     manager.reconciler.reconcile(f"{NAMESPACE}/mnist")
 
-    (patch,) = api.requests("PATCH", status_path)
-    written = patch.json()["status"]
+    writes = [request for request in api.requests() if request.method in ("PATCH", "DELETE")]
+    assert [(request.method, request.path) for request in writes] == [
+        ("PATCH", status_path),
+        ("PATCH", W1),
+        ("DELETE", W0),
+    ]
+    written = writes[0].json()["status"]
     assert written["state"] == "Restarting"
     assert written["lastRestartReason"] == "PreemptionByScheduler"
     assert written["restarts"] == {"disruption": 1}
+    _release_of(writes[1], deleted)
+
+
+def test_no_pod_is_released_when_the_status_write_is_refused(api: FakeApi) -> None:
+    finished = world()
+    finished.run_to_running()
+    finished.exit(1, 1)
+    scene = Scene(api, finished.job).with_supporting_objects()
+    for pod in finished.pods.values():
+        scene.caches.pods.add(pod)
+    scene.always("PATCH", scene.status_path, refusal(409, "Conflict", "the object has been modified"))
+
+    with pytest.raises(Conflict):
+        scene.reconcile()
+
+    assert [request.method for request in api.requests() if request.method in ("PATCH", "DELETE")] == [
+        "PATCH"
+    ]
+
+
+def test_an_unchanged_status_is_confirmed_before_pods_are_released(api: FakeApi) -> None:
+    # The job was written Completed, then the operator stopped before it let its pods go. The status
+    # is right as it is; but a cache behind another leader's last write must not release on it, so it
+    # is confirmed (a PATCH of the resourceVersion precondition alone) before the releases.
+    completed = world()
+    completed.run_to_running()
+    completed.succeed()
+    completed.step()
+    assert completed.state == "Completed"
+    for pod in completed.pods.values():
+        pod["metadata"]["finalizers"] = [contract.TRACKING_FINALIZER]
+    scene = Scene(api, completed.job).with_supporting_objects()
+    for pod in completed.pods.values():
+        scene.caches.pods.add(pod)
+    scene.always("PATCH", W0, Reply(200, {}))
+    scene.always("PATCH", W1, Reply(200, {}))
+
+    _, actions = scene.reconcile()
+
+    assert actions == [("PATCH", scene.status_path), ("PATCH", W0), ("PATCH", W1)]
+    (confirm,) = api.requests("PATCH", scene.status_path)
+    assert confirm.json() == {"metadata": {"resourceVersion": "1"}}
+
+
+def test_pods_of_a_deleted_job_are_released(api: FakeApi) -> None:
+    gone = world()
+    gone.run_to_running()
+    scene = Scene(api, gone.job).with_supporting_objects()
+    for pod in gone.pods.values():
+        scene.caches.pods.add(pod)
+    scene.caches.jobs.delete(scene.job)
+    scene.always("PATCH", W0, Reply(200, {}))
+    scene.always("PATCH", W1, Reply(200, {}))
+
+    _, actions = scene.reconcile()
+
+    assert actions == [("PATCH", W0), ("PATCH", W1)]
+    for request, pod in zip(api.requests("PATCH"), (gone.pod(0), gone.pod(1)), strict=True):
+        _release_of(request, pod)
+
+
+def test_a_reconcile_waiting_for_the_cache_releases_none_of_the_jobs_pods(api: FakeApi) -> None:
+    live = world()
+    live.run_to_running()
+    live.succeed(1)
+    scene = Scene(api, live.job).with_supporting_objects()
+    for pod in live.pods.values():
+        scene.caches.pods.add(pod)
+    scene.expectations.expect_creates(scene.key, ["mnist-worker-2"])
+
+    _, actions = scene.reconcile()
+
+    assert actions == []
+
+
+def test_a_delete_we_expect_is_seen_when_the_cache_already_shows_the_pod_terminating(api: FakeApi) -> None:
+    # An eviction deleted the pod first: its event came before our own delete raised the expectation,
+    # and the tracking finalizer keeps the pod Terminating, so no later event may come.
+    live = world(graceful=True)
+    live.run_to_running()
+    scene = Scene(api, live.job).with_supporting_objects()
+    live.disrupt(1, "EvictionByEvictionAPI")
+    for pod in live.pods.values():
+        scene.caches.pods.add(pod)
+    scene.expectations.expect_deletes(scene.key, [live.pod(1)["metadata"]["uid"]])
+    scene.always("PATCH", W1, Reply(200, {}))
+    scene.always("DELETE", W0, Reply(200, {}))
+
+    _, actions = scene.reconcile()
+
+    assert actions[0] == ("PATCH", scene.status_path)
