@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Final
+from typing import Any, Final
 
 
 class FaultKind(StrEnum):
@@ -153,14 +153,14 @@ class Ledger:
         return {cause: count for cause, count in counts.items() if count}
 
 
-def restarts_of(status: dict[str, object]) -> dict[str, int]:
+def restarts_of(status: Mapping[str, Any]) -> dict[str, int]:
     restarts = status.get("restarts")
     if not isinstance(restarts, dict):
         return {}
     return {str(cause): int(count) for cause, count in restarts.items() if cause in ("failure", "disruption")}
 
 
-def settled(ledger: Ledger, statuses: dict[str, dict[str, object]], jobs: Sequence[str]) -> list[str]:
+def settled(ledger: Ledger, statuses: Mapping[str, Mapping[str, Any]], jobs: Sequence[str]) -> list[str]:
     """The jobs among `jobs` not yet where the ledger says: restarts counted, and Running again."""
     behind = []
     for job in jobs:

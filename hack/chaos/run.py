@@ -50,6 +50,7 @@ class Chaos:
     handovers: dict[str, list[float]] = field(default_factory=lambda: {"kill-9": [], "sigterm": []})
     unconverged: set[str] = field(default_factory=set)
     skipped: int = 0
+    first_writes: list[float] = field(default_factory=list)
     _client: KubeClient | None = None
     _replicas: Replicas | None = None
     _observer: Observer | None = None
@@ -115,10 +116,12 @@ class Chaos:
         findings.held, findings.orphans = self.finish(live)
         end = time.time()
         leaderships = self.replicas.leaderships(end)
+        writes = self.replicas.writes()
         findings.writers = [
             *audit.leaders_overlap(leaderships),
-            *audit.writes_outside_leadership(self.replicas.writes(), leaderships),
+            *audit.writes_outside_leadership(writes, leaderships),
         ]
+        self.first_writes = audit.first_writes(writes, leaderships)
         return self.report(findings, started, load)
 
     def play(self, planned: Round) -> None:
@@ -266,6 +269,7 @@ class Chaos:
             "faults": dict(self.ledger.faults),
             "skipped_faults": self.skipped,
             "handover_seconds": {kind: audit.distribution(values) for kind, values in self.handovers.items()},
+            "first_write_after_takeover_seconds": audit.distribution(self.first_writes),
             "findings": {
                 "mismatches": findings.mismatches,
                 "restart_count": findings.restart_count,
