@@ -89,6 +89,28 @@ fuzz: $(STAMP) ## fuzz the operator with generated bad TrainingJobs on the local
 	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) FUZZ_SEED=$(FUZZ_SEED) FUZZ_SHRINK_SECONDS=$(FUZZ_SHRINK_SECONDS) \
 		$(VENV_PY) -m pytest tests/fuzz/test_fuzz.py -s -p no:cacheprovider $(PYTEST_ARGS)
 
+# The chaos suite (docs/chaos.md): CHAOS_JOBS TrainingJobs, two operator replicas, CHAOS_LEADER_KILLS
+# kill -9 of the leader, CHAOS_APISERVER_RESTARTS API server restarts, node losses, injected faults; an
+# audit of the invariants and one summary line. `make test` runs a short variant (tests/hack/test_chaos.py).
+CHAOS_JOBS ?= 60
+CHAOS_LEADER_KILLS ?= 20
+CHAOS_APISERVER_RESTARTS ?= 3
+CHAOS_SEED ?= 15
+
+.PHONY: chaos
+chaos: $(STAMP) ## kill the leader, restart the API server, lose nodes, fault jobs; audit the accounting (docs/chaos.md)
+	CHAOS_JOBS=$(CHAOS_JOBS) CHAOS_LEADER_KILLS=$(CHAOS_LEADER_KILLS) CHAOS_APISERVER_RESTARTS=$(CHAOS_APISERVER_RESTARTS) \
+		CHAOS_SEED=$(CHAOS_SEED) $(VENV_PY) -m hack.chaos
+
+# The soak (docs/soak.md): SOAK_JOBS TrainingJobs kept in flight for SOAK_SECONDS, created, failed,
+# restarted, completed and deleted; the operator's RSS and CPU over time, and whether RSS levelled off.
+SOAK_JOBS ?= 200
+SOAK_SECONDS ?= 900
+
+.PHONY: soak
+soak: $(STAMP) ## keep jobs churning for a bounded time; the operator's RSS and CPU over time (docs/soak.md)
+	SOAK_JOBS=$(SOAK_JOBS) SOAK_SECONDS=$(SOAK_SECONDS) $(VENV_PY) -m hack.soak
+
 .PHONY: lint
 lint: $(STAMP) ## ruff and mypy
 	$(VENV)/bin/ruff check .

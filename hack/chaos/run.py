@@ -1,0 +1,322 @@
+"""One chaos run: a cluster of its own, two replicas, the jobs, the planned rounds, the end, the audit.
+
+Each round applies one disturbance (the leader killed or stopped, the API server restarted, a node
+lost), injects its faults at once (so after a kill they land while no replica leads), then waits until
+every job is Running with the restarts the ledger says. At the end every job is completed and then
+deleted, and the run checks that no pod is left behind or held.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import time
+from dataclasses import dataclass, field
+
+from controller.resources import NAMESPACES, PODS, TRAININGJOBS, from_kubeconfig
+from controller.runtime.client import KubeClient
+from controller.runtime.errors import KubeError
+from crd import contract
+from hack.bench.cluster import create_namespace, install_crd, run_devcluster
+from hack.chaos import audit
+from hack.chaos.cluster import (
+    NAMESPACE,
+    Faults,
+    Observer,
+    job_manifest,
+    lose_node,
+    node_with_most_pods,
+    pods_of_namespace,
+    rank,
+    restore_node,
+)
+from hack.chaos.options import Options
+from hack.chaos.plan import ChaosPlan, Disturbance, Fault, FaultKind, Ledger, Round, make_plan, settled
+from hack.chaos.replicas import Replicas
+from hack.common import JsonDict, Say, ToolError, wait_until
+from hack.podstatus import terminated_status_patch
+
+say = Say("chaos")
+
+
+@dataclass
+class Chaos:
+    options: Options
+    plan: ChaosPlan = field(init=False)
+    ledger: Ledger = field(default_factory=Ledger)
+    handovers: dict[str, list[float]] = field(default_factory=lambda: {"kill-9": [], "sigterm": []})
+    unconverged: set[str] = field(default_factory=set)
+    skipped: int = 0
+    first_writes: list[float] = field(default_factory=list)
+    _client: KubeClient | None = None
+    _replicas: Replicas | None = None
+    _observer: Observer | None = None
+    _cluster_started: bool = False
+
+    def __post_init__(self) -> None:
+        options = self.options
+        self.plan = make_plan(
+            options.seed,
+            options.jobs,
+            leader_kills=options.leader_kills,
+            sigterm_kills=options.sigterm_kills,
+            apiserver_restarts=options.apiserver_restarts,
+            node_losses=options.node_losses,
+            faults_per_round=options.faults_per_round,
+            job_deletions=options.job_deletions,
+        )
+
+    @property
+    def client(self) -> KubeClient:
+        if self._client is None:
+            raise ToolError("the chaos cluster is not up")
+        return self._client
+
+    @property
+    def replicas(self) -> Replicas:
+        if self._replicas is None:
+            raise ToolError("the replicas are not started")
+        return self._replicas
+
+    @property
+    def observer(self) -> Observer:
+        if self._observer is None:
+            raise ToolError("the observer is not started")
+        return self._observer
+
+    # ------------------------------------------------------------------------------- the run
+
+    def run(self) -> JsonDict:
+        started, load = time.monotonic(), os.getloadavg()[0]
+        self.up()
+        names = [job.name for job in self.plan.jobs]
+        for job in self.plan.jobs:
+            self.client.create(TRAININGJOBS, NAMESPACE, job_manifest(job.name, strict=job.strict))
+        self.wait_settled(names, "every job Running")
+        for number, planned in enumerate(self.plan.rounds, start=1):
+            say(
+                f"round {number}/{len(self.plan.rounds)}: {planned.disturbance or 'no disturbance'}, "
+                f"{len(planned.faults)} fault(s)"
+            )
+            self.play(planned)
+        live = [name for name in names if name not in self.ledger.deleted]
+        self.observer.look()
+        statuses = self.observer.snapshot()
+        findings = audit.Findings(
+            mismatches=audit.accounting(self.ledger, statuses, live),
+            restart_count=[
+                *audit.restart_counts(self.observer.history),
+                *audit.final_counts(self.ledger, statuses, live),
+            ],
+            unconverged=sorted(self.unconverged),
+        )
+        findings.held, findings.orphans = self.finish(live)
+        end = time.time()
+        leaderships = self.replicas.leaderships(end)
+        writes = self.replicas.writes()
+        findings.writers = [
+            *audit.leaders_overlap(leaderships),
+            *audit.writes_outside_leadership(writes, leaderships),
+        ]
+        self.first_writes = audit.first_writes(writes, leaderships)
+        return self.report(findings, started, load)
+
+    def play(self, planned: Round) -> None:
+        faults = [fault for fault in planned.faults if fault.job not in self.unconverged]
+        self.skipped += len(planned.faults) - len(faults)
+        lost: tuple[str, list[str]] | None = None
+        handover: tuple[str, float] | None = None
+        match planned.disturbance:
+            case Disturbance.KILL9 | Disturbance.SIGTERM:
+                how = signal.SIGKILL if planned.disturbance is Disturbance.KILL9 else signal.SIGTERM
+                stopped, at = self.replicas.stop_leader(how)
+                say(f"{stopped.name} ({'killed' if how is signal.SIGKILL else 'stopped'}) led; injecting")
+                handover = (planned.disturbance.value, at)
+            case Disturbance.APISERVER:
+                run_devcluster(self.options.dev_dir, "restart", "kube-apiserver")
+                wait_until("the API server", self._api_answers, timeout=120, interval=0.5)
+            case Disturbance.NODE_LOSS:
+                node, jobs = node_with_most_pods(self.client)
+                lost = (node, jobs)
+                say(f"losing node {node}: {len(jobs)} job(s) have pods there")
+                lose_node(self.client, node)
+                self.ledger.node_lost(jobs)
+                faults = [fault for fault in faults if fault.job not in jobs]
+        injected = self._inject(faults)
+        if handover is not None:
+            kind, at = handover
+            seconds = self.replicas.handover(at)
+            self.handovers[kind].append(seconds)
+            say(f"a replica took over after {seconds:.1f}s; starting a replacement")
+            self.replicas.start()
+        for fault in injected:
+            if fault.kind is FaultKind.DELETE_JOB:
+                Faults(self.client).delete_job_once_restarting(fault.job)
+        waited = [fault.job for fault in injected] + (lost[1] if lost else [])
+        self.wait_settled(waited, "the faulted jobs to settle")
+        if lost is not None:
+            restore_node(self.client, lost[0])
+
+    def _inject(self, faults: list[Fault]) -> list[Fault]:
+        injected = []
+        inject = Faults(self.client)
+        for fault in faults:
+            try:
+                inject.inject(fault)
+            except KubeError as error:
+                say(f"could not inject {fault.kind} into {fault.job}: {error}")
+                self.skipped += 1
+                continue
+            self.ledger.fault(fault)
+            injected.append(fault)
+        return injected
+
+    def wait_settled(self, jobs: list[str], what: str) -> None:
+        def behind() -> list[str]:
+            return settled(self.ledger, self._statuses(), jobs)
+
+        try:
+            wait_until(
+                what,
+                lambda: not behind(),
+                timeout=self.options.round_timeout,
+                interval=0.5,
+                progress=lambda: f"{len(behind())} job(s) not settled: {', '.join(behind()[:5])}",
+                say=say,
+                every=15,
+            )
+        except ToolError as error:
+            say(f"unconverged: {error}")
+            self.unconverged.update(behind())
+
+    def _statuses(self) -> dict[str, JsonDict]:
+        if self._observer is not None:
+            return self.observer.snapshot()
+        jobs = self.client.list(TRAININGJOBS, NAMESPACE)["items"]
+        return {job["metadata"]["name"]: job.get("status") or {} for job in jobs}
+
+    def _api_answers(self) -> bool:
+        try:
+            self.client.get(NAMESPACES, None, NAMESPACE)
+        except (KubeError, OSError):
+            return False
+        return True
+
+    # ------------------------------------------------------------------------------------ the end
+
+    def finish(self, live: list[str]) -> tuple[list[str], list[str]]:
+        """Completes every live job, then deletes them all: (pods held by the finalizer after the
+        jobs completed, pods left after they were deleted)."""
+        say(f"completing {len(live)} job(s)")
+        for job in live:
+            if job in self.unconverged:
+                continue
+            for index in (0, 1):
+                try:
+                    name = rank(job, index)
+                    pod = self.client.get(PODS, NAMESPACE, name)
+                    patch = terminated_status_patch(pod, exit_code=0, who="make chaos")
+                    self.client.patch(
+                        PODS, NAMESPACE, name, patch, patch_type="strategic", subresource="status"
+                    )
+                except KubeError as error:
+                    say(f"could not complete {job}: {error}")
+
+        def completed() -> bool:
+            statuses = self._statuses()
+            return all(
+                statuses.get(job, {}).get("state") == "Completed"
+                for job in live
+                if job not in self.unconverged
+            )
+
+        wait_until("every job Completed", completed, timeout=self.options.round_timeout, interval=0.5)
+
+        def held_pods() -> list[str]:
+            """Pods of completed jobs that still run or are still held by the tracking finalizer."""
+            return [
+                pod["metadata"]["name"]
+                for pod in pods_of_namespace(self.client)
+                if (pod["metadata"].get("labels") or {}).get(contract.JOB_NAME_LABEL) not in self.unconverged
+                and (pod["metadata"].get("finalizers") or pod.get("status", {}).get("phase") == "Running")
+            ]
+
+        with contextlib.suppress(ToolError):
+            wait_until(
+                "the completed jobs' pods to be released", lambda: not held_pods(), timeout=60, interval=0.5
+            )
+        held = held_pods()
+        say("deleting every job")
+        for job in live:
+            self.client.delete(TRAININGJOBS, NAMESPACE, job)
+        with contextlib.suppress(ToolError):
+            wait_until(
+                "every pod to go", lambda: not pods_of_namespace(self.client), timeout=120, interval=0.5
+            )
+        return held, [pod["metadata"]["name"] for pod in pods_of_namespace(self.client)]
+
+    def report(self, findings: audit.Findings, started: float, load: float) -> JsonDict:
+        report: JsonDict = {
+            "jobs": len(self.plan.jobs),
+            "pods_created": len(self.observer.pod_uids),
+            "rounds": len(self.plan.rounds),
+            "leader_kills": len(self.handovers["kill-9"]),
+            "sigterm_kills": len(self.handovers["sigterm"]),
+            "apiserver_restarts": sum(1 for r in self.plan.rounds if r.disturbance is Disturbance.APISERVER),
+            "faults": dict(self.ledger.faults),
+            "skipped_faults": self.skipped,
+            "handover_seconds": {kind: audit.distribution(values) for kind, values in self.handovers.items()},
+            "first_write_after_takeover_seconds": audit.distribution(self.first_writes),
+            "findings": {
+                "mismatches": findings.mismatches,
+                "restart_count": findings.restart_count,
+                "unconverged": findings.unconverged,
+                "orphans": findings.orphans,
+                "held": findings.held,
+                "two_writers": findings.writers,
+            },
+            "passed": findings.clean,
+            "seconds": round(time.monotonic() - started),
+            "load_average": round(load, 2),
+            "seed": self.options.seed,
+        }
+        (self.options.dev_dir / "chaos-report.json").write_text(json.dumps(report, indent=2) + "\n")
+        return report
+
+    # ------------------------------------------------------------------------------ up and down
+
+    def up(self) -> None:
+        dev_dir = self.options.dev_dir
+        say(f"starting the chaos cluster in {dev_dir}")
+        run_devcluster(dev_dir, "down", check=False)
+        self._cluster_started = True
+        run_devcluster(dev_dir, "up")
+        kubeconfig = dev_dir / "kubeconfig"
+        self._client = from_kubeconfig(str(kubeconfig), None, qps=0, burst=0)
+        install_crd(self.client)
+        create_namespace(self.client, NAMESPACE)
+        logs = dev_dir / "replicas"
+        shutil.rmtree(logs, ignore_errors=True)
+        logs.mkdir(parents=True)
+        self._replicas = Replicas(kubeconfig, logs)
+        self.replicas.start()
+        self.replicas.start()
+        leader = self.replicas.leader()
+        say(f"two replicas run; {leader.name} leads")
+        self._observer = Observer(self.client)
+        self.observer.start()
+
+    def down(self) -> None:
+        if self._observer is not None:
+            self._observer.stop()
+        if self._replicas is not None:
+            say("stopping the replicas")
+            self._replicas.stop_all()
+        if self._client is not None:
+            self._client.close()
+        if self._cluster_started:
+            say("stopping the chaos cluster")
+            run_devcluster(self.options.dev_dir, "down", check=False)

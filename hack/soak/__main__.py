@@ -1,0 +1,53 @@
+"""`make soak` (`python -m hack.soak`): one run, its verdict line on stdout; see the package's docstring."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from typing import Any
+
+from controller.runtime.errors import KubeError
+from hack.bench.report import signals_as_interrupts
+from hack.common import ToolError
+from hack.soak.options import parse_options
+from hack.soak.run import Soak, say
+
+
+def verdict_line(report: dict[str, Any]) -> str:
+    rss, median, churn = report["rss_mb"], report["rss_median_mb"], report["churn"]
+    word = "levelled off" if report["levelled_off"] else "DID NOT level off"
+    return (
+        f"soak: RSS {word} (median {median['earlier']} -> {median['later']} MB over the later two "
+        f"thirds, tolerance {report['tolerance_mb']} MB); RSS start {rss['start']} peak {rss['peak']} "
+        f"end {rss['end']} MB; CPU {report['cpu_seconds']} s ({report['cpu_percent_of_one_core']}% of a "
+        f"core) in {report['seconds']} s; jobs created {churn.get('created', 0)}, completed "
+        f"{churn.get('completions', 0)}, rank failures {churn.get('rank_failures', 0)}, deleted "
+        f"{churn.get('deleted', 0)}; stuck Terminating {report['stuck_terminating']}; "
+        f"load {report['load_average']}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    soak = Soak(parse_options(argv))
+    with signals_as_interrupts():
+        try:
+            report = soak.run()
+            print(verdict_line(report), flush=True)
+            return 0 if report["levelled_off"] and not report["stuck_terminating"] else 1
+        except ToolError as error:
+            say(f"error: {error}")
+            return 2
+        except KubeError as error:
+            say(f"error: API request failed: {error}")
+            return 2
+        except KeyboardInterrupt:
+            say("interrupted")
+            return 130
+        finally:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            soak.down()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
