@@ -17,6 +17,7 @@ from builders import names
 from builders.configmap import (
     MAX_CONFIG_MAP_BYTES,
     PROGRESS_HELPER_FILE,
+    TRAINER_FILES,
     TRAINER_SOURCES_NAME,
     build_config_map,
     build_trainer_sources,
@@ -466,13 +467,13 @@ def test_the_namespaces_config_map_carries_the_reference_trainer_and_the_progres
     cm = build_config_map(parse(tj))
     assert set(cm["data"]) == {contract.CONFIG_FILE}
     sources = build_trainer_sources(parse(tj))
-    assert set(sources["data"]) == {contract.TRAINER_FILE, PROGRESS_HELPER_FILE}
+    assert set(sources["data"]) == set(TRAINER_FILES) >= {contract.TRAINER_FILE, PROGRESS_HELPER_FILE}
     assert sources["metadata"]["name"] == TRAINER_SOURCES_NAME
     assert TRAINER_SOURCES_NAME.startswith(contract.TRAINER_SOURCES_PREFIX)
     assert "ownerReferences" not in sources["metadata"]
     assert is_shared(sources)
     packaged = REPO / "trainer"
-    for name in (contract.TRAINER_FILE, PROGRESS_HELPER_FILE):
+    for name in TRAINER_FILES:
         assert sources["data"][name] == (packaged / name).read_text(encoding="utf-8")
         compile(sources["data"][name], name, "exec")
     assert "import trainingjob_progress" in sources["data"][contract.TRAINER_FILE]
