@@ -1,4 +1,5 @@
-"""The size bar of issue 9: no module over 500 lines, no class over 250, the reconciler under 350.
+"""The size bar of issue 9: no module over 500 lines, no class over 250, the reconciler under 350, in
+the operator, its tools, the reference trainer, the client and the tests.
 
 Why: a module or class past these sizes has been doing more than one thing for a while; the bar keeps
 each file something one can read in a sitting and names its one concern in its opening docstring.
@@ -12,7 +13,7 @@ import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("controller", "builders", "crd", "hack", "trainer", "trainingjob_client", "monitoring")
+PACKAGES = ("controller", "builders", "crd", "hack", "trainer", "trainingjob_client", "monitoring", "tests")
 MAX_MODULE_LINES = 500
 MAX_CLASS_LINES = 250
 MAX_RECONCILER_LINES = 350
