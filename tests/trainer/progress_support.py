@@ -7,8 +7,6 @@ from __future__ import annotations
 import pytest
 
 POD_PATH = "/api/v1/namespaces/ml-training/pods/mnist-worker-0"
-
-
 DEADLINE = 10.0
 
 
