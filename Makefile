@@ -156,7 +156,7 @@ bench: $(STAMP) ## benchmark the operator on a throwaway cluster (.dev/bench); p
 bench-peer: $(STAMP) ## this operator against Kubeflow's training-operator on one bench cluster (docs/bench.md)
 	$(VENV_PY) -m hack.bench.peer $(BENCH_ARGS)
 
-# promtool checks and unit-tests monitoring/alerts.yaml (tests/unit/test_manifests.py). Debian ships it
+# promtool checks and unit-tests monitoring/alerts.yaml (tests/unit/test_manifests_monitoring.py). Debian ships it
 # in the package prometheus, installed here when promtool is missing (as root, else through sudo).
 # Note: on a host run by systemd the package also enables and starts a Prometheus server.
 .PHONY: promtool

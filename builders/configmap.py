@@ -5,10 +5,11 @@ Environment variables carry the essentials, but a trainer (the reference trainer
 wants the whole configuration, nested, in one place. The JSON is deterministic (sorted keys) so an
 unchanged job never produces a different ConfigMap and the controller can skip the update.
 
-The default command runs /etc/trainingjob/train.py, which imports trainingjob_progress.py from its own
-directory; both travel in a ConfigMap so any image with a Python interpreter can run a job, and
-custom training code can import the helper from the same place. They are the same for every job, so
-one ConfigMap per namespace holds them (builders/shared.py), named after a hash of their content: an
+The default command runs /etc/trainingjob/train.py, which imports its parts (trainer_*.py) and the
+progress helper (trainingjob_progress*.py) from its own directory; all of them travel in a
+ConfigMap so any image with a Python interpreter can run a job, and custom training code can import
+the helper from the same place. They are the same for every job, so one ConfigMap per namespace holds
+them (builders/shared.py), named after a hash of their content: an
 operator with other sources makes another, and a running pod's files never change. Their single
 source is the repository's top-level trainer/ folder (a workload, not part of the operator's code).
 `pip install .` installs it next to builders/ (setup.cfg), where it also sits in the repository, and
@@ -32,7 +33,24 @@ from crd.spec import TrainingJob
 
 PROGRESS_HELPER_FILE: Final = "trainingjob_progress.py"
 TRAINER_DIR: Final = Path(__file__).resolve().parent.parent / "trainer"
-TRAINER_FILES: Final = (contract.TRAINER_FILE, PROGRESS_HELPER_FILE)
+# Every file of trainer/, each a flat key of the ConfigMap (keys cannot hold "/"): the entry point, the
+# modules it imports from its own directory, and the progress helper with the modules it imports.
+# tests/unit/test_trainer_files.py checks that this names every file of the folder.
+TRAINER_FILES: Final = (
+    contract.TRAINER_FILE,
+    "trainer_checkpoints.py",
+    "trainer_config.py",
+    "trainer_engines.py",
+    "trainer_launch.py",
+    "trainer_loop.py",
+    "trainer_torch.py",
+    PROGRESS_HELPER_FILE,
+    "trainingjob_progress_base.py",
+    "trainingjob_progress_checkpoints.py",
+    "trainingjob_progress_report.py",
+    "trainingjob_progress_sender.py",
+    "trainingjob_progress_transport.py",
+)
 # The API server refuses ConfigMaps over 1 MiB; the trainer files take a few dozen KiB of it.
 MAX_CONFIG_MAP_BYTES: Final = 1024 * 1024
 

@@ -9,7 +9,8 @@ sources, were four objects (and tens of KiB) per job for things that do not depe
   to its pod, the API server puts that pod's name and UID into the request's user, and the policy lets
   the request through only for that pod and only for a change of the progress annotation (no labels,
   no other annotation, no spec). No `get`: the pods of other jobs stay unreadable to trainers.
-- the ConfigMap `trainingjob-trainer-<hash>` holds train.py and trainingjob_progress.py. Its name
+- the ConfigMap `trainingjob-trainer-<hash>` holds the reference trainer (train.py and its trainer_*.py)
+  and the progress helper (trainingjob_progress*.py), builders.configmap.TRAINER_FILES. Its name
   carries a hash of their content, so an operator with other sources makes a new one and never
   changes the files under a running pod. Each job's own ConfigMap keeps only config.json; the pod
   mounts both at /etc/trainingjob (a projected volume).

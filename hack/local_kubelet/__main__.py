@@ -16,6 +16,7 @@ from controller.runtime.client import KubeClient
 from controller.runtime.errors import KubeError
 from hack.common import DEV
 from hack.local_kubelet import __doc__ as package_doc
+from hack.local_kubelet import loop
 from hack.local_kubelet.kubelet import Kubelet
 from hack.local_kubelet.logfiles import PodLogs
 from hack.local_kubelet.logserver import LogServer, node_ports, server_context
@@ -91,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     if server is not None:
         server.start()
     try:
-        kubelet.run()
+        loop.run(kubelet)
     finally:
         if server is not None:
             server.stop()

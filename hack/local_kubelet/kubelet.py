@@ -1,8 +1,10 @@
-"""The local kubelet's loop: watch the operator's pods, start gangs, run their containers, report.
+"""The local kubelet's decisions: what each pod event, process exit and tick means for the operator's
+pods: start gangs, run their containers, report.
 
 Why: one thread owns every decision, fed by a queue (pod events from the informers, process exits
 from the waiter threads) and a tick every TICK_SECONDS (retries, gang starts, sidecar restarts, grace
-periods, token renewals), so nothing here needs a lock. What happens to a pod's containers is decided
+periods, token renewals), so nothing here needs a lock; hack/local_kubelet/loop.py runs that thread,
+and the kubelet's start and stop. What happens to a pod's containers is decided
 by hack/local_kubelet/containers.py (init containers in order, native sidecars kept running and
 stopped last, the pod's phase); this loop starts and stops processes as it says and reports the
 status it computes whenever that changes. Nothing a pod does can stop the loop: an odd pod is logged
@@ -11,7 +13,6 @@ and skipped, an API error retried with backoff.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import queue
 import sys
@@ -21,12 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from controller.resources import PODS
 from controller.runtime.client import KubeClient
 from controller.runtime.errors import KubeError, is_retryable
-from controller.runtime.informer import Informer
-from controller.runtime.store import Store
-from crd import contract
 from hack.common import JsonDict
 from hack.local_kubelet.containers import ContainerRun, PodRun, pod_status
 from hack.local_kubelet.launch import AttemptKey, AttemptPorts, LocalSettings, PodLaunch, prepare
@@ -43,16 +40,12 @@ from hack.local_kubelet.pods import (
     well_formed,
 )
 from hack.local_kubelet.processes import Exited, Supervisor
-from hack.local_kubelet.status import StatusReporter, lost_container_patch
+from hack.local_kubelet.status import StatusReporter
 from hack.local_kubelet.volumes import LocalVolumes, write_private
 from hack.podstatus import now_rfc3339
 
 TOKEN_REFRESH_FRACTION: Final = 0.8
 TOKEN_REFRESH_SECONDS: Final = 30.0  # retry a failed renewal this much later
-# A stop takes at most SHUTDOWN_SECONDS, below `hack/dev-cluster.sh stop`'s 30 s wait, so containers are
-# never left behind: SIGTERM, SIGKILL after SHUTDOWN_GRACE_SECONDS, then reports retried until the end.
-SHUTDOWN_GRACE_SECONDS: Final = 10.0
-SHUTDOWN_SECONDS: Final = 25.0
 TICK_SECONDS: Final = 0.5
 
 log = logging.getLogger("local-kubelet")
@@ -109,52 +102,7 @@ class Kubelet:
         """The uids of pods with a container running."""
         return self.supervisor.pods()
 
-    # ---- the loop ---------------------------------------------------------------------------------
-
-    def run(self) -> None:
-        informers = [
-            Informer(self.client, PODS, Store(), namespace=ns, label_selector=contract.MANAGED_SELECTOR)
-            for ns in self.namespaces
-        ]
-        for informer in informers:
-            informer.add_handler(
-                on_add=lambda pod: self.events.put(PodEvent("upsert", pod)),
-                on_update=lambda _old, pod: self.events.put(PodEvent("upsert", pod)),
-                on_delete=lambda pod: self.events.put(PodEvent("delete", pod)),
-            )
-        for informer in informers:
-            threading.Thread(
-                target=informer.run, args=(self.stop,), name=f"informer-{informer.name}", daemon=True
-            ).start()
-        while not self.stop.is_set() and not all(i.has_synced() for i in informers):
-            self.stop.wait(0.1)
-        self._drain(block=False)
-        log.info(
-            "watching pods of %s in namespace(s) %s; container logs in %s",
-            contract.OPERATOR_NAME,
-            ", ".join(self.namespaces),
-            self.log_dir,
-        )
-        self.recover()
-        while not self.stop.is_set():
-            try:
-                self.tick()
-            except Exception:
-                log.exception("unexpected error; carrying on")
-            self._drain(block=True)
-        log.info("stopping: ending %d pod(s)", len(self.running))
-        for informer in informers:
-            informer.stop()
-        self.shutdown()
-
-    def _drain(self, *, block: bool) -> None:
-        try:
-            item = self.events.get(timeout=TICK_SECONDS) if block else self.events.get_nowait()
-            while True:
-                self.handle(item)
-                item = self.events.get_nowait()
-        except queue.Empty:
-            return
+    # ---- events and periodic work ----------------------------------------------------------------
 
     def handle(self, item: PodEvent | Exited | None) -> None:
         if item is None:
@@ -339,42 +287,3 @@ class Kubelet:
             except KubeError as error:
                 log.warning("%s: could not renew the token (%s)", pod_label(current), error)
                 started.token_minted += TOKEN_REFRESH_SECONDS
-
-    # ---- a previous run's leftovers, and this run's end -------------------------------------------
-
-    def recover(self) -> None:
-        """Processes a previous run of this kubelet started: killed if still there, and their pods ended
-        like containers lost on a node restart, so the operator restarts the gang."""
-        for uid in self.supervisor.kill_leftovers():
-            pod = self.pods.get(uid)
-            self.done.add(uid)
-            phase = ((pod or {}).get("status") or {}).get("phase")
-            if pod is None or pod["metadata"].get("deletionTimestamp") or phase in ("Succeeded", "Failed"):
-                self.supervisor.forget(uid)
-                continue
-            self.report_status(uid, lost_container_patch(pod))
-
-    def shutdown(self) -> None:
-        """Stops every container (SIGTERM, SIGKILL after its grace) and reports their pods ended, within
-        SHUTDOWN_SECONDS: reports the API server refuses are retried until then (it may be restarting),
-        then left to the next start (`recover`)."""
-        began = time.monotonic()
-        # Short requests from now on: an API server that is away must not hold the stop up.
-        self.reporter.client = KubeClient(
-            self.client.api_client, qps=0, burst=0, max_attempts=2, max_elapsed=3.0
-        )
-        for uid in list(self.started):
-            grace = min(SHUTDOWN_GRACE_SECONDS, grace_seconds(self.pods.get(uid, {})))
-            self.terminate(uid, "shutdown", grace=grace)
-        while self.running and time.monotonic() < began + SHUTDOWN_GRACE_SECONDS + 5:
-            with contextlib.suppress(queue.Empty):
-                self.handle(self.events.get(timeout=TICK_SECONDS))
-            self.supervisor.kill_overdue(time.monotonic())
-        unreported = self.reporter.unreported
-        while unreported and time.monotonic() < began + SHUTDOWN_SECONDS:
-            for uid in list(unreported):
-                self.report_status(uid, unreported.pop(uid))
-            if unreported:
-                time.sleep(TICK_SECONDS)
-        if unreported:
-            log.warning("%d pod status(es) not reported; the next start reports them", len(unreported))

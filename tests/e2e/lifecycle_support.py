@@ -322,3 +322,13 @@ def pool_scheduling(namespace: str, **extra: Any) -> JsonDict:
     """spec.scheduling that puts a job's pods on the test's `node_pool` and nowhere else."""
     toleration = {"key": POOL_KEY, "operator": "Equal", "value": namespace, "effect": "NoSchedule"}
     return {"nodeSelector": {POOL_KEY: namespace}, "tolerations": [toleration], **extra}
+
+
+def backoff(initial: int, maximum: int | None = None) -> JsonDict:
+    """A restart backoff of `initial` seconds growing to `maximum` (four times `initial`)."""
+    return {"initialDelaySeconds": initial, "maxDelaySeconds": maximum or initial * 4}
+
+
+def running_attempt(attempt: int) -> Callable[[JsonDict], bool]:
+    """A status check: Running in attempt `attempt`."""
+    return lambda status: status.get("state") == "Running" and status.get("attempt") == attempt

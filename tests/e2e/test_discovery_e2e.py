@@ -24,7 +24,7 @@ from tests.e2e.conftest import StartOperator
 from tests.e2e.jobs import job_manifest, pods_of, status_of, wait_for_events
 from tests.e2e.kueue_support import admitted_reason, gpu_queue, queued_job, workload_of
 from tests.e2e.lifecycle_support import node_pool, pool_scheduling, running_pods, wait_state, wait_status
-from tests.e2e.test_lifecycle_scheduling_e2e import POD_GROUP_CRD, pod_group_api_withdrawn, scheduled_by
+from tests.e2e.scheduling_support import POD_GROUP_CRD, pod_group_api_withdrawn, scheduled_by
 
 WORKLOAD_PRIORITY_CLASS_CRD = "workloadpriorityclasses.kueue.x-k8s.io"
 DISCOVERY = "--discovery-interval=1s"

@@ -26,12 +26,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.e2e.jobs import write_requests
 from tests.e2e.operator import OperatorProcess
 from tests.fuzz.cluster_api import ApiServer
 from tests.fuzz.judge import Outcome, events_by_uid, judge_job, log_problems, refusal_layer, write_budget
 from tests.fuzz.manifests import Generated, root_schema
 from tests.fuzz.mutations import Manifest
+from tests.fuzz.watch import OperatorWatch, wait_until
 
 JsonDict = dict[str, Any]
 CANARY_SPEC: JsonDict = {"model": "cnn", "dataset": "mnist", "numWorkers": 1, "gpusPerWorker": 0}
@@ -40,8 +40,6 @@ JUSTIFIED_LOG_LINES: tuple[str, ...] = ()
 CREATE_THREADS = 8
 # How long the writes caused by one manifest are watched after its outcome (shrinking, regressions).
 WRITE_WINDOW = 30.0
-# How long the operator may take to finish the writes of what came before.
-QUIET_DEADLINE = 60.0
 
 
 @dataclass(frozen=True)
@@ -106,34 +104,6 @@ def _encode(manifest: Manifest) -> bytes:
     return json.dumps(manifest).encode()
 
 
-class LogCursor:
-    """Reads the operator's JSON log lines written since the last read."""
-
-    def __init__(self, operator: OperatorProcess) -> None:
-        self._path = operator.log_path
-        self._offset = 0
-
-    def skip(self) -> None:
-        self._offset = self._path.stat().st_size if self._path.exists() else 0
-
-    def read(self) -> list[JsonDict]:
-        with self._path.open("rb") as handle:
-            handle.seek(self._offset)
-            data = handle.read()
-        end = data.rfind(b"\n") + 1
-        self._offset += end
-        entries = []
-        for line in data[:end].splitlines():
-            try:
-                entry = json.loads(line)
-            except ValueError:
-                entries.append({"level": "RAW", "message": line.decode(errors="replace")[:500]})
-                continue
-            if isinstance(entry, dict):
-                entries.append(entry)
-        return entries
-
-
 class FuzzRun:
     """One fuzz run against one operator; `run(items)` returns the report."""
 
@@ -154,7 +124,7 @@ class FuzzRun:
         self.prefix = f"fz-{uuid.uuid4().hex[:5]}"
         self.root = root_schema()
         self.report = Report()
-        self.logs = LogCursor(operator)
+        self.watch = OperatorWatch(operator)
         self._singles = 0
 
     # ---------------------------------------------------------------------------------- the run
@@ -189,7 +159,7 @@ class FuzzRun:
         status, answer = self.api.create_job(namespace, _encode(manifest))
         if status != 201:
             raise RuntimeError(f"canary {name} refused: HTTP {status}: {answer.get('message')}")
-        if not self._await(lambda: self._state(namespace, name) == "Running", self.deadline):
+        if not wait_until(lambda: self._state(namespace, name) == "Running", self.deadline):
             self._violate("canary", namespace, name, f"not Running within {self.deadline:.0f}s")
 
     def _state(self, namespace: str, name: str) -> str | None:
@@ -197,12 +167,8 @@ class FuzzRun:
         return None if job is None else (job.get("status") or {}).get("state")
 
     def _check_operator(self, canary_ns: str, when: str) -> None:
-        if not self.operator.alive():
-            raise AssertionError(f"the operator exited {when}:\n{self.operator.tail()}")
-        for path in ("/readyz", "/healthz"):
-            code, body = self.operator.get(path)
-            if code != 200:
-                self._violate("operator", "", "", f"{path} answered {code} {when}: {body[:200]}")
+        for problem in self.watch.health_problems(when):
+            self._violate("operator", "", "", problem)
         state = self._state(canary_ns, "canary-first")
         if state != "Running":
             self._violate("canary", canary_ns, "canary-first", f"state {state} {when}")
@@ -212,14 +178,14 @@ class FuzzRun:
     def _batch(self, index: int, items: Sequence[Generated]) -> None:
         namespace = f"{self.prefix}-b{index}"
         self.api.create_namespace(namespace)
-        writes_before = self._quiet_writes()
-        self.logs.skip()
+        writes_before = self.watch.quiet_writes()
+        self.watch.skip_logs()
         try:
             accepted = self._create_all(namespace, items)
             self._judge_all(namespace, accepted)
-            entries = self.logs.read()
+            entries = self.watch.read_logs()
             self._check_logs(namespace, accepted, entries)
-            writes = self._job_writes() - writes_before
+            writes = self.watch.job_writes() - writes_before
             self.report.writes += writes
             budget = write_budget(item.generated.manifest for item in accepted)
             if writes > budget:
@@ -237,7 +203,7 @@ class FuzzRun:
         reconciled until the namespace controller gets to it, every create refused as the namespace is
         terminating, and those writes would count against the next batch."""
         self.api.delete_jobs(namespace)
-        self._await(lambda: not self.api.jobs(namespace), self.deadline)
+        wait_until(lambda: not self.api.jobs(namespace), self.deadline)
         self.api.delete_namespace(namespace)
 
     def _create_all(self, namespace: str, items: Sequence[Generated]) -> list[Accepted]:
@@ -273,7 +239,7 @@ class FuzzRun:
             outcomes.update(self._judge(namespace, accepted))
             return all(outcome.problem is None for outcome in outcomes.values())
 
-        self._await(settled, self.deadline)
+        wait_until(settled, self.deadline)
         for item in accepted:
             outcome = outcomes[item.uid]
             self.report.outcomes[outcome.label] += 1
@@ -326,8 +292,8 @@ class FuzzRun:
         self._singles += 1
         namespace = f"{self.prefix}-s{self._singles}"
         self.api.create_namespace(namespace)
-        writes_before = self._quiet_writes()
-        self.logs.skip()
+        writes_before = self.watch.quiet_writes()
+        self.watch.skip_logs()
         try:
             status, answer = self.api.create_job(namespace, _encode(manifest))
             if status != 201:
@@ -340,15 +306,16 @@ class FuzzRun:
                 events = events_by_uid(self.api.events(namespace)).get(uid, [])
                 return judge_job(job, events).problem is None
 
-            kinds = set() if self._await(settled, deadline) else {"no-outcome"}
+            kinds = set() if wait_until(settled, deadline) else {"no-outcome"}
             budget = write_budget([manifest])
 
             def over_budget() -> bool:
-                return self._job_writes() - writes_before > budget
+                return self.watch.job_writes() - writes_before > budget
 
-            if self._await(over_budget, watch_writes):
+            if wait_until(over_budget, watch_writes):
                 kinds.add("write-budget")
-            if any(p.namespace == namespace for p in log_problems(self.logs.read(), JUSTIFIED_LOG_LINES)):
+            problems = log_problems(self.watch.read_logs(), JUSTIFIED_LOG_LINES)
+            if any(p.namespace == namespace for p in problems):
                 kinds.add("log-error")
             return True, kinds
         finally:
@@ -369,34 +336,3 @@ class FuzzRun:
         )
         self.report.violations.append(violation)
         self.progress(f"fuzz: VIOLATION {violation.line()}")
-
-    def _quiet_writes(self) -> float:
-        """The write count once it has stopped moving: Events of jobs already deleted (refused, as
-        their namespace is going) are still being sent for a while and must not count against what
-        comes next."""
-        last: list[float | None] = [None]
-
-        def quiet() -> bool:
-            current = self._job_writes()
-            settled = current == last[0]
-            last[0] = current
-            return settled
-
-        self._await(quiet, QUIET_DEADLINE)
-        return last[0] or 0.0
-
-    def _job_writes(self) -> float:
-        """The operator's writes for jobs: POST, PATCH and DELETE. Its only PUTs renew the leader
-        election Lease, every 2 s whatever the jobs do."""
-        writes = write_requests(self.operator)
-        return writes["POST"] + writes["PATCH"] + writes["DELETE"]
-
-    @staticmethod
-    def _await(probe: Callable[[], bool], timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while True:
-            if probe():
-                return True
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(1.0)

@@ -4,14 +4,11 @@ the consistency of the admission test table (tests/unit/crd_cases.py) with the s
 from __future__ import annotations
 
 import copy
-import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import jsonschema  # type: ignore[import-untyped]
 import kubernetes_validate
 import pytest
 import yaml
@@ -20,104 +17,19 @@ from crd import contract
 from crd.__main__ import main as crd_main
 from crd.defaults import apply_schema_defaults, subschema, with_defaults
 from crd.openapi import Schema
-from crd.render import CRD_FILE_NAME, api_docs, crd_yaml, documented, rules, walk
-from crd.schema import custom_resource_definition, open_api_schema, open_api_schema_of
-from crd.validation import FieldError, validate
-from tests.unit import crd_cases
-from tests.unit.crd_cases import InvalidCase, job
+from crd.render import CRD_FILE_NAME, api_docs, crd_yaml, documented, walk
+from crd.schema import custom_resource_definition, open_api_schema_of
+from tests.unit.crd_cases import job
+from tests.unit.crd_schema_checks import (
+    ROOT,
+    SPEC,
+    all_nodes,
+    all_rules,
+    schema_at,
+)
 
 REPO = Path(__file__).resolve().parents[2]
-ROOT = open_api_schema()
-SPEC = ROOT["properties"]["spec"]
 KUBE_VERSION = "1.34"
-
-
-# ---------------------------------------------------------------------------------------------------
-# Helpers: an offline approximation of the API server's OpenAPI checks (no CEL)
-
-
-def _path_text(parts: Any) -> str:
-    text = ""
-    for part in parts:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text
-
-
-def schema_error_paths(manifest: dict[str, Any]) -> list[str]:
-    """Paths of OpenAPI errors in a manifest, after schema defaulting (as the API server validates)."""
-    defaulted = apply_schema_defaults(manifest, ROOT)
-    paths = []
-    for error in jsonschema.Draft4Validator(ROOT).iter_errors(defaulted):
-        parts = list(error.absolute_path)
-        if error.validator == "required":
-            parts += [name for name in error.validator_value if name not in error.instance][:1]
-        paths.append(_path_text(parts))
-    return paths
-
-
-def unknown_field_paths(value: Any, schema: Schema, path: str = "") -> Iterator[str]:
-    if isinstance(value, dict) and schema.get("type") == "object":
-        properties = schema.get("properties")
-        additional = schema.get("additionalProperties")
-        for name, item in value.items():
-            child = f"{path}.{name}" if path else name
-            if properties is not None and name in properties:
-                yield from unknown_field_paths(item, properties[name], child)
-            elif isinstance(additional, dict):
-                yield from unknown_field_paths(item, additional, child)
-            elif properties is not None and not schema.get("x-kubernetes-preserve-unknown-fields"):
-                yield child
-    elif isinstance(value, list) and "items" in schema:
-        for i, item in enumerate(value):
-            yield from unknown_field_paths(item, schema["items"], f"{path}[{i}]")
-
-
-def duplicate_item_paths(value: Any, schema: Schema, path: str = "") -> Iterator[str]:
-    if isinstance(value, dict):
-        properties = schema.get("properties", {})
-        for name, item in value.items():
-            if name in properties:
-                yield from duplicate_item_paths(item, properties[name], f"{path}.{name}" if path else name)
-    elif isinstance(value, list):
-        list_type = schema.get("x-kubernetes-list-type")
-        keys = schema.get("x-kubernetes-list-map-keys", [])
-        seen: list[Any] = []
-        for i, item in enumerate(value):
-            identity = [item.get(k) for k in keys] if list_type == "map" else item
-            if list_type in ("set", "map") and identity in seen:
-                yield f"{path}[{i}]"
-            seen.append(identity)
-
-
-def schema_at(path: str) -> Schema | None:
-    """The schema node of an error path such as spec.env[0].name, or None if the schema has no such field."""
-    node: Schema | None = ROOT
-    for part in re.sub(r"\[\d*\]", ".[]", path).split("."):
-        if node is None:
-            return None
-        if part == "[]":
-            node = node.get("items")
-        elif part in node.get("properties", {}):
-            node = node["properties"][part]
-        elif isinstance(node.get("additionalProperties"), dict):
-            node = node["additionalProperties"]
-        else:
-            return None
-    return node
-
-
-def all_nodes(node: Schema, path: str = "") -> Iterator[tuple[str, Schema]]:
-    yield path, node
-    for name, child in node.get("properties", {}).items():
-        yield from all_nodes(child, f"{path}.{name}" if path else name)
-    if isinstance(node.get("items"), dict):
-        yield from all_nodes(node["items"], f"{path}[]")
-    if isinstance(node.get("additionalProperties"), dict):
-        yield from all_nodes(node["additionalProperties"], f"{path}{{}}")
-
-
-def all_rules() -> list[tuple[str, dict[str, str]]]:
-    return list(rules(ROOT, ""))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -527,186 +439,3 @@ def test_operator_default_mlflow_experiment() -> None:
     ]
     assert monitoring["mlflowExperiment"] == "case-job"
     assert "mlflowExperiment" not in with_defaults(job())["spec"]["monitoring"]
-
-
-# ---------------------------------------------------------------------------------------------------
-# The admission test table
-
-
-CASES = crd_cases.invalid_cases()
-
-
-def test_case_ids_are_unique_and_every_layer_is_covered() -> None:
-    ids = [case.id for case in CASES]
-    assert len(ids) == len(set(ids))
-    assert {case.layer for case in CASES} == {"schema", "list", "unknown-field", "cel", "transition"}
-
-
-@pytest.mark.parametrize("case", [c for c in CASES if c.layer == "schema"], ids=lambda c: c.id)
-def test_schema_case_fails_openapi_validation_at_its_field(case: InvalidCase) -> None:
-    assert case.field in schema_error_paths(case.manifest)
-
-
-@pytest.mark.parametrize("case", [c for c in CASES if c.layer == "list"], ids=lambda c: c.id)
-def test_list_case_has_a_duplicate_at_its_field(case: InvalidCase) -> None:
-    assert schema_error_paths(case.manifest) == []
-    assert list(duplicate_item_paths(case.manifest, ROOT)) == [case.field]
-
-
-@pytest.mark.parametrize("case", [c for c in CASES if c.layer == "unknown-field"], ids=lambda c: c.id)
-def test_unknown_field_case_names_an_undeclared_field(case: InvalidCase) -> None:
-    assert list(unknown_field_paths(case.manifest, ROOT)) == [case.field]
-    parent = case.field.rsplit(".", 1)[0]
-    assert schema_at(parent) is not None
-    assert schema_at(case.field) is None
-
-
-@pytest.mark.parametrize("case", [c for c in CASES if c.layer in ("cel", "transition")], ids=lambda c: c.id)
-def test_cel_case_passes_openapi_so_only_its_rule_rejects_it(case: InvalidCase) -> None:
-    for manifest in (case.manifest, case.before):
-        if manifest is not None:
-            assert schema_error_paths(manifest) == []
-            assert list(unknown_field_paths(manifest, ROOT)) == []
-            assert list(duplicate_item_paths(manifest, ROOT)) == []
-
-
-@pytest.mark.parametrize("case", [c for c in CASES if c.layer != "unknown-field"], ids=lambda c: c.id)
-def test_case_field_exists_in_schema(case: InvalidCase) -> None:
-    assert case.field == "metadata.name" or schema_at(case.field) is not None
-
-
-def test_transition_cases_differ_only_in_a_mutable_way_from_before() -> None:
-    for case in CASES:
-        if case.layer == "transition":
-            assert case.before is not None, case.id
-            assert case.before != case.manifest, case.id
-
-
-@pytest.mark.parametrize(("name", "manifest"), sorted(crd_cases.valid_manifests().items()))
-def test_valid_manifest_passes_openapi_and_operator_checks(name: str, manifest: dict[str, Any]) -> None:
-    assert schema_error_paths(manifest) == []
-    assert list(unknown_field_paths(manifest, ROOT)) == []
-    assert list(duplicate_item_paths(manifest, ROOT)) == []
-    assert validate(manifest) == []
-
-
-def test_examples_are_the_readme_examples_the_restricted_and_the_byo_one() -> None:
-    examples = crd_cases.example_manifests()
-    assert {m["metadata"]["name"] for m in examples.values()} == {
-        "mnist-training",
-        "bert-distributed",
-        "gpt-resume",
-        "advanced-training",
-        "restricted-training",
-        "bert-elastic",
-        "byo-training",
-    }
-    for manifest in examples.values():
-        assert manifest["apiVersion"] == contract.API_VERSION
-        assert manifest["kind"] == contract.KIND
-
-
-@pytest.mark.parametrize(("name", "before", "after"), crd_cases.valid_updates(), ids=lambda v: str(v)[:40])
-def test_valid_updates_pass_openapi(name: str, before: dict[str, Any], after: dict[str, Any]) -> None:
-    assert schema_error_paths(before) == schema_error_paths(after) == []
-
-
-# ---------------------------------------------------------------------------------------------------
-# Operator-side validation
-
-
-def _errors(changes: dict[str, Any]) -> list[FieldError]:
-    return validate(job(changes))
-
-
-def test_validate_accepts_the_base_job_and_does_not_mutate_it() -> None:
-    original = job()
-    assert validate(original) == []
-    assert original == job()
-
-
-@pytest.mark.parametrize(
-    ("storage", "resume_from"),
-    [
-        ({"type": "s3", "s3Bucket": "b"}, "s3://other/run/epoch-3"),
-        ({"type": "gcs", "gcs": {"bucket": "b"}}, "gs://b/x"),
-        ({"type": "pvc"}, "epoch-3"),
-        ({"type": "pvc", "pvcName": "c"}, "/checkpoints/epoch-3"),
-        ({"type": "nfs", "nfsServer": "n", "nfsPath": "/e"}, "runs/../epoch-3"),
-    ],
-)
-def test_resume_from_matching_its_storage(storage: dict[str, Any], resume_from: str) -> None:
-    assert _errors({"spec.checkpoint.storage": storage, "spec.checkpoint.resumeFrom": resume_from}) == []
-
-
-@pytest.mark.parametrize(
-    ("storage", "resume_from"),
-    [
-        ({"type": "s3", "s3Bucket": "b"}, "gs://b/x"),
-        ({"type": "s3", "s3Bucket": "b"}, "/checkpoints/x"),
-        ({"type": "s3", "s3Bucket": "b"}, "s3://"),
-        ({"type": "gcs", "gcsBucket": "b"}, "s3://b/x"),
-        ({"type": "pvc"}, "s3://b/x"),
-        ({"type": "pvc", "pvcName": "c"}, "/data/epoch-3"),
-        ({"type": "nfs", "nfsServer": "n", "nfsPath": "/e"}, "../../etc/passwd"),
-    ],
-)
-def test_resume_from_not_matching_its_storage(storage: dict[str, Any], resume_from: str) -> None:
-    errors = _errors({"spec.checkpoint.storage": storage, "spec.checkpoint.resumeFrom": resume_from})
-    assert [e.path for e in errors] == ["spec.checkpoint.resumeFrom"]
-
-
-def test_resource_field_ref_names_a_container_of_the_pod() -> None:
-    def env_errors(value_from: dict[str, Any], template: dict[str, Any] | None = None) -> list[str]:
-        changes: dict[str, Any] = {"spec.env": [{"name": "X", "valueFrom": value_from}]}
-        if template is not None:
-            changes["spec.podTemplate"] = template
-        return [str(e) for e in _errors(changes)]
-
-    assert env_errors({"secretKeyRef": {"name": "s", "key": "k"}}) == []
-    assert env_errors({"resourceFieldRef": {"containerName": "trainer", "resource": "limits.cpu"}}) == []
-    errors = env_errors({"resourceFieldRef": {"containerName": "sidecar", "resource": "limits.cpu"}})
-    assert errors == [
-        "spec.env[0].valueFrom.resourceFieldRef.containerName: the worker pod has no container 'sidecar'; "
-        "it has trainer"
-    ]
-    sidecar = {"spec": {"containers": [{"name": "sidecar", "image": "envoy"}]}}
-    assert (
-        env_errors({"resourceFieldRef": {"containerName": "sidecar", "resource": "limits.cpu"}}, sidecar)
-        == []
-    )
-
-
-def test_additional_params_colliding_after_upper_casing() -> None:
-    assert _errors({"spec.hyperparameters.additionalParams": {"lr": "1", "wd": "2"}}) == []
-    errors = _errors({"spec.hyperparameters.additionalParams": {"lr": "1", "LR": "2"}})
-    assert len(errors) == 1
-    assert "HP_LR" in errors[0].message
-
-
-def test_other_accelerators_with_gpus_per_worker() -> None:
-    errors = _errors({"spec.gpusPerWorker": 1, "spec.resources.limits": {"amd.com/gpu": 1}})
-    assert [e.path for e in errors] == ["spec.resources"]
-    errors = _errors({"spec.gpusPerWorker": 1, "spec.resources.limits": {"nvidia.com/mig-1g.5gb": 1}})
-    assert [e.path for e in errors] == ["spec.resources"]
-    assert _errors({"spec.gpusPerWorker": 2, "spec.resources.limits": {"nvidia.com/gpu": 2, "cpu": 4}}) == []
-
-
-def test_nccl_needs_nvidia_devices() -> None:
-    errors = _errors({"spec.gpusPerWorker": 0, "spec.networking.backend": "nccl"})
-    assert [e.path for e in errors] == ["spec.networking.backend"]
-    assert _errors({"spec.gpusPerWorker": 0}) == []  # defaults to gloo
-    mig = {
-        "spec.gpusPerWorker": 0,
-        "spec.networking.backend": "nccl",
-        "spec.resources.limits": {"nvidia.com/mig-1g.5gb": 1},
-    }
-    assert _errors(mig) == []
-
-
-def test_a_stored_mpi_job_is_refused_by_the_operator_too() -> None:
-    # Admission refuses mpi (crd_cases backend-mpi); one stored before that fails with InvalidSpec.
-    errors = _errors({"spec.networking.backend": "mpi"})
-    assert [e.path for e in errors] == ["spec.networking.backend"]
-    assert "launcher" in errors[0].message
-    assert "mpi is refused" in subschema("spec", "networking", "backend")["description"]

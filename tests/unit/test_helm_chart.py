@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
@@ -43,11 +42,16 @@ from tests.helmchart import (
     operator_container,
     operator_settings,
 )
-from tests.unit.test_manifests import kube_minor_version, setup_cfg, validate_manifest, with_every_component
+from tests.unit import helm_support
+from tests.unit.helm_support import EVERY_OPTION
+from tests.unit.manifests_support import kube_minor_version, setup_cfg, validate_manifest
+from tests.unit.test_manifests import with_every_component
+
+# The shared fixtures, bound here so that pytest finds them for this module's tests.
+chart = helm_support.chart
 
 Manifest = dict[str, Any]
 
-EVERY_OPTION: Final = merged(*OPTIONS.values())
 FOREIGN_KINDS: Final = frozenset({"ServiceMonitor", "PrometheusRule"})  # no schema in kubernetes-validate
 # Operator flags the chart sets itself instead of offering them as values, and why.
 FLAGS_NOT_VALUES: Final = {
@@ -58,11 +62,6 @@ FLAGS_NOT_VALUES: Final = {
     "lease_namespace": "the release namespace (the pod's)",
     "namespace": "watchNamespace, which also moves the RBAC",
 }
-
-
-@pytest.fixture(scope="module")
-def chart(helm: Path, tmp_path_factory: pytest.TempPathFactory) -> Helm:
-    return Helm(helm, tmp_path_factory.mktemp("helm"))
 
 
 @functools.cache
@@ -438,68 +437,3 @@ def test_every_option_validates_strictly(chart: Helm) -> None:
     objects = chart.template(merged(EVERY_OPTION, {"monitoring": {"labels": {"release": "prometheus"}}}))
     unknown = {obj["kind"] for obj in objects if validate_manifest(obj, version) is not None}
     assert unknown <= FOREIGN_KINDS
-
-
-# ------------------------------------------------------------------------ another release name
-
-
-def test_names_follow_the_release_and_stay_consistent(chart: Helm) -> None:
-    """Another release name and namespace: every reference between the objects still holds."""
-    objects = chart.template(EVERY_OPTION, release="ml-ops", namespace="ops")
-    fullname = "ml-ops-trainingjob-operator"
-    namespaced = [
-        obj
-        for obj in objects
-        if obj["kind"] not in ("CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding")
-        and not obj["kind"].startswith("ValidatingAdmissionPolicy")
-    ]
-    assert {obj["metadata"]["namespace"] for obj in namespaced} == {"ops", "ml-training"}
-    for binding in (obj for obj in objects if obj["kind"] in ("ClusterRoleBinding", "RoleBinding")):
-        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": fullname, "namespace": "ops"}]
-        roles = [
-            o
-            for o in objects
-            if o["kind"] == binding["roleRef"]["kind"] and o["metadata"]["name"] == binding["roleRef"]["name"]
-        ]
-        assert roles, f"{binding['metadata']['name']} refers to a role the release lacks"
-    deployment = one(objects, "Deployment", fullname)
-    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
-    assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == fullname
-    settings = operator_settings(operator_container(objects))
-    assert settings["lease_name"] == fullname
-    lease_role = one(objects, "Role", f"{fullname}-leader-election")
-    assert {name for rule in lease_role["rules"] for name in rule.get("resourceNames", [])} == {fullname}
-    service = one(objects, "Service", f"{fullname}-metrics")
-    assert service["spec"]["selector"].items() <= pod_labels.items()
-    assert pod_labels["app.kubernetes.io/instance"] == "ml-ops", "two releases never share pods"
-    for selector in (
-        one(objects, "PodDisruptionBudget")["spec"]["selector"]["matchLabels"],
-        one(objects, "NetworkPolicy")["spec"]["podSelector"]["matchLabels"],
-    ):
-        assert selector == deployment["spec"]["selector"]["matchLabels"]
-    monitor = one(objects, "ServiceMonitor")
-    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
-    expressions = [
-        rule["expr"] for group in one(objects, "PrometheusRule")["spec"]["groups"] for rule in group["rules"]
-    ]
-    selectors = [selector for expr in expressions for selector in re.findall(r'job="[^"]*"', expr)]
-    assert len(selectors) > 20
-    assert set(selectors) == {f'job="{fullname}-metrics"'}, "the alerts select the release's scrape job"
-
-
-def test_fullname_override_and_a_release_named_after_the_chart(chart: Helm) -> None:
-    names = {obj["metadata"]["name"] for obj in chart.template({"fullnameOverride": "tjo"}, release="x")}
-    # The CRD and the trainers' admission policy are the API's, named as the operator knows them.
-    assert names == {
-        "tjo",
-        "tjo-leader-election",
-        "tjo-metrics",
-        "trainingjobs.ml.example.com",
-        "trainingjob-trainer-progress",
-    }
-    names = {obj["metadata"]["name"] for obj in chart.template(release="team-trainingjob-operator")}
-    assert "team-trainingjob-operator" in names
-    long_release = "a" * 53
-    deployment = one(chart.template(release=long_release), "Deployment")
-    assert len(deployment["metadata"]["name"]) <= 55
-    assert not deployment["metadata"]["name"].endswith("-")

@@ -24,7 +24,7 @@ from crd import contract, kube_schemas
 from crd.schema_podtemplate import OWNED_POD_FIELDS, OWNED_TRAINER_FIELDS
 from crd.spec import parse
 from tests.cluster import REPO
-from tests.unit.test_builders import defaulted
+from tests.unit.builders_support import defaulted
 
 JsonDict = dict[str, Any]
 PROXY = {"name": "proxy", "image": "envoyproxy/envoy:v1.31.0"}

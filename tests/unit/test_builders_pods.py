@@ -1,0 +1,215 @@
+"""What the pod builder makes of a TrainingJob: identity, runtime settings, resources, volumes and
+mounts, scheduling, the service account and its token, RESUME_FROM.
+
+Split out of tests/unit/test_builders.py (the other builders and what every built object shares).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from builders.configmap import (
+    TRAINER_SOURCES_NAME,
+)
+from builders.pods import build_pod
+from crd import contract
+from crd.spec import parse
+from tests.unit.builders_support import EXAMPLES, STORAGE, defaulted, materialize
+
+# ---------------------------------------------------------------------------------------------------
+# Pods
+
+
+def container(pod: dict[str, Any]) -> dict[str, Any]:
+    (trainer,) = pod["spec"]["containers"]
+    assert trainer["name"] == "trainer"
+    return dict(trainer)
+
+
+def env_names(pod: dict[str, Any]) -> list[str]:
+    return [e["name"] for e in container(pod)["env"]]
+
+
+def test_pod_identity_labels_and_annotations() -> None:
+    tj = defaulted({"spec.numWorkers": 3, "spec.gpusPerWorker": 2})
+    master = build_pod(parse(tj), 0, attempt=5, resume_from=None)
+    worker = build_pod(parse(tj), 2, attempt=5, resume_from=None)
+    assert master["metadata"]["name"] == master["spec"]["hostname"] == "case-job-worker-0"
+    assert master["spec"]["subdomain"] == "case-job-headless"
+    assert master["metadata"]["labels"][contract.ROLE_LABEL] == "master"
+    assert worker["metadata"]["labels"][contract.ROLE_LABEL] == "worker"
+    assert worker["metadata"]["labels"][contract.REPLICA_INDEX_LABEL] == "2"
+    assert worker["metadata"]["labels"][contract.ATTEMPT_LABEL] == "5"
+    assert worker["metadata"]["annotations"] == {
+        contract.NUM_WORKERS_ANNOTATION: "3",
+        contract.WORLD_SIZE_ANNOTATION: "6",
+        contract.DEFAULT_CONTAINER_ANNOTATION: "trainer",
+        contract.SPEC_GENERATION_ANNOTATION: "3",
+    }
+
+
+def test_pod_runtime_settings() -> None:
+    pod = build_pod(parse(defaulted()), 0, attempt=0, resume_from=None)
+    spec = pod["spec"]
+    assert spec["restartPolicy"] == "Never"
+    assert spec["enableServiceLinks"] is False
+    assert spec["terminationGracePeriodSeconds"] == contract.TERMINATION_GRACE_SECONDS
+    trainer = container(pod)
+    assert trainer["image"] == contract.DEFAULT_IMAGES["pytorch"]
+    assert trainer["command"] == ["python", "/etc/trainingjob/train.py"]
+    assert "args" not in trainer
+    assert trainer["securityContext"] == {"allowPrivilegeEscalation": False}
+    assert trainer["ports"] == [{"name": "dist", "containerPort": 29500, "protocol": "TCP"}]
+
+
+def test_pod_resources_merge_gpus_into_spec_resources() -> None:
+    tj = materialize(EXAMPLES["trainingjob-distributed.yaml"])
+    resources = container(build_pod(parse(tj), 1, attempt=0, resume_from=None))["resources"]
+    assert resources == {
+        "requests": {"memory": "32Gi", "cpu": "8", "nvidia.com/gpu": "2"},
+        "limits": {"memory": "64Gi", "cpu": "16", "nvidia.com/gpu": "2"},
+    }
+    cpu_only = container(
+        build_pod(parse(defaulted({"spec.gpusPerWorker": 0})), 0, attempt=0, resume_from=None)
+    )
+    assert "resources" not in cpu_only
+    ints = container(
+        build_pod(parse(defaulted({"spec.resources.limits": {"cpu": 4}})), 0, attempt=0, resume_from=None)
+    )
+    assert ints["resources"]["limits"] == {"cpu": "4", "nvidia.com/gpu": "1"}
+
+
+def volumes_by_name(pod: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {v["name"]: v for v in pod["spec"]["volumes"]}
+
+
+def mounts_by_path(pod: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {m["mountPath"]: m for m in container(pod)["volumeMounts"]}
+
+
+def test_pod_always_mounts_config_and_shared_memory() -> None:
+    pod = build_pod(parse(defaulted()), 0, attempt=0, resume_from=None)
+    volumes = volumes_by_name(pod)
+    assert volumes["config"] == {
+        "name": "config",
+        "projected": {
+            "sources": [
+                {"configMap": {"name": "case-job-config"}},
+                {"configMap": {"name": TRAINER_SOURCES_NAME}},
+            ]
+        },
+    }
+    assert volumes["dshm"] == {"name": "dshm", "emptyDir": {"medium": "Memory"}}
+    mounts = mounts_by_path(pod)
+    assert mounts["/etc/trainingjob"]["readOnly"] is True
+    assert mounts["/dev/shm"]["name"] == "dshm"
+    assert "checkpoints" not in volumes
+
+
+@pytest.mark.parametrize(
+    ("storage", "volume"),
+    [
+        ({}, {"persistentVolumeClaim": {"claimName": "case-job-checkpoints"}}),
+        ({"pvcName": "shared"}, {"persistentVolumeClaim": {"claimName": "shared"}}),
+        ({"pvc": {"claimName": "team"}}, {"persistentVolumeClaim": {"claimName": "team"}}),
+        (
+            {"type": "nfs", "nfs": {"server": "10.0.0.2", "path": "/exports"}},
+            {"nfs": {"server": "10.0.0.2", "path": "/exports"}},
+        ),
+        ({"type": "nfs", "nfsServer": "nfs", "nfsPath": "/x"}, {"nfs": {"server": "nfs", "path": "/x"}}),
+    ],
+)
+def test_checkpoint_volume(storage: dict[str, Any], volume: dict[str, Any]) -> None:
+    pod = build_pod(
+        parse(defaulted({"spec.checkpoint.enabled": True, STORAGE: storage})), 0, attempt=0, resume_from=None
+    )
+    assert volumes_by_name(pod)["checkpoints"] == {"name": "checkpoints", **volume}
+    assert mounts_by_path(pod)["/checkpoints"]["name"] == "checkpoints"
+
+
+def test_object_storage_mounts_no_volume_but_gcs_credentials() -> None:
+    s3 = build_pod(
+        parse(defaulted({"spec.checkpoint.enabled": True, STORAGE: {"type": "s3", "s3Bucket": "b"}})),
+        0,
+        attempt=0,
+        resume_from=None,
+    )
+    assert set(volumes_by_name(s3)) == {"config", "dshm"}
+    gcs = build_pod(
+        parse(
+            defaulted(
+                {
+                    "spec.checkpoint.enabled": True,
+                    STORAGE: {"type": "gcs", "gcs": {"bucket": "g", "credentialsSecret": "sa"}},
+                }
+            )
+        ),
+        0,
+        attempt=0,
+        resume_from=None,
+    )
+    assert volumes_by_name(gcs)["gcs-credentials"]["secret"] == {"secretName": "sa", "defaultMode": 0o440}
+    assert mounts_by_path(gcs)[contract.GCS_CREDENTIALS_MOUNT_PATH]["readOnly"] is True
+
+
+def test_pod_scheduling_from_the_advanced_example() -> None:
+    tj = materialize(EXAMPLES["trainingjob-advanced.yaml"])
+    spec = build_pod(parse(tj), 7, attempt=0, resume_from=None)["spec"]
+    assert spec["priorityClassName"] == "high-priority"
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.product": "A100-SXM4-80GB", "node-type": "gpu-large"}
+    assert spec["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert spec["affinity"] == tj["spec"]["scheduling"]["affinity"]
+    assert "schedulerName" not in spec
+
+
+def test_advanced_example_container() -> None:
+    tj = materialize(EXAMPLES["trainingjob-advanced.yaml"])
+    pod = build_pod(parse(tj), 0, attempt=0, resume_from="epoch-50")
+    trainer = container(pod)
+    assert trainer["image"] == "pytorch/pytorch:2.8.0-cuda12.8-cudnn9-runtime"
+    # torchrun runs the reference trainer the ConfigMap mounts, one process per GPU from PET_*.
+    assert trainer["command"] == ["torchrun"]
+    assert trainer["args"] == [f"{contract.CONFIG_MOUNT_PATH}/{contract.TRAINER_FILE}"]
+    assert trainer["ports"][1] == {"name": "metrics", "containerPort": 8080, "protocol": "TCP"}
+    env = {e["name"]: e.get("value") for e in trainer["env"]}
+    assert env["WORLD_SIZE"] == "32"
+    assert env["PET_NPROC_PER_NODE"] == "4"
+    assert env["CHECKPOINT_DIR"] == "/checkpoints"
+    assert env["RESUME_FROM"] == "/checkpoints/epoch-50"
+    assert env["TENSORBOARD_LOG_DIR"] == "/checkpoints/tensorboard"
+    volumes = {volume["name"]: volume for volume in pod["spec"]["volumes"]}
+    assert volumes["checkpoints"]["persistentVolumeClaim"] == {"claimName": "advanced-training-checkpoints"}
+    assert env["HP_WEIGHT_DECAY"] == "0.01"
+    assert env["NCCL_DEBUG"] == "INFO"
+    assert env_names(pod).count("NCCL_IB_DISABLE") == 1
+    assert env["MLFLOW_EXPERIMENT_NAME"] == "advanced-training"
+
+
+def test_service_account_and_token() -> None:
+    own = build_pod(parse(defaulted()), 0, attempt=0, resume_from=None)["spec"]
+    assert own["serviceAccountName"] == "trainingjob-trainer"
+    assert own["automountServiceAccountToken"] is True
+    users = build_pod(
+        parse(defaulted({"spec.serviceAccountName": "ml-runner"})), 0, attempt=0, resume_from=None
+    )["spec"]
+    assert users["serviceAccountName"] == "ml-runner"
+    assert "automountServiceAccountToken" not in users
+    explicit = build_pod(parse(defaulted()), 0, attempt=0, resume_from=None, service_account="other")["spec"]
+    assert explicit["serviceAccountName"] == "other"
+    assert "automountServiceAccountToken" not in explicit
+
+
+def test_rdma_adds_ipc_lock() -> None:
+    trainer = container(
+        build_pod(parse(defaulted({"spec.networking.rdmaEnabled": True})), 0, attempt=0, resume_from=None)
+    )
+    assert trainer["securityContext"]["capabilities"] == {"add": ["IPC_LOCK"]}
+
+
+def test_resume_from_reaches_the_container() -> None:
+    pod = build_pod(parse(defaulted({"spec.checkpoint.enabled": True})), 1, attempt=1, resume_from="epoch-4")
+    env = {e["name"]: e.get("value") for e in container(pod)["env"]}
+    assert env["RESUME_FROM"] == "/checkpoints/epoch-4"
+    assert env["TRAININGJOB_ATTEMPT"] == "1"

@@ -1,0 +1,165 @@
+"""Checks of the RBAC in deploy/: no wildcards and no Secrets anywhere, and the rights the operator's
+ServiceAccount ends up with equal exactly the operator's list of API calls (OPERATOR_RULES in
+tests/unit/manifests_support.py), cluster-wide and in the single-namespace overlay; the Deployment's
+arguments parse with the operator's own CLI.
+
+Split out of tests/unit/test_manifests.py.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from tests.cluster import REPO
+from tests.e2e.operator_identity import DEPLOY, NAMESPACE
+from tests.unit.manifests_support import (
+    ANY_NAME,
+    CLUSTER,
+    CLUSTER_SCOPED_RULES,
+    LEASE_NAME,
+    METRICS_PORT,
+    OPERATOR_RULES,
+    TARGETS,
+    Manifest,
+    Permission,
+    arg_value,
+    container,
+    effective_permissions,
+    lease_permissions,
+    of_kind,
+    one,
+    permissions,
+    policy_permissions,
+    rendered,
+    role_violations,
+    rule_violations,
+    rules_anywhere,
+    watched_namespace,
+    yaml_documents_under,
+)
+
+# ------------------------------------------------------------------------------------------- RBAC
+
+
+@pytest.mark.parametrize(
+    ("rule", "expected"),
+    [
+        ({"apiGroups": ["*"], "resources": ["pods"], "verbs": ["get"]}, "wildcard in apiGroups"),
+        ({"apiGroups": [""], "resources": ["*"], "verbs": ["get"]}, "wildcard in resources"),
+        ({"apiGroups": [""], "resources": ["pods/*"], "verbs": ["get"]}, "wildcard in resources"),
+        ({"apiGroups": [""], "resources": ["pods"], "verbs": ["*"]}, "wildcard in verbs"),
+        ({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}, "grants secrets"),
+        ({"apiGroups": [""], "resources": ["configmaps", "secrets"], "verbs": ["list"]}, "grants secrets"),
+        (
+            {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles"], "verbs": ["escalate"]},
+            "escalating",
+        ),
+        ({"nonResourceURLs": ["/metrics"], "verbs": ["get"]}, "nonResourceURLs"),
+    ],
+)
+def test_rbac_checker_catches(rule: Manifest, expected: str) -> None:
+    assert any(expected in problem for problem in rule_violations(rule))
+
+
+def test_no_role_in_deploy_has_wildcards_or_secrets() -> None:
+    """Every rule anywhere under deploy/ (roles, patches) and in every rendered target."""
+    problems = [
+        f"{path.relative_to(REPO)}: {problem}"
+        for path, doc in yaml_documents_under(DEPLOY)
+        for rule in rules_anywhere(doc)
+        for problem in rule_violations(rule)
+    ]
+    for target in TARGETS:
+        for obj in of_kind(rendered(target), "ClusterRole", "Role"):
+            problems.extend(f"{target}: {problem}" for problem in role_violations(obj))
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("target", [t for t in TARGETS if not t.endswith("single-namespace")])
+def test_cluster_wide_rbac_is_exactly_the_operators_api_calls(target: str) -> None:
+    expected = (
+        permissions(CLUSTER, OPERATOR_RULES)
+        | permissions(CLUSTER, CLUSTER_SCOPED_RULES)
+        | policy_permissions()
+        | lease_permissions()
+    )
+    granted = effective_permissions(rendered(target))
+    assert granted == expected, (
+        f"more than needed: {sorted(granted - expected)}\nmissing: {sorted(expected - granted)}"
+    )
+
+
+def test_single_namespace_rbac_is_exactly_the_operators_api_calls_in_that_namespace() -> None:
+    objects = rendered("deploy/overlays/single-namespace")
+    target = watched_namespace(objects)
+    assert target
+    assert target != NAMESPACE
+    expected = (
+        permissions(target, OPERATOR_RULES)
+        | permissions(CLUSTER, CLUSTER_SCOPED_RULES)
+        | policy_permissions()
+        | lease_permissions()
+    )
+    granted = effective_permissions(objects)
+    assert granted == expected, (
+        f"more than needed: {sorted(granted - expected)}\nmissing: {sorted(expected - granted)}"
+    )
+
+
+def test_single_namespace_names_the_watched_namespace_once() -> None:
+    objects = rendered("deploy/overlays/single-namespace")
+    role = one(objects, "Role", "trainingjob-operator")
+    binding = one(objects, "RoleBinding", "trainingjob-operator")
+    assert binding["metadata"]["namespace"] == role["metadata"]["namespace"]
+    assert watched_namespace(objects) == role["metadata"]["namespace"]
+    assert "--namespace=$(WATCH_NAMESPACE)" in container(objects)["args"]
+    clusterrole = one(objects, "ClusterRole", "trainingjob-operator")
+    # Outside the watched namespace: reads of cluster-scoped objects, and the policy check by name.
+    assert permissions(CLUSTER, CLUSTER_SCOPED_RULES) | policy_permissions() == {
+        Permission(CLUSTER, group, resource, verb, name)
+        for rule in clusterrole["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+        for name in rule.get("resourceNames") or [ANY_NAME]
+    }
+    assert not any(obj["metadata"].get("namespace") == "WATCHED-NAMESPACE" for obj in objects)
+
+
+def test_lease_role_matches_the_lease_the_deployment_uses() -> None:
+    objects = rendered("deploy")
+    args = container(objects)["args"]
+    assert "--leader-elect" in args
+    lease = arg_value(args, "--lease-name") or LEASE_NAME
+    role = one(objects, "Role", "trainingjob-operator-leader-election")
+    assert role["metadata"]["namespace"] == NAMESPACE
+    named = [rule for rule in role["rules"] if rule.get("resourceNames")]
+    assert named
+    assert all(rule["resourceNames"] == [lease] for rule in named)
+
+
+def operator_cli() -> Any:
+    """controller.cli, or a skip while the entry point does not exist yet."""
+    return pytest.importorskip("controller.cli", reason="controller/cli.py does not exist yet")
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_deployment_args_parse_with_the_operators_cli(target: str) -> None:
+    """The flags deploy/ passes exist, and mean what the RBAC and Service assume."""
+    cli = operator_cli()
+    objects = rendered(target)
+    operator = container(objects)
+    env = {item["name"]: item.get("value", "") for item in operator.get("env", [])}
+    args = [re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], arg) for arg in operator["args"]]
+    parsed = cli.parser().parse_args(args)
+    assert parsed.leader_elect is True
+    assert parsed.metrics_addr == f":{METRICS_PORT}"
+    assert parsed.lease_namespace is None, "the lease lives in the pod's namespace (POD_NAMESPACE)"
+    role = one(objects, "Role", "trainingjob-operator-leader-election")
+    names = {name for rule in role["rules"] for name in rule.get("resourceNames", [])}
+    assert names == {parsed.lease_name}
+    assert parsed.namespace == watched_namespace(objects)
+    assert cli.parser().get_default("metrics_addr") == f":{METRICS_PORT}", "EXPOSE and probes assume it"

@@ -1,0 +1,136 @@
+"""The reference trainer's configuration: the operator's variables (and the trainer's own TRAIN_*
+knobs) read once into a `Config`, and the errors that end a run with a given exit status.
+
+Split out of train.py so that every part of the trainer (engines, checkpoints, the loop, the local-rank
+launcher) reads the same typed view. A value that cannot work is a ConfigError (exit 2): retrying
+will not help.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+import trainingjob_progress as progress
+
+OPTIMIZERS: Final = ("sgd", "adam", "adamw", "rmsprop")
+EXIT_FAILED: Final = 1
+EXIT_CONFIG: Final = 2
+EXIT_TERMINATED: Final = 143
+
+
+class ConfigError(Exception):
+    """The job's configuration cannot work (exit 2): retrying will not help."""
+
+
+class Terminated(Exception):
+    """SIGTERM: the operator is stopping or restarting the gang."""
+
+
+# ---------------------------------------------------------------------------------------------------
+# Configuration
+
+
+def _int(env: Mapping[str, str], name: str, default: int | None, minimum: int = 0) -> int | None:
+    text = env.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise ConfigError(f"{name}={text!r} is not an integer") from None
+    if value < minimum:
+        raise ConfigError(f"{name}={value} must be at least {minimum}")
+    return value
+
+
+def _required_int(env: Mapping[str, str], name: str, default: int, minimum: int = 0) -> int:
+    value = _int(env, name, default, minimum)
+    return default if value is None else value
+
+
+def _float(env: Mapping[str, str], name: str, default: float, *, positive: bool = False) -> float:
+    text = env.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise ConfigError(f"{name}={text!r} is not a number") from None
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        raise ConfigError(f"{name}={text} must be a {'positive' if positive else 'non-negative'} number")
+    return value
+
+
+@dataclass(frozen=True)
+class Config:
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    launched: bool  # by torchrun or by this file's own launcher: LOCAL_RANK is set
+    epochs: int
+    steps_per_epoch: int
+    batch_size: int
+    learning_rate: float
+    optimizer: str
+    weight_decay: float
+    seed: int
+    backend: str
+    dist_timeout: float
+    checkpoint_dir: str | None
+    frequency: int
+    retention: int | None
+    resume_from: str | None
+    # Set by the local-rank launcher when RESUME_FROM is its private copy: the path to report instead.
+    resume_origin: str | None
+    fail_at_epoch: int | None
+    step_seconds: float
+    progress_interval: float
+    simulate: bool
+    elastic: bool  # an elastic job: resume from the newest checkpoint under CHECKPOINT_DIR
+
+    @property
+    def total_steps(self) -> int:
+        return self.epochs * self.steps_per_epoch
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Config:
+        optimizer = env.get("OPTIMIZER", "").strip().lower() or "sgd"
+        if optimizer not in OPTIMIZERS:
+            raise ConfigError(f"OPTIMIZER={optimizer!r} is not one of {', '.join(OPTIMIZERS)}")
+        backend = (
+            env.get("TORCH_DISTRIBUTED_BACKEND", "").strip() or env.get("DIST_BACKEND", "").strip() or "gloo"
+        )
+        world_size = _required_int(env, "WORLD_SIZE", 1, minimum=1)
+        rank = _required_int(env, "RANK", 0)
+        if rank >= world_size:
+            raise ConfigError(f"RANK={rank} is not below WORLD_SIZE={world_size}")
+        return cls(
+            rank=rank,
+            world_size=world_size,
+            local_rank=_required_int(env, "LOCAL_RANK", 0),
+            local_world_size=_required_int(env, "LOCAL_WORLD_SIZE", 1, minimum=1),
+            launched=bool(env.get("LOCAL_RANK", "").strip()),
+            epochs=_required_int(env, "EPOCHS", 5, minimum=1),
+            steps_per_epoch=_required_int(env, "TRAIN_STEPS_PER_EPOCH", 20, minimum=1),
+            batch_size=_required_int(env, "BATCH_SIZE", 32, minimum=1),
+            learning_rate=_float(env, "LEARNING_RATE", 0.05, positive=True),
+            optimizer=optimizer,
+            weight_decay=_float(env, "HP_WEIGHT_DECAY", 0.0),
+            seed=_required_int(env, "TRAIN_SEED", 0),
+            backend=backend,
+            dist_timeout=_float(env, "TRAIN_DIST_TIMEOUT", 1800.0, positive=True),
+            checkpoint_dir=progress.checkpoint_dir(env),
+            frequency=_required_int(env, "CHECKPOINT_FREQUENCY", 1, minimum=1),
+            retention=_int(env, "CHECKPOINT_RETENTION", None, minimum=1),
+            resume_from=progress.resume_path(env),
+            resume_origin=env.get("TRAIN_RESUME_ORIGIN", "").strip() or None,
+            fail_at_epoch=_int(env, "TRAIN_FAIL_AT_EPOCH", None, minimum=1),
+            step_seconds=_float(env, "TRAIN_STEP_SECONDS", 0.0),
+            progress_interval=_float(env, "TRAIN_PROGRESS_INTERVAL", progress.DEFAULT_MIN_INTERVAL),
+            simulate=env.get("TRAIN_SIMULATE", "").strip().lower() in {"1", "true", "yes"},
+            elastic=bool(env.get("TRAININGJOB_MAX_WORKERS", "").strip()),
+        )

@@ -1,0 +1,151 @@
+"""The reference trainer's engines behind one interface: the torch one (trainer_torch.py) and the
+pure-Python simulation used where torch is not importable, and the choice between them.
+
+Split out of train.py: the training loop (trainer_loop.py) sees only `Engine`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import math
+import os
+import random
+import time
+from typing import Protocol
+
+from trainer_checkpoints import SIMULATION_STATE_FILE, locate_checkpoint, write_metadata
+from trainer_config import Config, ConfigError
+from trainer_torch import EVAL_SAMPLES, FEATURES, TorchEngine
+
+log = logging.getLogger("train")
+
+
+class Engine(Protocol):
+    framework: str
+
+    def resume(self, requested: str | None) -> tuple[int, int, str | None]:
+        """Loads RESUME_FROM (every rank agrees): (completed epochs, steps, checkpoint path or None)."""
+        ...
+
+    def train_epoch(self, epoch: int) -> float:
+        """Trains one epoch; the mean loss over its steps and every rank."""
+        ...
+
+    def evaluate(self) -> float:
+        """Accuracy on a fixed held-out set."""
+        ...
+
+    def save(self, directory: str, *, epoch: int, step: int) -> None:
+        """Writes the state into `directory` (rank 0 only)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def _dot(a: list[float], b: list[float]) -> float:
+    return math.fsum(x * y for x, y in zip(a, b))  # noqa: B905 - same length; strict= needs Python 3.10
+
+
+class SimulationEngine:
+    """Logistic regression in pure Python: the same loop, checkpoints and reports without torch.
+
+    Every rank trains its own copy on its own data; nothing is exchanged between ranks.
+    """
+
+    framework = "simulation"
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        truth = random.Random(config.seed)  # noqa: S311 - synthetic data, not security
+        self.true_weights = [truth.gauss(0.0, 1.0) for _ in range(FEATURES)]
+        self.weights = [0.0] * FEATURES
+        self.bias = 0.0
+        self.eval_set = self._batch(EVAL_SAMPLES, config.seed + 1)
+
+    def _batch(self, size: int, seed: int) -> list[tuple[list[float], int]]:
+        rng = random.Random(seed)  # noqa: S311 - synthetic data, not security
+        batch = []
+        for _ in range(size):
+            x = [rng.gauss(0.0, 1.0) for _ in range(FEATURES)]
+            label = int(_dot(self.true_weights, x) > 0)
+            batch.append((x, label))
+        return batch
+
+    def _probability(self, x: list[float]) -> float:
+        z = self.bias + _dot(self.weights, x)
+        return 1.0 / (1.0 + math.exp(-max(-60.0, min(60.0, z))))
+
+    def resume(self, requested: str | None) -> tuple[int, int, str | None]:
+        checkpoint = locate_checkpoint(requested)
+        if checkpoint is None:
+            return 0, 0, None
+        if checkpoint.framework != "simulation":
+            raise ConfigError(f"{checkpoint.path} was written by torch, which is not importable here")
+        with open(checkpoint.state_file, encoding="utf-8") as handle:
+            state = json.load(handle)
+        self.weights = [float(w) for w in state["weights"]]
+        self.bias = float(state["bias"])
+        return int(state["epoch"]), int(state["step"]), checkpoint.path
+
+    def train_epoch(self, epoch: int) -> float:
+        config = self.config
+        total = 0.0
+        for step in range(config.steps_per_epoch):
+            seed = config.seed * 1_000_003 + epoch * 10_007 + step * 101 + config.rank
+            batch = self._batch(config.batch_size, seed)
+            gradient = [0.0] * FEATURES
+            bias_gradient = 0.0
+            loss = 0.0
+            for x, label in batch:
+                p = self._probability(x)
+                loss -= math.log(max(p if label else 1.0 - p, 1e-12))
+                for i, v in enumerate(x):
+                    gradient[i] += (p - label) * v
+                bias_gradient += p - label
+            scale = config.learning_rate / len(batch)
+            decay = config.learning_rate * config.weight_decay
+            self.weights = [w - scale * gradient[i] - decay * w for i, w in enumerate(self.weights)]
+            self.bias -= scale * bias_gradient
+            total += loss / len(batch)
+            if config.step_seconds:
+                time.sleep(config.step_seconds)
+        return total / config.steps_per_epoch
+
+    def evaluate(self) -> float:
+        correct = sum(int(self._probability(x) > 0.5) == label for x, label in self.eval_set)
+        return correct / len(self.eval_set)
+
+    def save(self, directory: str, *, epoch: int, step: int) -> None:
+        state = {"epoch": epoch, "step": step, "weights": self.weights, "bias": self.bias}
+        with open(os.path.join(directory, SIMULATION_STATE_FILE), "w", encoding="utf-8") as handle:
+            json.dump(state, handle)
+        write_metadata(
+            directory, epoch=epoch, step=step, framework=self.framework, state_file=SIMULATION_STATE_FILE
+        )
+
+    def close(self) -> None:
+        return None
+
+
+def why_simulate(config: Config) -> str | None:
+    """Why this run uses the pure-Python simulation instead of torch, or None when torch is used."""
+    if config.simulate:
+        return "TRAIN_SIMULATE is set: running the pure-Python simulation (no torch, no gradient exchange)"
+    try:
+        importlib.import_module("torch")
+    except Exception as error:  # ImportError, or a torch build whose native libraries do not load
+        return (
+            f"torch is not importable ({error}): running the pure-Python simulation instead "
+            "(logistic regression, no gradient exchange between ranks)"
+        )
+    return None
+
+
+def make_engine(config: Config) -> Engine:
+    reason = why_simulate(config)
+    if reason is not None:
+        log.warning("%s", reason)
+        return SimulationEngine(config)
+    return TorchEngine(config)
