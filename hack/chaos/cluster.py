@@ -20,7 +20,7 @@ from controller.runtime.client import KubeClient
 from controller.runtime.errors import KubeError, NotFound
 from crd import contract
 from hack.chaos.plan import Fault, FaultKind
-from hack.common import JsonDict, ToolError
+from hack.common import JsonDict, ToolError, wait_until
 from hack.devcluster.nodes import KWOK_NODE_LABEL
 from hack.podstatus import disruption_condition, now_rfc3339, terminated_status_patch
 
@@ -204,3 +204,49 @@ def gone(client: KubeClient, job: str) -> bool:
     except NotFound:
         return True
     return False
+
+
+def complete_and_delete(
+    client: KubeClient, converged: list[str], live: list[str], *, timeout: float, say: Callable[[str], None]
+) -> tuple[list[str], list[str]]:
+    """The end of a run: both ranks of every `converged` job end 0 and the jobs complete; then every
+    `live` job is deleted. Returns the pods of completed jobs still running or held by the tracking
+    finalizer a minute later, and the pods left once the jobs were deleted (orphans)."""
+    for job in converged:
+        for index in (0, 1):
+            name = rank(job, index)
+            try:
+                pod = client.get(PODS, NAMESPACE, name)
+                patch = terminated_status_patch(pod, exit_code=0, who=WHO)
+                client.patch(PODS, NAMESPACE, name, patch, patch_type="strategic", subresource="status")
+            except KubeError as error:
+                say(f"could not complete {job}: {error}")
+
+    def completed() -> bool:
+        states = {
+            job["metadata"]["name"]: (job.get("status") or {}).get("state")
+            for job in client.list(TRAININGJOBS, NAMESPACE)["items"]
+        }
+        return all(states.get(job) == "Completed" for job in converged)
+
+    wait_until("every job Completed", completed, timeout=timeout, interval=0.5)
+
+    def held_pods() -> list[str]:
+        return [
+            pod["metadata"]["name"]
+            for pod in pods_of_namespace(client)
+            if (pod["metadata"].get("labels") or {}).get(contract.JOB_NAME_LABEL) in converged
+            and (pod["metadata"].get("finalizers") or pod.get("status", {}).get("phase") == "Running")
+        ]
+
+    with contextlib.suppress(ToolError):
+        wait_until(
+            "the completed jobs' pods to be released", lambda: not held_pods(), timeout=60, interval=0.5
+        )
+    held = held_pods()
+    say("deleting every job")
+    for job in live:
+        client.delete(TRAININGJOBS, NAMESPACE, job)
+    with contextlib.suppress(ToolError):
+        wait_until("every pod to go", lambda: not pods_of_namespace(client), timeout=120, interval=0.5)
+    return held, [pod["metadata"]["name"] for pod in pods_of_namespace(client)]

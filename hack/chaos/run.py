@@ -8,7 +8,6 @@ deleted, and the run checks that no pod is left behind or held.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -16,28 +15,25 @@ import signal
 import time
 from dataclasses import dataclass, field
 
-from controller.resources import NAMESPACES, PODS, TRAININGJOBS, from_kubeconfig
+from controller.resources import NAMESPACES, TRAININGJOBS, from_kubeconfig
 from controller.runtime.client import KubeClient
 from controller.runtime.errors import KubeError
-from crd import contract
 from hack.bench.cluster import create_namespace, install_crd, run_devcluster
 from hack.chaos import audit
 from hack.chaos.cluster import (
     NAMESPACE,
     Faults,
     Observer,
+    complete_and_delete,
     job_manifest,
     lose_node,
     node_with_most_pods,
-    pods_of_namespace,
-    rank,
     restore_node,
 )
 from hack.chaos.options import Options
 from hack.chaos.plan import ChaosPlan, Disturbance, Fault, FaultKind, Ledger, Round, make_plan, settled
 from hack.chaos.replicas import Replicas
 from hack.common import JsonDict, Say, ToolError, wait_until
-from hack.podstatus import terminated_status_patch
 
 say = Say("chaos")
 
@@ -208,55 +204,11 @@ class Chaos:
     # ------------------------------------------------------------------------------------ the end
 
     def finish(self, live: list[str]) -> tuple[list[str], list[str]]:
-        """Completes every live job, then deletes them all: (pods held by the finalizer after the
-        jobs completed, pods left after they were deleted)."""
-        say(f"completing {len(live)} job(s)")
-        for job in live:
-            if job in self.unconverged:
-                continue
-            for index in (0, 1):
-                try:
-                    name = rank(job, index)
-                    pod = self.client.get(PODS, NAMESPACE, name)
-                    patch = terminated_status_patch(pod, exit_code=0, who="make chaos")
-                    self.client.patch(
-                        PODS, NAMESPACE, name, patch, patch_type="strategic", subresource="status"
-                    )
-                except KubeError as error:
-                    say(f"could not complete {job}: {error}")
-
-        def completed() -> bool:
-            statuses = self._statuses()
-            return all(
-                statuses.get(job, {}).get("state") == "Completed"
-                for job in live
-                if job not in self.unconverged
-            )
-
-        wait_until("every job Completed", completed, timeout=self.options.round_timeout, interval=0.5)
-
-        def held_pods() -> list[str]:
-            """Pods of completed jobs that still run or are still held by the tracking finalizer."""
-            return [
-                pod["metadata"]["name"]
-                for pod in pods_of_namespace(self.client)
-                if (pod["metadata"].get("labels") or {}).get(contract.JOB_NAME_LABEL) not in self.unconverged
-                and (pod["metadata"].get("finalizers") or pod.get("status", {}).get("phase") == "Running")
-            ]
-
-        with contextlib.suppress(ToolError):
-            wait_until(
-                "the completed jobs' pods to be released", lambda: not held_pods(), timeout=60, interval=0.5
-            )
-        held = held_pods()
-        say("deleting every job")
-        for job in live:
-            self.client.delete(TRAININGJOBS, NAMESPACE, job)
-        with contextlib.suppress(ToolError):
-            wait_until(
-                "every pod to go", lambda: not pods_of_namespace(self.client), timeout=120, interval=0.5
-            )
-        return held, [pod["metadata"]["name"] for pod in pods_of_namespace(self.client)]
+        """Completes every live job that converged, then deletes them all: (pods held by the finalizer
+        after the jobs completed, pods left after they were deleted)."""
+        converged = [job for job in live if job not in self.unconverged]
+        say(f"completing {len(converged)} job(s)")
+        return complete_and_delete(self.client, converged, live, timeout=self.options.round_timeout, say=say)
 
     def report(self, findings: audit.Findings, started: float, load: float) -> JsonDict:
         report: JsonDict = {
