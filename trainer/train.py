@@ -99,6 +99,7 @@ def run_process(config: Config) -> int:
     signal.signal(signal.SIGTERM, _terminate)
     reporter = progress.Reporter.from_env(min_interval=config.progress_interval)
     engine: Engine | None = None
+    status = EXIT_FAILED
     try:
         engine = make_engine(config)
         status = train(config, engine, reporter)
@@ -116,7 +117,7 @@ def run_process(config: Config) -> int:
         reporter.close()
         if engine is not None:
             try:
-                engine.close()
+                engine.close(finished=status == 0)
             except Exception as error:
                 log.warning("could not shut down cleanly: %s", error)
 

@@ -41,7 +41,7 @@ class Engine(Protocol):
         """Writes the state into `directory` (rank 0 only)."""
         ...
 
-    def close(self) -> None: ...
+    def close(self, *, finished: bool = False) -> None: ...
 
 
 def _dot(a: list[float], b: list[float]) -> float:
@@ -125,7 +125,7 @@ class SimulationEngine:
             directory, epoch=epoch, step=step, framework=self.framework, state_file=SIMULATION_STATE_FILE
         )
 
-    def close(self) -> None:
+    def close(self, *, finished: bool = False) -> None:
         return None
 
 

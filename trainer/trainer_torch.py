@@ -191,6 +191,11 @@ class TorchEngine:
             directory, epoch=epoch, step=step, framework=self.framework, state_file=TORCH_STATE_FILE
         )
 
-    def close(self) -> None:
+    def close(self, *, finished: bool = False) -> None:
+        """Leaves the process group. After a finished run the ranks first wait for each other (at most
+        the process group's timeout): a rank tearing gloo down while its peer still talks to it can
+        abort the process at exit ("terminate called without an active exception")."""
         if self.distributed and self.dist.is_initialized():
+            if finished:
+                self.dist.barrier()
             self.dist.destroy_process_group()

@@ -20,7 +20,7 @@ from typing import Final
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from controller.resources import CRDS, EVENTS, NAMESPACES, TRAININGJOBS
+from controller.resources import CRDS, EVENTS, NAMESPACES, TRAININGJOBS, from_kubeconfig
 from controller.runtime.client import KubeClient
 from controller.runtime.errors import AlreadyExists
 from controller.runtime.resource import Resource
@@ -36,6 +36,17 @@ def run_devcluster(dev_dir: Path, *args: str, check: bool = True) -> None:
     result = subprocess.run([str(REPO / "hack" / "dev-cluster.sh"), *args], env=env, check=False)
     if check and result.returncode != 0:
         raise ToolError(f"hack/dev-cluster.sh {' '.join(args)} failed (exit {result.returncode})")
+
+
+def fresh_cluster(dev_dir: Path, namespace: str) -> KubeClient:
+    """A throwaway dev cluster in `dev_dir` (one left there from an earlier run is stopped first), with
+    the CRD Established and `namespace` created; a client of it (no client-side rate limit)."""
+    run_devcluster(dev_dir, "down", check=False)
+    run_devcluster(dev_dir, "up")
+    client = from_kubeconfig(str(dev_dir / "kubeconfig"), None, qps=0, burst=0)
+    install_crd(client)
+    create_namespace(client, namespace)
+    return client
 
 
 def job_manifest(name: str, replicas: int, gpus: int) -> JsonDict:

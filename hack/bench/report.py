@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 from typing import Protocol
@@ -39,6 +39,28 @@ def signals_as_interrupts() -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def run_to_end(run: Callable[[], int], down: Callable[[], None], say: Callable[[str], None]) -> int:
+    """Runs a tool to its end: `run`'s exit code; one line and exit code 2 for an error (a ToolError, a
+    refused API request), 130 when interrupted (SIGTERM and SIGHUP count as Ctrl-C); `down` always,
+    and a second Ctrl-C cannot cut it short. (`make chaos`, `make soak`.)"""
+    with signals_as_interrupts():
+        try:
+            return run()
+        except ToolError as error:
+            say(f"error: {error}")
+            return 2
+        except KubeError as error:
+            say(f"error: API request failed: {error}")
+            return 2
+        except KeyboardInterrupt:
+            say("interrupted")
+            return 130
+        finally:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            down()
 
 
 def execute(bench: Runnable, keep: Path | None = None) -> int:

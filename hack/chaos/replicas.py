@@ -25,6 +25,7 @@ from hack.common import ToolError
 FLAGS: Final = ("--node-lost-after=5s", "--force-delete-after=10s", "--progress-interval=1s")
 WRITE_ACTIONS: Final = frozenset({"create", "delete", "delete-job", "patch", "release", "transition"})
 LEADING: Final = "became the leader"
+RELEASED: Final = "released lease"
 
 
 def log_time(stamp: str) -> float:
@@ -61,6 +62,13 @@ class Replica:
             for entry in log_lines(self.operator.log_path)
             if str(entry.get("message", "")).startswith(LEADING)
         ]
+
+    def released_at(self) -> float | None:
+        """When this replica's log says it gave the Lease up (on SIGTERM, before its process exits)."""
+        for entry in log_lines(self.operator.log_path):
+            if str(entry.get("message", "")).startswith(RELEASED):
+                return log_time(str(entry["time"]))
+        return None
 
     def writes(self) -> list[Write]:
         return [
@@ -107,7 +115,9 @@ class Replicas:
             leader.ended_at = at
         else:
             leader.operator.stop()  # drains its workers and releases the Lease before it exits
-            leader.ended_at = time.time()
+            # Its leadership ends at the release, not at its exit: the standby may take the Lease in
+            # between, and counting the stopped replica's last moments as leading reads as two leaders.
+            leader.ended_at = leader.released_at() or time.time()
         return leader, at
 
     def handover(self, after: float, timeout: float = 90.0) -> float:

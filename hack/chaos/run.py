@@ -15,10 +15,10 @@ import signal
 import time
 from dataclasses import dataclass, field
 
-from controller.resources import NAMESPACES, TRAININGJOBS, from_kubeconfig
+from controller.resources import NAMESPACES, TRAININGJOBS
 from controller.runtime.client import KubeClient
 from controller.runtime.errors import KubeError
-from hack.bench.cluster import create_namespace, install_crd, run_devcluster
+from hack.bench.cluster import fresh_cluster, run_devcluster
 from hack.chaos import audit
 from hack.chaos.cluster import (
     NAMESPACE,
@@ -243,13 +243,9 @@ class Chaos:
     def up(self) -> None:
         dev_dir = self.options.dev_dir
         say(f"starting the chaos cluster in {dev_dir}")
-        run_devcluster(dev_dir, "down", check=False)
         self._cluster_started = True
-        run_devcluster(dev_dir, "up")
+        self._client = fresh_cluster(dev_dir, NAMESPACE)
         kubeconfig = dev_dir / "kubeconfig"
-        self._client = from_kubeconfig(str(kubeconfig), None, qps=0, burst=0)
-        install_crd(self.client)
-        create_namespace(self.client, NAMESPACE)
         logs = dev_dir / "replicas"
         shutil.rmtree(logs, ignore_errors=True)
         logs.mkdir(parents=True)

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import signal
 import sys
 from typing import Any
 
-from controller.runtime.errors import KubeError
-from hack.bench.report import signals_as_interrupts
-from hack.common import ToolError
+from hack.bench.report import run_to_end
 from hack.soak.options import parse_options
 from hack.soak.run import Soak, say
 
@@ -29,24 +26,13 @@ def verdict_line(report: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     soak = Soak(parse_options(argv))
-    with signals_as_interrupts():
-        try:
-            report = soak.run()
-            print(verdict_line(report), flush=True)
-            return 0 if report["levelled_off"] and not report["stuck_terminating"] else 1
-        except ToolError as error:
-            say(f"error: {error}")
-            return 2
-        except KubeError as error:
-            say(f"error: API request failed: {error}")
-            return 2
-        except KeyboardInterrupt:
-            say("interrupted")
-            return 130
-        finally:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
-            soak.down()
+
+    def run() -> int:
+        report = soak.run()
+        print(verdict_line(report), flush=True)
+        return 0 if report["levelled_off"] and not report["stuck_terminating"] else 1
+
+    return run_to_end(run, soak.down, say)
 
 
 if __name__ == "__main__":

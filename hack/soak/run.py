@@ -7,11 +7,11 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from controller.resources import PODS, from_kubeconfig
+from controller.resources import PODS
 from controller.runtime.client import KubeClient
 from controller.runtime.clock import parse_time
 from controller.runtime.errors import KubeError
-from hack.bench.cluster import create_namespace, install_crd, run_devcluster
+from hack.bench.cluster import fresh_cluster, run_devcluster
 from hack.bench.operator import Operator
 from hack.common import JsonDict, Say, ToolError, wait_until
 from hack.soak.analysis import Sample, level_off, summary
@@ -98,13 +98,9 @@ class Soak:
     def up(self) -> None:
         dev_dir = self.options.dev_dir
         say(f"starting the soak cluster in {dev_dir}")
-        run_devcluster(dev_dir, "down", check=False)
         self._cluster_started = True
-        run_devcluster(dev_dir, "up")
+        self._client = fresh_cluster(dev_dir, NAMESPACE)
         kubeconfig = dev_dir / "kubeconfig"
-        self._client = from_kubeconfig(str(kubeconfig), None, qps=0, burst=0)
-        install_crd(self.client)
-        create_namespace(self.client, NAMESPACE)
         self._operator = Operator(kubeconfig, dev_dir / "operator.log", ("--progress-interval=1s",))
         self.operator.start()
         wait_until("the operator to lead", self.operator.ready, timeout=120, guard=self.operator.check_alive)

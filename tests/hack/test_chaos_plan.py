@@ -3,9 +3,13 @@ must say, when a job has settled, and the audit's invariants."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from hack.bench.operator import Operator
 from hack.chaos import audit
 from hack.chaos.audit import Leadership, Write
 from hack.chaos.plan import DISRUPTIONS, Disturbance, Fault, FaultKind, Ledger, make_plan, settled
+from hack.chaos.replicas import Replica, log_time
 
 
 def test_the_plan_is_reproducible_and_has_one_round_per_disturbance() -> None:
@@ -156,3 +160,23 @@ def test_the_first_write_after_each_takeover_is_timed_from_that_leadership() -> 
     leaderships = [Leadership("r0", 10.0, 20.0), Leadership("r1", 37.0, 60.0)]
     writes = [Write("r0", 11.0, "create"), Write("r1", 37.4, "transition"), Write("r1", 38.0, "release")]
     assert [round(value, 1) for value in audit.first_writes(writes, leaderships)] == [0.4]
+
+
+def test_a_stopped_replica_leads_until_its_log_says_it_released_the_lease(tmp_path: Path) -> None:
+    # As in a full run: the standby took the Lease 0.2 s after the release, before the stopped
+    # replica's process exited; its leadership ends at the release, so the two do not overlap.
+    log = tmp_path / "replica-12.log"
+    log.write_text(
+        "===== header line\n"
+        '{"time": "2026-11-25T08:14:12.931Z", "message": "released lease default/trainingjob-operator"}\n'
+        '{"time": "2026-11-25T08:14:13.111Z", "message": "stopped", "exit_code": 0}\n'
+    )
+    replica = Replica("replica-12", Operator(tmp_path / "kubeconfig", log, ()))
+    released = replica.released_at()
+    assert released == log_time("2026-11-25T08:14:12.931Z")
+    standby = Leadership("replica-13", log_time("2026-11-25T08:14:13.139Z"), released + 60)
+    assert audit.leaders_overlap([Leadership("replica-12", released - 60, released), standby]) == []
+    assert (
+        Replica("replica-14", Operator(tmp_path / "kubeconfig", tmp_path / "none.log", ())).released_at()
+        is None
+    )
