@@ -8,33 +8,25 @@ from pathlib import Path
 from hack.bench.operator import Operator
 from hack.chaos import audit
 from hack.chaos.audit import Leadership, Write
-from hack.chaos.plan import DISRUPTIONS, Disturbance, Fault, FaultKind, Ledger, make_plan, settled
+from hack.chaos.plan import DISRUPTIONS, ChaosPlan, Disturbance, Fault, FaultKind, Ledger, make_plan, settled
 from hack.chaos.replicas import Replica, log_time
 
 
-def test_the_plan_is_reproducible_and_has_one_round_per_disturbance() -> None:
-    first, second = (
-        make_plan(
-            7,
-            12,
-            leader_kills=4,
-            sigterm_kills=1,
-            apiserver_restarts=2,
-            node_losses=1,
-            faults_per_round=4,
-            job_deletions=3,
-        ),
-        make_plan(
-            7,
-            12,
-            leader_kills=4,
-            sigterm_kills=1,
-            apiserver_restarts=2,
-            node_losses=1,
-            faults_per_round=4,
-            job_deletions=3,
-        ),
+def seeded(seed: int) -> ChaosPlan:
+    return make_plan(
+        seed,
+        12,
+        leader_kills=4,
+        sigterm_kills=1,
+        apiserver_restarts=2,
+        node_losses=1,
+        faults_per_round=4,
+        job_deletions=3,
     )
+
+
+def test_the_plan_is_reproducible_and_has_one_round_per_disturbance() -> None:
+    first, second = seeded(7), seeded(7)
     assert first == second
     kinds = [round_.disturbance for round_ in first.rounds]
     assert kinds.count(Disturbance.KILL9) == 4
