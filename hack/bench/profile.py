@@ -15,6 +15,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Final
@@ -27,8 +28,10 @@ _FOLDED_LINE: Final = re.compile(r"^(?P<stack>.*) (?P<count>\d+)$")
 
 
 def py_spy() -> str:
-    """The py-spy binary of the bench's environment (setup.cfg's dev extra)."""
-    found = shutil.which("py-spy")
+    """The py-spy binary of the bench's environment (setup.cfg's dev extra): next to its interpreter
+    (`make bench` runs the venv's python without the venv on PATH), else on PATH."""
+    beside = Path(sys.executable).parent / "py-spy"
+    found = str(beside) if beside.is_file() else shutil.which("py-spy")
     if found is None:
         raise ToolError("py-spy is not installed: run `make venv` (it is in the dev extra of setup.cfg)")
     return found
