@@ -8,10 +8,12 @@ releases the tracking finalizers of pods apart (`release`), after it wrote statu
 deletes are announced to the expectations first and lowered again for every one that fails or is
 not tried, so a reconcile never waits for a cache event that will not come.
 
-Pods are created in batches of 1, 2, 4, ... (the Job controller's slow start): when a batch is
-refused for a reason that holds for every pod of the job (a quota, a missing ServiceAccount or
-PriorityClass, an invalid field), the rest are not tried, so a blocked 100-worker job costs one
-refused request per retry, not a hundred.
+Pods are created in batches that stop at a refusal that holds for every pod of the job (a quota, a
+missing ServiceAccount or PriorityClass, an invalid field): the rest are not tried. A job whose last
+creates were refused (`Plan.slow_start`) starts from a batch of 1 and doubles it (the Job
+controller's slow start), so a blocked 100-worker job costs one refused request per retry, not a
+hundred; any other job's first batch is as large as the create pool, so the pods of a job that
+nothing blocks go in one round trip instead of log2(workers) + 1 of them.
 
 Refusals come back as `CreateFailure`s for the planner to judge: an object the API server will never
 take in this form (400 BadRequest, 413 too large, 422 Invalid) is `invalid`; one that something
@@ -62,12 +64,19 @@ class Writes:
     """Writes a plan's objects with the API client on a shared thread pool."""
 
     def __init__(
-        self, client: KubeClient, *, expectations: Expectations, events: EventRecorder, pool: Executor
+        self,
+        client: KubeClient,
+        *,
+        expectations: Expectations,
+        events: EventRecorder,
+        pool: Executor,
+        pool_size: int,
     ) -> None:
         self._client = client
         self._expectations = expectations
         self._events = events
         self._pool = pool
+        self._pool_size = pool_size
 
     def execute(self, job: JsonDict, plan: Plan) -> list[CreateFailure]:
         """The plan's writes; one Event names what was created, one per kind of delete (even when a
@@ -91,7 +100,8 @@ class Writes:
         if failures:
             return failures
         if pods:
-            failures += self._create_pods(job, pods, written)
+            first_batch = 1 if plan.slow_start else self._pool_size
+            failures += self._create_pods(job, pods, written, first_batch)
         deletes = [delete for delete in plan.deletes if delete.kind == "Pod"]
         if deletes:
             self._expectations.expect_deletes(key, [delete.uid for delete in deletes])
@@ -228,12 +238,15 @@ class Writes:
         self._events.record(job, "Warning", "FailedCreate", event_message(message))
         return CreateFailure(kind, name, verdict, message, alone)
 
-    def _create_pods(self, job: JsonDict, pods: list[JsonDict], written: _Written) -> list[CreateFailure]:
-        """Creates `pods` in batches of doubling size until a batch is refused for every pod's reason."""
+    def _create_pods(
+        self, job: JsonDict, pods: list[JsonDict], written: _Written, first_batch: int
+    ) -> list[CreateFailure]:
+        """Creates `pods` in batches of doubling size, from `first_batch`, until a batch is refused for
+        every pod's reason."""
         key = object_key(job)
         self._expectations.expect_creates(key, [pod["metadata"]["name"] for pod in pods])
         failures: list[CreateFailure] = []
-        size, start = 1, 0
+        size, start = max(1, first_batch), 0
         while start < len(pods):
             batch = pods[start : start + size]
             start += size
