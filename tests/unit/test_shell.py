@@ -65,7 +65,9 @@ def condition(status_: dict[str, Any], type_: str) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------ write order
 
 
-def test_status_comes_first_then_the_objects_and_a_role_binding_after_its_role(api: FakeApi) -> None:
+def test_status_comes_first_then_the_objects_a_role_binding_after_its_role_and_services_last(
+    api: FakeApi,
+) -> None:
     scene = Scene(api, make_job(), executor=ThreadPoolExecutor(8))
     for path in (SERVICES, CONFIGMAPS, ACCOUNTS, ROLES, BINDINGS, PODS_PATH):
         scene.always("POST", path, created())
@@ -77,9 +79,10 @@ def test_status_comes_first_then_the_objects_and_a_role_binding_after_its_role(a
     assert sorted(posted) == sorted(
         [CONFIGMAPS, ACCOUNTS, ROLES, BINDINGS, SERVICES, SERVICES, PODS_PATH, PODS_PATH]
     )
-    # The RoleBinding waits for every other supporting object (its Role in particular); pods come last.
-    assert posted.index(BINDINGS) == 5
-    assert posted[6:] == [PODS_PATH, PODS_PATH]
+    # The RoleBinding waits for the other shared objects (its Role in particular), the pods for the
+    # RoleBinding, and the Services for the pods (so their endpoints are written once, with the pods).
+    assert posted.index(BINDINGS) == 3
+    assert posted[4:] == [PODS_PATH, PODS_PATH, SERVICES, SERVICES]
     assert len(actions) == 9
     assert not result.rate_limited
 
