@@ -105,7 +105,12 @@ class Writes:
         if by_kind["Pod"]:
             first_batch = 1 if plan.slow_start else self._pool_size
             failures += self._create_pods(job, by_kind["Pod"], written, first_batch)
-        failures += self._all(written.create(self._create), job, by_kind["Service"])
+        if by_kind["Service"]:
+            # Expected like pods: the pods' events may reach the cache first, and a reconcile they bring
+            # must not take the Services for missing.
+            services = by_kind["Service"]
+            self._expectations.expect_creates(key, [obj["metadata"]["name"] for obj in services])
+            failures += self._all(written.create(self._create_expected), job, services)
         deletes = [delete for delete in plan.deletes if delete.kind == "Pod"]
         if deletes:
             self._expectations.expect_deletes(key, [delete.uid for delete in deletes])
@@ -206,7 +211,9 @@ class Writes:
         ]
         return [failure for failure in (future.result() for future in futures) if failure is not None]
 
-    def _create(self, job: JsonDict, obj: JsonDict) -> CreateFailure | None:
+    def _create(self, job: JsonDict, obj: JsonDict) -> CreateFailure | bool:
+        """Creates `obj`: True, or False when it exists already as the job's (or the namespace's)
+        own, or why it was refused."""
         kind, name = obj["kind"], obj["metadata"]["name"]
         resource = resource_for(obj["apiVersion"], kind)
         try:
@@ -214,7 +221,7 @@ class Writes:
         except AlreadyExists:
             existing = self._client.get(resource, _namespace(job), name)
             if _ours(job, obj, existing):
-                return None
+                return False
             taken = f"{kind} {name} already exists and is not owned by this TrainingJob"
             return self._refused(job, kind, name, "blocked", taken, alone=True)
         except (BadRequest, Invalid) as error:
@@ -226,7 +233,7 @@ class Writes:
                 raise
             return self._refused(job, kind, name, "invalid", f"{kind} {name}: {error.message}")
         logger.info("created %s %s", kind, name, extra={"action": "create", "kind": kind, "object": name})
-        return None
+        return True
 
     def _refused(
         self,
@@ -255,7 +262,7 @@ class Writes:
             batch = pods[start : start + size]
             start += size
             try:
-                refused = self._all(written.create(self._create_pod), job, batch)
+                refused = self._all(written.create(self._create_expected), job, batch)
             except KubeError:
                 for pod in pods[start:]:  # not tried: the cache will never show them
                     self._expectations.created(key, pod["metadata"]["name"])
@@ -268,17 +275,18 @@ class Writes:
             size *= 2
         return failures
 
-    def _create_pod(self, job: JsonDict, pod: JsonDict) -> CreateFailure | None:
-        key, name = object_key(job), pod["metadata"]["name"]
+    def _create_expected(self, job: JsonDict, obj: JsonDict) -> CreateFailure | bool:
+        """`_create` of an object whose create the expectations were told of."""
+        key, name = object_key(job), obj["metadata"]["name"]
         try:
-            failure = self._create(job, pod)
+            outcome = self._create(job, obj)
         except KubeError:
             # Not created (or not known to be): the cache will never show it, so stop waiting for it.
             self._expectations.created(key, name)
             raise
-        if failure is not None:
+        if isinstance(outcome, CreateFailure):
             self._expectations.created(key, name)
-        return failure
+        return outcome
 
     def _delete_pod(self, job: JsonDict, delete: Delete) -> bool:
         key = object_key(job)
@@ -314,13 +322,17 @@ class _Written:
         self.deleted: dict[tuple[str, str], list[str]] = {}
 
     def create(
-        self, write: Callable[[JsonDict, JsonDict], CreateFailure | None]
+        self, write: Callable[[JsonDict, JsonDict], CreateFailure | bool]
     ) -> Callable[[JsonDict, JsonDict], CreateFailure | None]:
+        """`write` counting what it created (not what it found there already: no Event announces that)."""
+
         def counted(job: JsonDict, obj: JsonDict) -> CreateFailure | None:
-            failure = write(job, obj)
-            if failure is None:
+            outcome = write(job, obj)
+            if isinstance(outcome, CreateFailure):
+                return outcome
+            if outcome:
                 self.created.append((obj["kind"], obj["metadata"]["name"]))
-            return failure
+            return None
 
         return counted
 

@@ -302,6 +302,7 @@ class Watches:
     def _owned_changed(self, obj: JsonDict) -> None:
         key = owner_key(obj)
         if key:
+            self._expectations.created(key, obj["metadata"]["name"])  # a Service we created is seen
             self._queue.add(key)
             return
         if is_shared(obj):
