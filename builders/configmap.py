@@ -1,9 +1,12 @@
-"""The job's ConfigMap (the training configuration as one JSON document) and the namespace's ConfigMap
-of the reference trainer and the progress helper; a worker mounts both at /etc/trainingjob.
+"""The job's configuration as one JSON document (config.json), and the namespace's ConfigMap of the
+reference trainer and the progress helper; a worker finds all of them in /etc/trainingjob.
 
 Environment variables carry the essentials, but a trainer (the reference trainer in particular)
-wants the whole configuration, nested, in one place. The JSON is deterministic (sorted keys) so an
-unchanged job never produces a different ConfigMap and the controller can skip the update.
+wants the whole configuration, nested, in one place. config.json travels in the pod's own annotation
+`ml.example.com/config` and the kubelet writes it into the mount (a downward API projection): a
+ConfigMap per job was one more object to create, watch and delete for every job, and the
+configuration is the one the pod was built from, as its environment is. The JSON is deterministic
+(sorted keys, compact) so the same spec always gives the same annotation.
 
 The default command runs /etc/trainingjob/train.py, which imports its parts (trainer_*.py) and the
 progress helper (trainingjob_progress*.py) from its own directory; all of them travel in a
@@ -26,8 +29,7 @@ import json
 from pathlib import Path
 from typing import Any, Final
 
-from builders.meta import object_meta, shared_meta
-from builders.names import config_map_name
+from builders.meta import shared_meta
 from crd import contract
 from crd.spec import TrainingJob
 
@@ -95,16 +97,8 @@ def training_config(job: TrainingJob) -> dict[str, Any]:
 
 
 def config_json(job: TrainingJob) -> str:
-    return json.dumps(training_config(job), sort_keys=True, indent=2) + "\n"
-
-
-def build_config_map(job: TrainingJob) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": object_meta(job, config_map_name(job)),
-        "data": {contract.CONFIG_FILE: config_json(job)},
-    }
+    """config.json's content: compact, as it is repeated in every pod (and every event about it)."""
+    return json.dumps(training_config(job), sort_keys=True, separators=(",", ":"))
 
 
 def build_trainer_sources(job: TrainingJob) -> dict[str, Any]:

@@ -32,10 +32,6 @@ def master_service_name(job: TrainingJob) -> str:
     return f"{job_name(job)}{contract.MASTER_SUFFIX}"
 
 
-def config_map_name(job: TrainingJob) -> str:
-    return f"{job_name(job)}{contract.CONFIG_SUFFIX}"
-
-
 def service_account_name(job: TrainingJob) -> str:
     """The workers' account: spec.serviceAccountName, else the namespace's shared trainer account."""
     return job.spec.service_account_name or contract.TRAINER_ACCOUNT

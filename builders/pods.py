@@ -14,10 +14,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from builders.configmap import TRAINER_SOURCES_NAME
+from builders.configmap import TRAINER_SOURCES_NAME, config_json
 from builders.env import distributed_env
 from builders.meta import object_meta
-from builders.names import config_map_name, headless_service_name, pod_name, service_account_name
+from builders.names import headless_service_name, pod_name, service_account_name
 from builders.placement import Placement, place
 from builders.podgroup import GangScheduler, pod_decoration
 from builders.podtemplate import merge_pod_template
@@ -78,9 +78,14 @@ def container_ports(job: TrainingJob) -> list[dict[str, Any]]:
 def volumes_and_mounts(
     job: TrainingJob, storage: CheckpointStorage | None
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    # The job's config.json and the namespace's trainer sources, side by side in one directory.
+    # The job's config.json (from the pod's own annotation) and the namespace's trainer sources, side
+    # by side in one directory.
+    config_file = {
+        "path": contract.CONFIG_FILE,
+        "fieldRef": {"fieldPath": f"metadata.annotations['{contract.CONFIG_ANNOTATION}']"},
+    }
     config_sources = [
-        {"configMap": {"name": config_map_name(job)}},
+        {"downwardAPI": {"items": [config_file]}},
         {"configMap": {"name": TRAINER_SOURCES_NAME}},
     ]
     volumes: list[dict[str, Any]] = [
@@ -184,7 +189,8 @@ def pod_labels(index: int, attempt: int) -> dict[str, str]:
 
 def pod_annotations(job: TrainingJob) -> dict[str, str]:
     """The world the pod was built for: numWorkers and WORLD_SIZE, or an elastic job's bounds (its world
-    changes while the pod runs); and the container kubectl logs and exec pick, the trainer."""
+    changes while the pod runs); the container kubectl logs and exec pick, the trainer; and the job's
+    configuration, which the pod mounts as config.json."""
     elastic = job.spec.elastic
     if elastic is not None:
         annotations = {contract.ELASTIC_ANNOTATION: elastic.nnodes}
@@ -194,6 +200,7 @@ def pod_annotations(job: TrainingJob) -> dict[str, str]:
             contract.WORLD_SIZE_ANNOTATION: str(job.spec.world_size),
         }
     annotations[contract.DEFAULT_CONTAINER_ANNOTATION] = contract.CONTAINER_NAME
+    annotations[contract.CONFIG_ANNOTATION] = config_json(job)
     if job.generation is not None:
         annotations[contract.SPEC_GENERATION_ANNOTATION] = str(job.generation)
     return annotations

@@ -216,6 +216,7 @@ class Manager:
             metrics=metrics,
             clock=self.clock,
             executor=self.executor,
+            executor_size=options.create_concurrency,
             settings=options.settings,
         )
         self.workers = WorkerPool(self.queue, self.reconciler, metrics, self.clock)

@@ -70,6 +70,7 @@ class Reconciler:
         metrics: Metrics,
         clock: Clock,
         executor: Executor,
+        executor_size: int,
         settings: Settings,
     ) -> None:
         self._client = client
@@ -78,7 +79,9 @@ class Reconciler:
         self._status_writes = status_writes
         self._clock = clock
         self._settings = settings
-        self._writes = Writes(client, expectations=expectations, events=events, pool=executor)
+        self._writes = Writes(
+            client, expectations=expectations, events=events, pool=executor, pool_size=executor_size
+        )
         self._status = StatusWriter(
             client, status_writes=status_writes, events=events, metrics=metrics, clock=clock
         )

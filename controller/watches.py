@@ -127,12 +127,18 @@ def node_readiness(node: JsonDict) -> JsonDict:
 
 def pod_essentials(pod: JsonDict) -> JsonDict:
     """All the controller keeps of a Pod: metadata, the node it is bound to, and status. The spec (env,
-    volumes, containers) is most of a Pod's size and the controller never reads it back."""
+    volumes, containers) is most of a Pod's size and the controller never reads it back, nor the job's
+    configuration in the pod's annotations (builders/configmap.py)."""
     node = (pod.get("spec") or {}).get("nodeName")
+    metadata = pod["metadata"]
+    annotations = metadata.get("annotations")
+    if annotations and contract.CONFIG_ANNOTATION in annotations:
+        kept = {key: value for key, value in annotations.items() if key != contract.CONFIG_ANNOTATION}
+        metadata = {**metadata, "annotations": kept}
     return {
         "apiVersion": pod.get("apiVersion", "v1"),
         "kind": pod.get("kind", "Pod"),
-        "metadata": pod["metadata"],
+        "metadata": metadata,
         "spec": {"nodeName": node} if node else {},
         "status": pod.get("status") or {},
     }
@@ -296,6 +302,7 @@ class Watches:
     def _owned_changed(self, obj: JsonDict) -> None:
         key = owner_key(obj)
         if key:
+            self._expectations.created(key, obj["metadata"]["name"])  # a Service we created is seen
             self._queue.add(key)
             return
         if is_shared(obj):

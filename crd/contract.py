@@ -93,6 +93,9 @@ SPEC_GENERATION_ANNOTATION: Final = f"{GROUP}/spec-generation"
 # An elastic job's pods record "minWorkers:maxWorkers" instead of a world size: theirs changes while
 # they run (a scale or a lost worker never makes a pod stale), and no gang start waits for all of them.
 ELASTIC_ANNOTATION: Final = f"{GROUP}/elastic-workers"
+# The job's configuration (config.json) as the pod was built with it; the kubelet writes it into
+# CONFIG_MOUNT_PATH through the downward API, so no per-job ConfigMap is needed.
+CONFIG_ANNOTATION: Final = f"{GROUP}/config"
 # kubectl's own annotation: `kubectl logs POD` and `kubectl exec POD` pick this container when the pod
 # has several (sidecars), so they show the trainer without `-c trainer`.
 DEFAULT_CONTAINER_ANNOTATION: Final = "kubectl.kubernetes.io/default-container"
@@ -103,7 +106,6 @@ DEFAULT_CONTAINER_ANNOTATION: Final = "kubectl.kubernetes.io/default-container"
 TRACKING_FINALIZER: Final = f"{GROUP}/trainingjob-tracking"
 
 # Suffixes of the other per-job object names (see builders/names.py).
-CONFIG_SUFFIX: Final = "-config"
 CHECKPOINTS_SUFFIX: Final = "-checkpoints"
 
 # The objects one namespace's jobs share (builders/shared.py): the trainers' ServiceAccount, its Role
@@ -134,7 +136,8 @@ CHECKPOINT_VOLUME: Final = "checkpoints"
 GCS_CREDENTIALS_VOLUME: Final = "gcs-credentials"
 OPERATOR_VOLUMES: Final = (CONFIG_VOLUME, SHM_VOLUME, CHECKPOINT_VOLUME, GCS_CREDENTIALS_VOLUME)
 
-# Where the job's ConfigMap (config.json, later the reference trainer) is mounted, read-only.
+# Where config.json (from the pod's CONFIG_ANNOTATION) and the reference trainer (the namespace's
+# trainer ConfigMap) are mounted, read-only, side by side.
 CONFIG_MOUNT_PATH: Final = "/etc/trainingjob"
 CONFIG_FILE: Final = "config.json"
 TRAINER_FILE: Final = "train.py"

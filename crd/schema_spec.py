@@ -31,6 +31,7 @@ from crd.schema_parts import (
     LABEL_VALUE_LENGTH,
     MAX_ENV,
     NAME_LENGTH,
+    PARAM_KEY_LENGTH,
     PATH_LENGTH,
     URL_LENGTH,
     env_var,
@@ -87,7 +88,7 @@ def hyperparameters() -> Schema:
             "mixedPrecision": boolean("Train with mixed precision (fp16/bf16)."),
             "additionalParams": string_map(
                 "Further hyperparameters, passed as HP_<KEY upper-cased> environment variables. Keys must "
-                "be identifiers ([A-Za-z_][A-Za-z0-9_]*).",
+                f"be identifiers ([A-Za-z_][A-Za-z0-9_]*) of at most {PARAM_KEY_LENGTH} characters.",
                 max_properties=64,
                 value_max_length=1024,
                 rules=[
@@ -97,7 +98,14 @@ def hyperparameters() -> Schema:
                             f"hyperparameters.additionalParams keys must match {IDENTIFIER_PATTERN}: they "
                             "become HP_<KEY> environment variables"
                         ),
-                    )
+                    ),
+                    rule(
+                        f"self.all(k, size(k) <= {PARAM_KEY_LENGTH})",
+                        message=(
+                            f"hyperparameters.additionalParams keys must be at most {PARAM_KEY_LENGTH} "
+                            "characters"
+                        ),
+                    ),
                 ],
             ),
         },

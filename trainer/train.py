@@ -10,9 +10,9 @@ In an elastic job (TRAININGJOB_MAX_WORKERS is set; torchrun starts the processes
 newest checkpoint under CHECKPOINT_DIR instead: torchrun starts the processes of a pod again after every
 change of the world, and the pod's RESUME_FROM is only as recent as the pod.
 
-The operator ships this file in the job's ConfigMap together with the modules it imports from its own
-directory, mounted at /etc/trainingjob: the progress helper (trainingjob_progress*.py) and the
-trainer's parts, trainer_config.py (the environment read into a Config), trainer_checkpoints.py,
+The operator ships this file in the namespace's trainer ConfigMap together with the modules it imports
+from its own directory, mounted at /etc/trainingjob: the progress helper (trainingjob_progress*.py)
+and the trainer's parts, trainer_config.py (the environment read into a Config), trainer_checkpoints.py,
 trainer_engines.py and trainer_torch.py (the simulation and torch), trainer_loop.py (the epochs) and
 trainer_launch.py (one process per local rank). This file is the entry point: logging, signals, exit
 status and the termination message.
@@ -44,7 +44,7 @@ import sys
 from types import FrameType
 from typing import Final
 
-# The progress helper and the trainer's parts live next to this file (all come from the job's ConfigMap).
+# The progress helper and the trainer's parts live next to this file (all from the trainer ConfigMap).
 _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)

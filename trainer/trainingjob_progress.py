@@ -16,9 +16,9 @@ paths only (pvc and nfs storage); for s3:// and gs:// the bucket's lifecycle rul
 code must delete old checkpoints.
 
 Standard library only, Python 3.9 or later (training images bring their own Python): the operator
-ships it next to the reference trainer in every job's ConfigMap (mounted at /etc/trainingjob), and
-custom training code can import it from there or copy it with the files it imports
-(trainingjob_progress_*.py). This file is the helper's whole public surface: the Reporter, and the
+ships it next to the reference trainer in every namespace's trainer ConfigMap (mounted at
+/etc/trainingjob), and custom training code can import it from there or copy it with the files it
+imports (trainingjob_progress_*.py). This file is the helper's whole public surface: the Reporter, and the
 checkpoint helpers re-exported from trainingjob_progress_checkpoints.py. The Reporter puts together
 the report's content (trainingjob_progress_report.py), the background sender
 (trainingjob_progress_sender.py) and the PATCH of the pod (trainingjob_progress_transport.py).

@@ -103,7 +103,20 @@ class Facts:
         return pod is not None and podstate.worker_phase(pod) in ("Succeeded", "Failed")
 
     def failures(self, verdict: str) -> list[CreateFailure]:
-        return [failure for failure in self.observed.create_failures if failure.verdict == verdict]
+        """The refused creates of `verdict`; of the pods refused for a reason they all share (a quota, an
+        invalid field), only the first: how many of them were tried in one batch (more when nothing
+        said the job was blocked, one in a slow start) changes nothing the job should say."""
+        found: list[CreateFailure] = []
+        shared_pod_reason = False
+        for failure in self.observed.create_failures:
+            if failure.verdict != verdict:
+                continue
+            if failure.kind == "Pod" and not failure.alone:
+                if shared_pod_reason:
+                    continue
+                shared_pod_reason = True
+            found.append(failure)
+        return found
 
     def elapsed(self, since: str) -> float:
         """Seconds from a status time to now."""

@@ -102,7 +102,12 @@ class Plan:
 
     `objects_first`: the job is blocked by a refused create and the plan tries the creates again, so
     the reconciler makes them before writing status and writes only what the outcome changes (a
-    failure that keeps recurring then writes nothing)."""
+    failure that keeps recurring then writes nothing).
+
+    `slow_start`: the job's last creates were refused, so its pods go in batches of 1, 2, 4, ... that
+    stop at a refusal every pod shares (the Job controller's slow start): a job blocked by a quota
+    costs one refused request per retry. Otherwise they go all at once (as many in parallel as the
+    create pool allows), one round trip for a job that nothing blocks."""
 
     status: JsonDict
     creates: list[JsonDict] = field(default_factory=list)
@@ -112,5 +117,6 @@ class Plan:
     requeue_after: float | None = None
     delete_job: bool = False
     objects_first: bool = False
+    slow_start: bool = False
     # Pods whose end `status` accounts for: their tracking finalizer goes once it is written.
     releases: tuple[Release, ...] = ()

@@ -112,6 +112,7 @@ def plan(observed: Observed, settings: Settings | None = None) -> Plan:
         requeue_after=wake_up(facts, final, gang, update.retry_in if update is not None else None),
         delete_job=result.delete_job,
         objects_first=blocked(status) and bool(all_creates) and not deletes,
+        slow_start=blocked(status),
         releases=tracking.releases(observed.pods),
     )
 

@@ -1,6 +1,6 @@
 """The objects a TrainingJob needs besides its pods, and what differs between them and the cluster.
 
-ConfigMap, headless and master Services, the checkpoint claim and the PodGroup, and the objects the
+Headless and master Services, the checkpoint claim and the PodGroup, and the objects the
 namespace's jobs share (the trainers' ServiceAccount, Role and RoleBinding, the trainer's sources) are
 built by `builders/`; `diff_objects` compares them with what the cache holds (the job's objects and
 the namespace's shared ones) and lists what to create or patch (the reconciler does the writing).
@@ -16,7 +16,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from builders.configmap import build_config_map
 from builders.names import pvc_name
 from builders.podgroup import GangScheduler, build_pod_group
 from builders.pvc import build_checkpoint_pvc, release_claim_patch
@@ -53,10 +52,9 @@ class Patch:
 
 
 def desired_objects(job: TrainingJob, gang: GangScheduler | None) -> list[JsonDict]:
-    """Every non-pod object of the job, in creation order (pods need the account and config first)."""
+    """Every non-pod object of the job, in creation order (pods need the account and trainer first)."""
     objects = [
         *build_shared(job),
-        build_config_map(job),
         build_headless_service(job),
         build_master_service(job),
     ]

@@ -44,11 +44,11 @@ def wait_until_created(kubectl: Kubectl, namespace: str, job: str) -> JsonDict:
 
 
 def wait_until_collected(kubectl: Kubectl, namespace: str, job: str) -> None:
-    """The garbage collector has deleted what the deleted job owned (its ConfigMap and pods)."""
+    """The garbage collector has deleted what the deleted job owned (its Services and pods)."""
 
     def collected() -> bool:
-        config = kubectl.get_or_none("configmap", f"{job}{contract.CONFIG_SUFFIX}", "-n", namespace)
-        return config is None and not pods_of(kubectl, namespace, job)
+        service = kubectl.get_or_none("service", f"{job}{contract.HEADLESS_SUFFIX}", "-n", namespace)
+        return service is None and not pods_of(kubectl, namespace, job)
 
     wait(f"the objects of the deleted job {job} collected", collected, 90)
 

@@ -193,16 +193,15 @@ def test_operator_kubeconfig_authenticates_as_the_service_account(operator: Kube
 
 def test_operator_can_do_what_the_operator_does(cluster: Kubectl, operator: Kubectl, namespace: str) -> None:
     """Real requests with the operator's token: the namespace's trainer RBAC (which RBAC only lets it
-    create because it holds patch on pods itself) and trainer sources, a ConfigMap owned by the job, the
-    status subresource, deleting the shared objects again; and the refusals (Secrets, spec, granting
-    rights it does not hold)."""
+    create because it holds patch on pods itself) and trainer sources, the status subresource,
+    deleting the shared objects again; and the refusals (Secrets, spec, granting rights it does not
+    hold)."""
     manifest = yaml.safe_load((REPO / "examples" / "trainingjob-simple.yaml").read_text(encoding="utf-8"))
     manifest["metadata"]["namespace"] = namespace
     created = json.loads(cluster.run("create", "-f", "-", "-o", "json", stdin=json.dumps(manifest)))
     job = with_defaults(created)
 
     operator.run("create", "-f", "-", stdin=as_list(shared.build_shared(parse(job))))
-    operator.run("create", "-f", "-", stdin=json.dumps(configmap.build_config_map(parse(job))))
     name = job["metadata"]["name"]
     operator.run(
         "patch", "trainingjob", name, "-n", namespace, "--subresource=status", "--type=merge",

@@ -140,7 +140,7 @@ def test_advanced_example_runs(
         assert {pod["spec"]["priority"] for pod in pods} == {
             int(kubectl.get_json("priorityclass", "high-priority")["value"])
         }
-        # torchrun runs the reference trainer the job's ConfigMap mounts, four processes per worker,
+        # torchrun runs the reference trainer the trainer's ConfigMap mounts, four processes per worker,
         # checkpointing to the claim.
         trainer = pods[0]["spec"]["containers"][0]
         assert (trainer["command"], trainer["args"]) == (["torchrun"], ["/etc/trainingjob/train.py"])
@@ -191,8 +191,8 @@ def test_the_resume_example_continues_from_the_claim_an_earlier_job_retained(
         kubectl.run("delete", "trainingjob", "gpt-training", "-n", namespace)
 
         def collected() -> bool:
-            # The garbage collector deleted what the job owned (its pods, its ConfigMap)...
-            gone = kubectl.get_or_none("configmap", "gpt-training-config", "-n", namespace) is None
+            # The garbage collector deleted what the job owned (its pods, its Services)...
+            gone = kubectl.get_or_none("service", "gpt-training-headless", "-n", namespace) is None
             return gone and not pods_of(kubectl, namespace, "gpt-training")
 
         wait("the deleted job's objects collected", collected, 60)

@@ -108,7 +108,7 @@ def test_the_trainer_token_may_patch_only_the_progress_annotation_of_its_own_pod
         ("list", "pods"),
         ("create", "pods"),
         ("get", "secrets"),
-        ("get", "configmap/alpha-config"),
+        ("get", "configmaps"),
         ("patch", "trainingjob/alpha"),
     ]
     for args in refused:

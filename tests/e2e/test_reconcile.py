@@ -141,9 +141,9 @@ def test_running_job_has_services_configmap_and_rbac(
     assert [e["targetRef"]["name"] for e in endpoints] == ["bert-worker-0"]
     assert endpoints[0]["addresses"] == [rank0["status"]["podIP"]]
 
-    config_map = kubectl.get_json("configmap", "bert-config", "-n", namespace)
-    assert owned_by(config_map, running_job)
-    config = json.loads(config_map["data"]["config.json"])
+    # config.json travels in each pod's own annotation (no ConfigMap per job), mounted by the kubelet.
+    assert kubectl.get_or_none("configmap", "bert-config", "-n", namespace) is None
+    config = json.loads(rank0["metadata"]["annotations"][contract.CONFIG_ANNOTATION])
     assert config["name"] == "bert"
     assert config["numWorkers"] == 3
     assert config["hyperparameters"]["learningRate"] == 0.0005
@@ -205,7 +205,7 @@ def test_running_job_status_and_events(kubectl: Kubectl, namespace: str, running
     assert row[:4] == ["bert", "Running", "3", "0"]  # NAME STATE WORKERS RESTARTS (no progress yet)
 
     created = (
-        f"Created configmaps: bert-config, {TRAINER_SOURCES_NAME}; role: {contract.TRAINER_ACCOUNT}; "
+        f"Created configmap: {TRAINER_SOURCES_NAME}; role: {contract.TRAINER_ACCOUNT}; "
         f"rolebinding: {contract.TRAINER_ACCOUNT}; services: bert-headless, bert-master; "
         f"serviceaccount: {contract.TRAINER_ACCOUNT}; pods: bert-worker-0, bert-worker-1, bert-worker-2"
     )
@@ -214,7 +214,6 @@ def test_running_job_status_and_events(kubectl: Kubectl, namespace: str, running
         namespace,
         "bert",
         {
-            "Pending": ["Pending: "],
             "Running": ["Running: 3/3 workers running"],
             "SuccessfulCreate": [created],
         },

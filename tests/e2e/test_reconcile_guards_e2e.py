@@ -49,7 +49,7 @@ def test_deleting_the_job_deletes_what_it_owns(
     selector = f"{contract.JOB_NAME_LABEL}=bert"
     kinds = ",".join(("pods", *SUPPORTING_KINDS))
     before = kubectl.items(kinds, "-n", namespace, "-l", selector)
-    assert sorted({item["kind"] for item in before}) == ["ConfigMap", "Pod", "Service"]
+    assert sorted({item["kind"] for item in before}) == ["Pod", "Service"]
     assert all(owned_by(item, running_job) for item in before)
     shared_selector = f"{contract.COMPONENT_LABEL}={contract.SHARED_COMPONENT}"
     shared = kubectl.items(kinds, "-n", namespace, "-l", shared_selector)

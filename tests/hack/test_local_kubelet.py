@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from builders.configmap import TRAINER_SOURCES_NAME
 from builders.pods import build_pod
 from controller.runtime.client import KubeClient
 from crd import contract
@@ -245,7 +246,7 @@ def test_odd_pods_never_stop_the_kubelet(tmp_path: Path, caplog: pytest.LogCaptu
     two_containers = running_pod({}, "two-containers")
     two_containers["spec"]["containers"].append({"name": "sidecar", "image": "busybox"})
     custom = running_pod({"spec.command": ["sleep", "3600"]}, "custom")
-    no_config = running_pod({}, "no-config")  # its ConfigMap does not exist (the fake API answers 404)
+    no_config = running_pod({}, "no-config")  # the trainer's ConfigMap does not exist (the fake API: 404)
     weird_status = running_pod({}, "weird-status")
     weird_status["status"] = {"phase": "Running", "containerStatuses": "running"}
     odd: list[JsonDict] = [
@@ -272,5 +273,5 @@ def test_odd_pods_never_stop_the_kubelet(tmp_path: Path, caplog: pytest.LogCaptu
         "command 'sleep 3600': only `python SCRIPT` and torchrun with the script in one of the pod's volumes"
         in messages
     )
-    assert f"ConfigMap {no_config['metadata']['labels'][contract.JOB_NAME_LABEL]}-config" in messages
+    assert f"ConfigMap {TRAINER_SOURCES_NAME}" in messages
     assert not (tmp_path / "logs").exists()  # nothing was started

@@ -11,6 +11,7 @@ tests/e2e/test_local_kubelet.py.
 from __future__ import annotations
 
 import base64
+import json
 import stat
 from pathlib import Path
 from typing import Any
@@ -70,7 +71,6 @@ def worker(template: JsonDict | None = None, uid: str = "uid-1", **spec: Any) ->
 
 def objects(**extra: JsonDict) -> dict[tuple[str, str], JsonDict]:
     table = {
-        ("ConfigMap", "case-job-config"): {"data": {"config.json": "{}"}},
         # The namespace's shared copy of the trainer's sources, with a stand-in trainer.
         ("ConfigMap", TRAINER_SOURCES_NAME): {"data": {**TRAINER_SOURCES, contract.TRAINER_FILE: TRAIN_PY}},
     }
@@ -190,6 +190,9 @@ def test_configmap_secret_projected_and_downward_files_are_written_with_their_mo
     assert (prepared.dirs["info"] / "blob.bin").read_bytes() == b"\x00\x01"
     assert list(prepared.dirs["maybe"].iterdir()) == []
     assert stat.S_IMODE((prepared.dirs["config"] / contract.TRAINER_FILE).stat().st_mode) == 0o644
+    # config.json from the pod's own annotation (a downward API projection), beside the trainer.
+    config = json.loads((prepared.dirs["config"] / contract.CONFIG_FILE).read_text())
+    assert config["name"] == "case-job"
     assert prepared.tokens == []  # the API server's ServiceAccount admission adds the token volume
 
     missing = {

@@ -2,8 +2,8 @@
 
 Why: the operator's promises about training (ranks that find each other, checkpoints every
 CHECKPOINT_FREQUENCY epochs, RESUME_FROM after a restart, progress in the pod annotation) are only
-true if the trainer it ships in every job's ConfigMap keeps its side of the contract. These tests
-build a TrainingJob, take the pods' environment and the ConfigMap exactly as the builders produce them,
+true if the trainer it ships in every namespace's trainer ConfigMap keeps its side of the contract. These
+tests build a TrainingJob, take the pods' environment and files exactly as the builders produce them,
 and run train.py as local processes, one per pod:
 
 - fieldRef values (POD_NAME, TRAININGJOB_NAMESPACE) are resolved here, as the kubelet would;
@@ -39,7 +39,7 @@ from typing import Any
 import pytest
 from trainingjob_progress import API_URL_ENV
 
-from builders.configmap import build_config_map, build_trainer_sources
+from builders.configmap import build_trainer_sources, config_json
 from builders.pods import build_pod
 from controller.planner.progress import Report, parse_report
 from crd import contract
@@ -103,11 +103,11 @@ def resolved_env(pod: dict[str, Any]) -> dict[str, str]:
 
 
 def install_config_map(job: dict[str, Any], directory: Path) -> Path:
-    """Writes the files of the job's ConfigMap and of the namespace's trainer sources as the pod's
-    projected volume shows them; returns the trainer's path."""
+    """Writes config.json (the pod's annotation) and the files of the namespace's trainer sources as
+    the pod's projected volume shows them; returns the trainer's path."""
     directory.mkdir(parents=True, exist_ok=True)
     typed = parse(job)
-    files = {**build_trainer_sources(typed)["data"], **build_config_map(typed)["data"]}
+    files = {**build_trainer_sources(typed)["data"], contract.CONFIG_FILE: config_json(typed)}
     for name, text in files.items():
         (directory / name).write_text(text)
     return directory / contract.TRAINER_FILE

@@ -237,6 +237,12 @@ def _cel_cases() -> list[InvalidCase]:
             "spec.hyperparameters.additionalParams",
             "cel",
         ),
+        case(
+            "additionalParams-key-too-long",
+            {"spec.hyperparameters.additionalParams": {"k" * 129: "0.01"}},
+            "spec.hyperparameters.additionalParams",
+            "cel",
+        ),
     ]
 
 

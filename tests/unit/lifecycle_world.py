@@ -362,8 +362,9 @@ class World(FakeCluster):
         self.events.extend(result.events)
         before = self.state
         self.job["status"] = copy.deepcopy(result.status)
-        if self.state != before:
-            # Every state transition is announced by an Event that names the new state.
+        if self.state != before and before is not None:
+            # Every state transition is announced by an Event that names the new state (a new job's
+            # first one, Pending, by the shell's SuccessfulCreate Event for what it then creates).
             assert any(event.message.startswith(f"{self.state}:") for event in result.events), (
                 before,
                 self.state,

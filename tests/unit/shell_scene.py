@@ -84,7 +84,9 @@ def stored(obj: JsonDict, number: int) -> JsonDict:
 
 
 class Scene:
-    def __init__(self, api: FakeApi, job: JsonDict, *, executor: Executor | None = None) -> None:
+    def __init__(
+        self, api: FakeApi, job: JsonDict, *, executor: Executor | None = None, pool_size: int = 16
+    ) -> None:
         self.api = api
         self.clock = FakeClock(T0)
         self.client = KubeClient(api.api_client(), qps=0, burst=0, clock=self.clock, max_attempts=1)
@@ -109,6 +111,7 @@ class Scene:
             metrics=self.metrics,
             clock=self.clock,
             executor=executor or InlineExecutor(),
+            executor_size=pool_size,
             settings=Settings(),
         )
         self.job = stored(job, 1)
@@ -122,7 +125,8 @@ class Scene:
     # ------------------------------------------------------------------------------- the cluster
 
     def with_supporting_objects(self) -> Scene:
-        """The job's ConfigMap, Services and RBAC exist (only its pods are left to create)."""
+        """The namespace's trainer ConfigMap and RBAC, and the job's Services, exist (only its pods are
+        left to create)."""
         for number, obj in enumerate(desired_objects(parse(self.job), None), start=10):
             self.caches.owned[obj["kind"]].add(stored(obj, number))
         return self

@@ -19,8 +19,8 @@ from builders.configmap import (
     PROGRESS_HELPER_FILE,
     TRAINER_FILES,
     TRAINER_SOURCES_NAME,
-    build_config_map,
     build_trainer_sources,
+    config_json,
 )
 from builders.podgroup import build_pod_group, pod_decoration
 from builders.pods import build_pod
@@ -28,6 +28,7 @@ from builders.pvc import build_checkpoint_pvc
 from builders.services import build_headless_service, build_master_service
 from builders.shared import build_rbac, build_shared, is_shared
 from crd import contract
+from crd.schema_parts import PARAM_KEY_LENGTH
 from crd.spec import TrainingJob, parse
 from tests.cluster import REPO
 from tests.unit import crd_cases
@@ -42,7 +43,6 @@ def all_objects(tj: TrainingJob) -> list[dict[str, Any]]:
     objects = [
         build_headless_service(tj),
         build_master_service(tj),
-        build_config_map(tj),
         *build_shared(tj),
         *(build_pod(tj, i, attempt=0, resume_from=None) for i in {0, workers - 1}),
     ]
@@ -123,7 +123,6 @@ def test_names() -> None:
     assert names.pod_names(parse(tj)) == ["case-job-worker-0", "case-job-worker-1"]
     assert names.headless_service_name(parse(tj)) == "case-job-headless"
     assert names.master_service_name(parse(tj)) == "case-job-master"
-    assert names.config_map_name(parse(tj)) == "case-job-config"
     assert names.service_account_name(parse(tj)) == contract.TRAINER_ACCOUNT == "trainingjob-trainer"
     assert names.service_account_name(parse(defaulted({"spec.serviceAccountName": "mine"}))) == "mine"
     assert names.pvc_name(parse(tj)) == "case-job-checkpoints"
@@ -143,7 +142,6 @@ def test_names_at_the_job_name_limit_fit_dns_labels() -> None:
     assert all(
         len(n) <= 253
         for n in (
-            names.config_map_name(parse(tj)),
             names.pvc_name(parse(tj)),
             names.service_account_name(parse(tj)),
         )
@@ -221,13 +219,14 @@ def test_master_service_selects_rank_zero_only() -> None:
     assert all(worker["metadata"]["labels"][k] == v for k, v in headless.items())
 
 
-def test_config_map_is_deterministic_json() -> None:
+def test_the_config_annotation_is_deterministic_json() -> None:
     tj = materialize(EXAMPLES["trainingjob-advanced.yaml"])
-    cm = build_config_map(parse(tj))
-    assert cm["metadata"]["name"] == "advanced-training-config"
-    text = cm["data"]["config.json"]
+    text = config_json(parse(tj))
+    for index in (0, 7):
+        pod = build_pod(parse(tj), index, attempt=0, resume_from=None)
+        assert pod["metadata"]["annotations"][contract.CONFIG_ANNOTATION] == text
     config = json.loads(text)
-    assert text == json.dumps(config, sort_keys=True, indent=2) + "\n"
+    assert text == json.dumps(config, sort_keys=True, separators=(",", ":"))
     assert config["name"] == "advanced-training"
     assert config["numWorkers"] == 8
     assert config["gpusPerWorker"] == 4
@@ -248,13 +247,22 @@ def test_config_map_is_deterministic_json() -> None:
     }
     reordered = copy.deepcopy(tj)
     reordered["spec"]["hyperparameters"] = dict(reversed(list(tj["spec"]["hyperparameters"].items())))
-    assert build_config_map(parse(reordered)) == cm
+    assert config_json(parse(reordered)) == text
+
+
+def test_the_largest_admissible_configuration_fits_in_an_annotation() -> None:
+    # The API server refuses a pod whose annotations exceed 256 KiB in all; the schema bounds the
+    # fields config.json carries far below that (additionalParams is the largest: 64 x 1 KiB values
+    # under keys of at most PARAM_KEY_LENGTH characters).
+    params = {f"p{index:02d}".ljust(PARAM_KEY_LENGTH, "k"): "v" * 1024 for index in range(64)}
+    tj = defaulted({"spec.hyperparameters.additionalParams": params})
+    pod = build_pod(parse(tj), 0, attempt=0, resume_from=None)
+    total = sum(len(key) + len(value) for key, value in pod["metadata"]["annotations"].items())
+    assert 64 * 1024 < total < 256 * 1024 // 2
 
 
 def test_the_namespaces_config_map_carries_the_reference_trainer_and_the_progress_helper() -> None:
     tj = materialize(EXAMPLES["trainingjob-advanced.yaml"])
-    cm = build_config_map(parse(tj))
-    assert set(cm["data"]) == {contract.CONFIG_FILE}
     sources = build_trainer_sources(parse(tj))
     assert set(sources["data"]) == set(TRAINER_FILES) >= {contract.TRAINER_FILE, PROGRESS_HELPER_FILE}
     assert sources["metadata"]["name"] == TRAINER_SOURCES_NAME
@@ -266,14 +274,19 @@ def test_the_namespaces_config_map_carries_the_reference_trainer_and_the_progres
         assert sources["data"][name] == (packaged / name).read_text(encoding="utf-8")
         compile(sources["data"][name], name, "exec")
     assert "import trainingjob_progress" in sources["data"][contract.TRAINER_FILE]
-    # The default command runs the trainer where the pod mounts both ConfigMaps; the helper sits next to it.
+    # The default command runs the trainer where the pod mounts config.json and the trainer's ConfigMap;
+    # the helper sits next to it.
     assert defaulted()["spec"]["command"] == list(contract.DEFAULT_COMMAND)
     script_dir, script = contract.DEFAULT_COMMAND[1].rsplit("/", 1)
     assert (script_dir, script) == (contract.CONFIG_MOUNT_PATH, contract.TRAINER_FILE)
     pod = build_pod(parse(tj), 0, attempt=0, resume_from=None)
     volume = next(v for v in pod["spec"]["volumes"] if v["name"] == contract.CONFIG_VOLUME)
+    config_file = {
+        "path": contract.CONFIG_FILE,
+        "fieldRef": {"fieldPath": f"metadata.annotations['{contract.CONFIG_ANNOTATION}']"},
+    }
     assert volume["projected"]["sources"] == [
-        {"configMap": {"name": cm["metadata"]["name"]}},
+        {"downwardAPI": {"items": [config_file]}},
         {"configMap": {"name": TRAINER_SOURCES_NAME}},
     ]
     mount = next(m for m in pod["spec"]["containers"][0]["volumeMounts"] if m["name"] == volume["name"])
@@ -349,7 +362,6 @@ def test_seed_examples_build_the_expected_object_set() -> None:
         for name, manifest in EXAMPLES.items()
     }
     base = [
-        "ConfigMap",
         "ConfigMap",
         "Pod",
         "Pod",

@@ -10,9 +10,7 @@ from typing import Any
 
 import pytest
 
-from builders.configmap import (
-    TRAINER_SOURCES_NAME,
-)
+from builders.configmap import TRAINER_SOURCES_NAME, config_json
 from builders.pods import build_pod
 from crd import contract
 from crd.spec import parse
@@ -47,6 +45,7 @@ def test_pod_identity_labels_and_annotations() -> None:
         contract.WORLD_SIZE_ANNOTATION: "6",
         contract.DEFAULT_CONTAINER_ANNOTATION: "trainer",
         contract.SPEC_GENERATION_ANNOTATION: "3",
+        contract.CONFIG_ANNOTATION: config_json(parse(tj)),
     }
 
 
@@ -96,7 +95,16 @@ def test_pod_always_mounts_config_and_shared_memory() -> None:
         "name": "config",
         "projected": {
             "sources": [
-                {"configMap": {"name": "case-job-config"}},
+                {
+                    "downwardAPI": {
+                        "items": [
+                            {
+                                "path": "config.json",
+                                "fieldRef": {"fieldPath": "metadata.annotations['ml.example.com/config']"},
+                            }
+                        ]
+                    }
+                },
                 {"configMap": {"name": TRAINER_SOURCES_NAME}},
             ]
         },

@@ -1,8 +1,8 @@
 """The informer transforms keep what the controller reads and nothing it would miss.
 
-The pod transform drops the spec (most of a Pod's size); these tests prove the planner decides the
-same with transformed pods in every phase of a job's life, so the memory saving cannot change
-behaviour.
+The pod transform drops the spec (most of a Pod's size) and the job's configuration annotation; these
+tests prove the planner decides the same with transformed pods in every phase of a job's life, so the
+memory saving cannot change behaviour.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from dataclasses import replace
 from controller.planner import Plan, plan
 from controller.runtime.delivery import compact
 from controller.watches import node_readiness, pod_essentials
+from crd import contract
 from tests.unit.lifecycle_world import World, make_node, world
 
 
@@ -39,8 +40,12 @@ def test_pod_essentials_keep_metadata_node_and_status_only() -> None:
     scene.step()
     scene.bind(0)
     pod = scene.pod(0)
-    reduced = pod_essentials(copy.deepcopy(pod))
-    assert reduced["metadata"] == pod["metadata"]
+    original = copy.deepcopy(pod)
+    reduced = pod_essentials(pod)
+    annotations = dict(original["metadata"]["annotations"])
+    assert json.loads(annotations.pop(contract.CONFIG_ANNOTATION))["name"] == "mnist"
+    assert reduced["metadata"] == {**original["metadata"], "annotations": annotations}
+    assert pod == original  # the event's own object is left as it was
     assert reduced["status"] == pod["status"]
     assert reduced["spec"] == {"nodeName": pod["spec"]["nodeName"]}
     assert len(repr(reduced)) < len(repr(pod)) / 3

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import pytest
 
+from builders.configmap import TRAINER_SOURCES_NAME
 from controller.planner import Observed, plan
 from controller.runtime import boundedjson
 from crd import contract
@@ -136,9 +137,9 @@ def test_supporting_objects_are_created_once_and_repaired_when_changed() -> None
     w = world()
     w.run_to_running()
     assert {kind for kind, _ in w.owned} == {"ConfigMap", "ServiceAccount", "Role", "RoleBinding", "Service"}
-    w.owned[("ConfigMap", "mnist-config")]["data"]["config.json"] = "{}"
+    w.owned[("ConfigMap", TRAINER_SOURCES_NAME)]["data"][contract.TRAINER_FILE] = "print()"
     result = w.step(1)
-    assert [(patch.kind, patch.name) for patch in result.patches] == [("ConfigMap", "mnist-config")]
+    assert [(patch.kind, patch.name) for patch in result.patches] == [("ConfigMap", TRAINER_SOURCES_NAME)]
     del w.owned[("Service", "mnist-master")]
     result = w.step(1)
     assert [(obj["kind"], obj["metadata"]["name"]) for obj in result.creates] == [("Service", "mnist-master")]

@@ -78,7 +78,7 @@ def test_a_queued_job_waits_in_its_queue_behind_a_workload_it_owns() -> None:
     assert cond is not None
     assert (cond["status"], cond["reason"]) == ("False", "Creating")
     assert w.status["queue"] == {"name": QUEUE}
-    assert ("Normal", "Pending") in event_reasons(result)
+    assert event_reasons(result) == [("Normal", "Creating")]  # Queued: the first state it is seen in
 
     w.pending()
     result = w.step()

@@ -65,7 +65,9 @@ def condition(status_: dict[str, Any], type_: str) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------ write order
 
 
-def test_status_comes_first_then_the_objects_and_a_role_binding_after_its_role(api: FakeApi) -> None:
+def test_status_comes_first_then_the_objects_a_role_binding_after_its_role_and_services_last(
+    api: FakeApi,
+) -> None:
     scene = Scene(api, make_job(), executor=ThreadPoolExecutor(8))
     for path in (SERVICES, CONFIGMAPS, ACCOUNTS, ROLES, BINDINGS, PODS_PATH):
         scene.always("POST", path, created())
@@ -75,12 +77,13 @@ def test_status_comes_first_then_the_objects_and_a_role_binding_after_its_role(a
     assert actions[0] == ("PATCH", scene.status_path)
     posted = [path for method, path in actions[1:] if method == "POST"]
     assert sorted(posted) == sorted(
-        [CONFIGMAPS, CONFIGMAPS, ACCOUNTS, ROLES, BINDINGS, SERVICES, SERVICES, PODS_PATH, PODS_PATH]
+        [CONFIGMAPS, ACCOUNTS, ROLES, BINDINGS, SERVICES, SERVICES, PODS_PATH, PODS_PATH]
     )
-    # The RoleBinding waits for every other supporting object (its Role in particular); pods come last.
-    assert posted.index(BINDINGS) == 6
-    assert posted[7:] == [PODS_PATH, PODS_PATH]
-    assert len(actions) == 10
+    # The RoleBinding waits for the other shared objects (its Role in particular), the pods for the
+    # RoleBinding, and the Services for the pods (so their endpoints are written once, with the pods).
+    assert posted.index(BINDINGS) == 3
+    assert posted[4:] == [PODS_PATH, PODS_PATH, SERVICES, SERVICES]
+    assert len(actions) == 9
     assert not result.rate_limited
 
 
@@ -88,13 +91,11 @@ def test_a_blocked_job_tries_its_objects_first_and_writes_status_only_when_the_o
     api: FakeApi,
 ) -> None:
     scene = Scene(api, make_job()).with_supporting_objects()
-    scene.answer(
-        "POST", PODS_PATH, refusal(403, "Forbidden", FORBIDDEN), refusal(403, "Forbidden", FORBIDDEN)
-    )
+    scene.answer("POST", PODS_PATH, *[refusal(403, "Forbidden", FORBIDDEN)] * 3)
 
     first, actions = scene.reconcile()
-    # The first pod is refused for a reason every pod shares: the second is not tried (slow start).
-    assert actions == expected(scene, "status", "pod", "status")
+    # Nothing said the job was blocked: both pods are tried at once, and both are refused.
+    assert actions == expected(scene, "status", "pod", "pod", "status")
     assert first.rate_limited
     blocked = scene.status()
     assert (condition(blocked, "Created")["status"], condition(blocked, "Created")["reason"]) == (
@@ -107,7 +108,9 @@ def test_a_blocked_job_tries_its_objects_first_and_writes_status_only_when_the_o
 
     scene.deliver_status()
     again, actions = scene.reconcile()
-    assert actions == expected(scene, "pod")  # the same refusal: nothing to write
+    # Blocked now: the first pod is refused for a reason every pod shares, so the second is not tried
+    # (slow start), and the same refusal has nothing to write.
+    assert actions == expected(scene, "pod")
     assert again.rate_limited
 
     other = "pods is forbidden: the namespace is being terminated"
@@ -124,8 +127,22 @@ def test_a_blocked_job_tries_its_objects_first_and_writes_status_only_when_the_o
     assert condition(scene.status(), "Created")["reason"] == "Creating"
 
 
+def test_a_job_nothing_blocks_sends_its_first_batch_as_large_as_the_create_pool(api: FakeApi) -> None:
+    scene = Scene(api, make_job(workers=8), pool_size=4).with_supporting_objects()
+    quota = "exceeded quota: pods"
+    scene.answer("POST", PODS_PATH, refusal(403, "Forbidden", quota), *[created()] * 3)
+
+    result, actions = scene.reconcile()
+
+    # One batch of four (the pool's size), all tried although the first is refused; the refusal holds
+    # for every pod, so the second batch is not sent.
+    assert actions == expected(scene, "status", *["pod"] * 4, "status")
+    assert result.rate_limited
+
+
 def test_pods_are_created_in_doubling_batches_until_one_is_refused(api: FakeApi) -> None:
-    scene = Scene(api, make_job(workers=8)).with_supporting_objects()
+    # A pool of one: batches of 1, 2, 4, ... as for a blocked job (slow start).
+    scene = Scene(api, make_job(workers=8), pool_size=1).with_supporting_objects()
     quota = "exceeded quota: pods"
     scene.answer(
         "POST", PODS_PATH, *[created()] * 3, created(), refusal(403, "Forbidden", quota), created(), created()
@@ -186,7 +203,7 @@ def test_an_object_the_api_server_refuses_fails_the_job_in_one_status_write(
 
     result, actions = scene.reconcile()
 
-    assert actions == expected(scene, "status", "pod", "status")
+    assert actions == expected(scene, "status", "pod", "pod", "status")
     failed = scene.status()
     assert failed["state"] == "Failed"
     assert failed["failureReason"] == "InvalidSpec"
@@ -209,7 +226,7 @@ def test_an_object_the_api_server_refuses_fails_the_job_in_one_status_write(
     assert not result.rate_limited
     assert result.requeue_after == pytest.approx(600, abs=1)  # ttlSecondsAfterFinished
     reasons = [body["reason"] for body in scene.recorded_events()]
-    assert reasons.count("FailedCreate") == 1
+    assert reasons.count("FailedCreate") == 2  # one per refused pod (both went in the first batch)
     assert "InvalidSpec" in reasons
     assert scene.metrics.invalid_spec.labels(namespace=NAMESPACE)._value.get() == 1
 
