@@ -3,10 +3,10 @@
 Pods are bare (no Job or StatefulSet in between) because the controller restarts the whole gang
 itself: restartPolicy is Never so the kubelet never restarts a single trainer that could not rejoin
 the collective. Each pod gets a stable DNS name (hostname + the headless Service as subdomain), the
-training environment, the job's ConfigMap, checkpoint storage and a memory-backed /dev/shm, and
-records the world size and spec generation it was built for so stale pods can be recognised. Last,
-spec.podTemplate is merged onto it (builders/podtemplate.py), then, for a job Kueue admitted, the
-admission's node labels and tolerations (builders/placement.py).
+training environment, config.json and the trainer's sources (builders/configmap.py), checkpoint
+storage and a memory-backed /dev/shm, and records the world size and spec generation it was built for
+so stale pods can be recognised. Last, spec.podTemplate is merged onto it (builders/podtemplate.py),
+then, for a job Kueue admitted, the admission's node labels and tolerations (builders/placement.py).
 """
 
 from __future__ import annotations

@@ -73,7 +73,8 @@ def completed_job(kubectl: Kubectl, namespace: str, name: str, **spec: object) -
     wait_for_state(kubectl, namespace, name, "Completed")
 
 
-def test_kubectl_lists_the_plugin() -> None:
+def test_kubectl_lists_the_plugin(kubectl: Kubectl) -> None:
+    # `kubectl` (the session's cluster) is what puts the built kubectl into the dev directory.
     listed = subprocess.run(
         [str(KUBECTL), "plugin", "list"],
         capture_output=True,
