@@ -28,7 +28,7 @@ from controller.planner import podstate
 from controller.resources import NODES, OWNED, PODS, TRAININGJOBS
 from controller.runtime.client import KubeClient
 from controller.runtime.clock import Clock
-from controller.runtime.expectations import Expectations
+from controller.runtime.expectations import Expectations, Seen
 from controller.runtime.informer import Informer
 from controller.runtime.resource import Resource
 from controller.runtime.store import OWNER_INDEXERS, IndexFunc, Store, object_key
@@ -46,12 +46,18 @@ BY_SHARED: Final = "by-shared-namespace"
 RELEASE_AFTER_SECONDS: Final = 30.0
 
 # Work-queue priorities. News that may move a job to another state (its last pod started, a pod
-# ended or went, the status write a reconcile waited for arrived) is taken before the first reconciles
-# of newer jobs, so a burst of new jobs does not keep running ones from showing Running; the periodic
-# resync, which only re-checks, comes last. Other pod news (created, bound, one of several started)
-# waits its turn: taken at once, each would cost a reconcile and a status write of counters.
+# ended or went, the status write or the last of the creates and deletes a reconcile waited for
+# arrived) is taken before the first reconciles of newer jobs, so a burst of new jobs does not keep
+# running ones from showing Running; the periodic resync, which only re-checks, comes last. Other pod
+# news (created, bound, one of several started) waits its turn: taken at once, each would cost a
+# reconcile and a status write of counters.
 URGENT_PRIORITY: Final = 1
 RESYNC_PRIORITY: Final = -1
+
+
+def _priority(seen: Seen) -> int:
+    """An object's arrival that lets a turned-away reconcile go on is urgent; other arrivals are not."""
+    return URGENT_PRIORITY if seen is Seen.AWAITED else NORMAL_PRIORITY
 
 
 def namespace_key(namespace: str) -> str:
@@ -263,20 +269,20 @@ class Watches:
     def _pod_added(self, obj: JsonDict) -> None:
         key = owner_key(obj)
         if key:
-            self._expectations.created(key, obj["metadata"]["name"])
-            self._queue.add(key)
+            self._queue.add(key, _priority(self._expectations.created(key, obj["metadata"]["name"])))
 
     def _pod_updated(self, old: JsonDict, new: JsonDict) -> None:
         key = owner_key(new)
         if key is None:
             self._foreign_pod_changed(new)
             return
+        seen = Seen.UNEXPECTED
         if new["metadata"].get("deletionTimestamp"):
             # Every update of a terminating pod, not only the first: a delete we expect may have been
             # someone else's first (the Job controller does the same).
-            self._expectations.deleted(key, new["metadata"]["uid"])
+            seen = self._expectations.deleted(key, new["metadata"]["uid"])
         siblings = self.caches.pods.by_index(BY_JOB, key)
-        urgent = podstate.changes_the_gang(old, new, siblings)
+        urgent = podstate.changes_the_gang(old, new, siblings) or seen is Seen.AWAITED
         self._queue.add(key, URGENT_PRIORITY if urgent else NORMAL_PRIORITY)
 
     def _pod_deleted(self, obj: JsonDict) -> None:
@@ -302,8 +308,8 @@ class Watches:
     def _owned_changed(self, obj: JsonDict) -> None:
         key = owner_key(obj)
         if key:
-            self._expectations.created(key, obj["metadata"]["name"])  # a Service we created is seen
-            self._queue.add(key)
+            # A Service we created is seen (the executor expects a job's Services like its pods).
+            self._queue.add(key, _priority(self._expectations.created(key, obj["metadata"]["name"])))
             return
         if is_shared(obj):
             # Seen (also at start-up): still needed? The namespace's reconcile decides.

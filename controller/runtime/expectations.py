@@ -12,6 +12,11 @@ with ControllerExpectations / UIDTrackingControllerExpectations; this is the sam
 - `satisfied(key)` says whether the cache can be trusted for that job: nothing pending, no record at
   all, or a record older than the TTL (a lost watch event must not wedge a job forever).
 
+A reconcile that `satisfied` turned away leaves its job to the informer event that fulfils the
+record: `created` and `deleted` then say `Seen.AWAITED`, so that event can be put ahead of other
+work (as StatusWrites does for a status write), instead of waiting behind the first reconciles of
+every newer job.
+
 Pending creates are tracked by name and deletes by UID, so observing the same object twice (informer
 event and API answer) lowers the expectation once. Unlike upstream, a second `expect_*` call while the
 record is live adds to it instead of replacing it, so a reconcile that both creates and deletes keeps
@@ -20,6 +25,7 @@ both; a call on an expired record starts a fresh one.
 
 from __future__ import annotations
 
+import enum
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -27,6 +33,14 @@ from dataclasses import dataclass, field
 from controller.runtime.clock import Clock
 
 EXPECTATIONS_TTL_SECONDS = 300.0
+
+
+class Seen(enum.IntEnum):
+    """What observing one object did to its job's expectations (falsy when it was not expected)."""
+
+    UNEXPECTED = 0
+    EXPECTED = 1  # lowered one expectation
+    AWAITED = 2  # lowered the last one of a record a reconcile was turned away for
 
 
 @dataclass(frozen=True)
@@ -44,6 +58,7 @@ class _Record:
     set_at: float
     creates: set[str] = field(default_factory=set)
     deletes: set[str] = field(default_factory=set)
+    awaited: bool = False  # `satisfied` turned a reconcile away
 
     def fulfilled(self) -> bool:
         return not self.creates and not self.deletes
@@ -72,31 +87,33 @@ class Expectations:
             record.deletes.update(uids)
             self._drop_if_fulfilled_locked(key, record)
 
-    def created(self, key: str, name: str) -> bool:
-        """Lowers the create expectation for `name`; True if it was pending."""
+    def created(self, key: str, name: str) -> Seen:
+        """Lowers the create expectation for `name`, if it was pending."""
         with self._lock:
             record = self._records.get(key)
             if record is None or name not in record.creates:
-                return False
+                return Seen.UNEXPECTED
             record.creates.discard(name)
-            self._drop_if_fulfilled_locked(key, record)
-            return True
+            return self._drop_if_fulfilled_locked(key, record)
 
-    def deleted(self, key: str, uid: str) -> bool:
-        """Lowers the delete expectation for `uid`; True if it was pending."""
+    def deleted(self, key: str, uid: str) -> Seen:
+        """Lowers the delete expectation for `uid`, if it was pending."""
         with self._lock:
             record = self._records.get(key)
             if record is None or uid not in record.deletes:
-                return False
+                return Seen.UNEXPECTED
             record.deletes.discard(uid)
-            self._drop_if_fulfilled_locked(key, record)
-            return True
+            return self._drop_if_fulfilled_locked(key, record)
 
     def satisfied(self, key: str) -> bool:
-        """True when the cache can be trusted for `key`: no record, nothing pending, or record expired."""
+        """True when the cache can be trusted for `key`: no record, nothing pending, or record expired.
+        False marks the record awaited: the caller waits for the events that fulfil it."""
         with self._lock:
             record = self._records.get(key)
-            return record is None or record.fulfilled() or self._expired_locked(record)
+            if record is None or record.fulfilled() or self._expired_locked(record):
+                return True
+            record.awaited = True
+            return False
 
     def forget(self, key: str) -> None:
         """Drops everything recorded for `key` (the job was deleted)."""
@@ -128,6 +145,8 @@ class Expectations:
     def _expired_locked(self, record: _Record) -> bool:
         return self._clock.monotonic() - record.set_at > self._ttl
 
-    def _drop_if_fulfilled_locked(self, key: str, record: _Record) -> None:
-        if record.fulfilled():
-            del self._records[key]
+    def _drop_if_fulfilled_locked(self, key: str, record: _Record) -> Seen:
+        if not record.fulfilled():
+            return Seen.EXPECTED
+        del self._records[key]
+        return Seen.AWAITED if record.awaited else Seen.EXPECTED

@@ -18,6 +18,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from prometheus_client import CollectorRegistry
 
+from controller.manager import Manager, Options
 from controller.metrics import Metrics
 from controller.planner import Settings
 from controller.planner.supporting import desired_objects
@@ -175,6 +176,17 @@ class Scene:
         assert self.events.flush(10)
         with self.sink.lock:
             return list(self.sink.bodies)
+
+
+def manager_for(api: FakeApi) -> Manager:
+    """The operator's whole in-process wiring against `api`, leader election off; nothing runs yet."""
+    client = KubeClient(api.api_client(), qps=0, burst=0, max_attempts=1)
+    return Manager(
+        client,
+        client,
+        Options(metrics_addr="127.0.0.1:0", leader_elect=False),
+        Metrics(CollectorRegistry(), process_metrics=False),
+    )
 
 
 def paths(actions: Iterable[tuple[str, str]]) -> list[str]:

@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from controller.runtime.clock import FakeClock
-from controller.runtime.expectations import Expectations, PendingExpectations
+from controller.runtime.expectations import Expectations, PendingExpectations, Seen
 
 JOB = "ml/mnist"
 
@@ -147,7 +147,7 @@ def test_jobs_are_independent(expectations: Expectations) -> None:
 def test_concurrent_observations(expectations: Expectations) -> None:
     names = [f"pod-{index}" for index in range(400)]
     expectations.expect_creates(JOB, names)
-    lowered: list[bool] = []
+    lowered: list[Seen] = []
     lowered_lock = threading.Lock()
 
     def observe() -> None:
@@ -161,5 +161,7 @@ def test_concurrent_observations(expectations: Expectations) -> None:
     for thread in threads:
         thread.join(10)
         assert not thread.is_alive()
-    assert lowered.count(True) == len(names), "each name lowers the expectation exactly once"
+    assert len([seen for seen in lowered if seen]) == len(names), (
+        "each name lowers the expectation exactly once"
+    )
     assert expectations.satisfied(JOB)

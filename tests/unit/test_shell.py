@@ -12,21 +12,17 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from prometheus_client import CollectorRegistry
 
-from controller.manager import Manager, Options
-from controller.metrics import Metrics
 from controller.planner.supporting import desired_objects
 from controller.planner.texts import MESSAGE_LIMIT
 from controller.resources import PODS
-from controller.runtime.client import KubeClient
 from controller.runtime.errors import Conflict, ServerError
 from controller.runtime.events import MESSAGE_LIMIT_BYTES
 from crd import contract
 from crd.spec import parse
 from tests.unit.fakeapi import FakeApi, Reply, Stream, event, items_list, running, status
 from tests.unit.lifecycle_world import NAMESPACE, make_job, world
-from tests.unit.shell_scene import JOB_PATH, PODS_PATH, Scene, stored
+from tests.unit.shell_scene import JOB_PATH, PODS_PATH, Scene, manager_for, stored
 
 DEADLINE_SECONDS = 10.0
 SERVICES = f"/api/v1/namespaces/{NAMESPACE}/services"
@@ -290,16 +286,6 @@ def test_expectations_are_lowered_when_a_pod_delete_fails(api: FakeApi) -> None:
 
 
 # ------------------------------------------------------------------------------------- the manager
-
-
-def manager_for(api: FakeApi) -> Manager:
-    client = KubeClient(api.api_client(), qps=0, burst=0, max_attempts=1)
-    return Manager(
-        client,
-        client,
-        Options(metrics_addr="127.0.0.1:0", leader_elect=False),
-        Metrics(CollectorRegistry(), process_metrics=False),
-    )
 
 
 def test_building_the_manager_talks_to_nothing(api: FakeApi) -> None:
