@@ -32,7 +32,7 @@ from builders.names import pod_name
 from controller.planner import conditions as cond
 from controller.planner import elastic, podstate
 from controller.planner.elastic import AddWorkers, Rejoined, Shrink
-from controller.planner.facts import Facts, state_of
+from controller.planner.facts import Facts, attempt_of, state_of
 from controller.planner.failures import Cause, PodFailure, Verdict, verdict
 from controller.planner.gang import Gang, root_cause
 from controller.planner.progress import ProgressUpdate, apply_report, success_reached
@@ -285,7 +285,7 @@ def _attempt(  # noqa: PLR0911 - one return per check of the state machine
     if gang.stale:
         return Restart(None, "Resized", f"numWorkers changed to {gang.num_workers}")
     created = cond.is_true(status.get("conditions"), Condition.CREATED)
-    if gang.missing and gang.formed and created and facts.spec.elastic is None:
+    if gang.missing and gang.formed(attempt_of(status)) and created and facts.spec.elastic is None:
         names = ", ".join(pod_name(facts.job, index) for index in gang.missing)
         return Restart(Cause.DISRUPTION, "PodDeleted", f"pod(s) {names} disappeared")
     if gang.out_of_range and not any(isinstance(step, RemoveExtraPods) for step in taken):

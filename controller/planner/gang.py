@@ -62,10 +62,16 @@ class Gang:
         """Pods, terminating ones included, that a scheduler has placed or may place (status.resources)."""
         return sum(1 for pod in self.all_pods if podstate.phase(pod) in ("Pending", "Running"))
 
-    @property
-    def formed(self) -> bool:
-        """True once any rank got past Pending: from then on a missing rank breaks the collective."""
-        return any(podstate.phase(pod) != "Pending" for pod in self.ranks.values())
+    def formed(self, attempt: int) -> bool:
+        """True once any rank of gang attempt `attempt` got past Pending: from then on a missing rank
+        breaks the collective. Its ranks being deleted count (every pod deleted at once broke it as
+        surely as one); pods of an earlier attempt, still terminating after a suspend, do not."""
+        deleted = (
+            pod
+            for pod in self.terminating
+            if podstate.attempt(pod) == attempt and podstate.replica_index(pod) in range(self.num_workers)
+        )
+        return any(podstate.phase(pod) != "Pending" for pod in (*self.ranks.values(), *deleted))
 
     def workers(self) -> dict[str, int]:
         return {

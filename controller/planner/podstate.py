@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from controller.runtime.clock import parse_time
-from crd.contract import CONTAINER_NAME, NUM_WORKERS_ANNOTATION, REPLICA_INDEX_LABEL
+from crd.contract import ATTEMPT_LABEL, CONTAINER_NAME, NUM_WORKERS_ANNOTATION, REPLICA_INDEX_LABEL
 
 JsonDict = dict[str, Any]
 
@@ -33,6 +33,11 @@ def _number(label: object) -> int | None:
 
 def replica_index(pod: Mapping[str, Any]) -> int | None:
     return _number(pod.get("metadata", {}).get("labels", {}).get(REPLICA_INDEX_LABEL))
+
+
+def attempt(pod: Mapping[str, Any]) -> int | None:
+    """The gang attempt the pod was created for (its label), None when absent or unreadable."""
+    return _number(pod.get("metadata", {}).get("labels", {}).get(ATTEMPT_LABEL))
 
 
 def built_for_another_size(pod: Mapping[str, Any], num_workers: int) -> bool:

@@ -128,6 +128,31 @@ def test_a_foreign_pod_is_never_adopted(
 
 
 @pytest.mark.usefixtures("operator")
+def test_every_pod_deleted_at_once_is_one_counted_restart(kubectl: Kubectl, namespace: str) -> None:
+    # No live rank is left to show the gang had formed; the ranks being deleted show it (they were
+    # counted as nothing, and the gang re-created as the same attempt, before).
+    manifest = job_manifest(
+        "all-gone",
+        numWorkers=2,
+        failurePolicy={"restartBackoff": {"initialDelaySeconds": 0, "maxDelaySeconds": 1}},
+    )
+    kubectl.apply(manifest, "-n", namespace)
+    wait_for_state(kubectl, namespace, "all-gone", "Running")
+
+    selector = f"{contract.JOB_NAME_LABEL}=all-gone"
+    kubectl.run("delete", "pods", "-l", selector, "-n", namespace, "--wait=false")
+
+    def restarted() -> JsonDict | None:
+        status = status_of(kubectl, namespace, "all-gone")
+        return status if status.get("state") == "Running" and status.get("attempt") == 1 else None
+
+    status = wait("attempt 1 Running", restarted, timeout=90)
+    assert status["restartCount"] == 1
+    assert status["restarts"] == {"disruption": 1}
+    assert status["lastRestartReason"] == "PodDeleted"
+
+
+@pytest.mark.usefixtures("operator")
 def test_never_two_pods_for_one_rank_across_a_gang_restart(kubectl: Kubectl, namespace: str) -> None:
     manifest = job_manifest(
         "gang",

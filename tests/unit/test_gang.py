@@ -37,7 +37,7 @@ def test_a_complete_running_gang() -> None:
     assert view.missing == []
     assert view.failures == []
     assert view.stale == []
-    assert view.formed
+    assert view.formed(0)
     assert view.workers() == {"pending": 0, "active": 4, "succeeded": 0, "failed": 0}
     assert len(view.live) == len(view.all_pods) == 4
 
@@ -45,7 +45,7 @@ def test_a_complete_running_gang() -> None:
 def test_missing_ranks_and_a_gang_not_yet_formed() -> None:
     view = observe([pod(0, "Pending", bound=False), pod(2, "Pending")], 4, NODES, True)
     assert view.missing == [1, 3]
-    assert not view.formed
+    assert not view.formed(0)
     assert [p["metadata"]["name"] for p in view.unscheduled] == ["mnist-worker-0"]
     assert view.workers()["pending"] == 2
 

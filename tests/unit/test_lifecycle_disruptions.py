@@ -270,6 +270,40 @@ def test_a_rank_deleted_while_running_is_a_deletion_whatever_its_exit_code() -> 
     assert result.status["restarts"] == {"disruption": 1}
 
 
+def test_every_rank_deleted_at_once_is_one_disruption_restart() -> None:
+    # `kubectl delete pods -l ...`, or the namespace going: no live rank is left to show that the gang
+    # had formed, but the ranks being deleted show it.
+    scene = world({"spec.failurePolicy.backoffLimit": 0}, graceful=True, tracking=True)
+    scene.run_to_running()
+    for pod in list(scene.pods.values()):
+        scene.delete_pod(Delete("Pod", pod["metadata"]["name"], pod["metadata"]["uid"], "someone"))
+    result = scene.step()
+    assert scene.state == "Restarting"
+    assert result.status["lastRestartReason"] == "PodDeleted"
+    assert result.status["restarts"] == {"disruption": 1}
+    assert sorted(release.name for release in result.releases) == [W0, W1]
+    scene.finish_terminating()
+    scene.advance(60)
+    scene.settle()
+    assert scene.status["attempt"] == 1
+    assert scene.status["restarts"] == {"disruption": 1}, "counted once"
+
+
+def test_ranks_of_a_suspended_attempt_still_terminating_after_the_resume_are_no_restart() -> None:
+    scene = world(graceful=True, tracking=True)
+    scene.run_to_running()
+    scene.update_spec(suspend=True)
+    scene.step()
+    scene.update_spec(suspend=False)
+    scene.step()
+    assert scene.state == "Pending"
+    assert scene.status["attempt"] == 1
+    assert len(scene.pods) == 2, "the suspended attempt's pods are still terminating"
+    scene.step()
+    assert scene.state == "Pending"
+    assert not scene.status.get("restarts")
+
+
 def test_without_its_last_state_the_missing_rank_is_an_unexplained_deletion() -> None:
     # Only when someone strips the tracking finalizer can a rank vanish unseen.
     scene = world()
