@@ -60,6 +60,8 @@ MAX_DECISIONS: Final = 8
 
 def plan(observed: Observed, settings: Settings | None = None) -> Plan:
     status: JsonDict = copy.deepcopy(observed.job.get("status") or {})
+    if observed.job.get("metadata", {}).get("deletionTimestamp"):
+        return _being_deleted(observed, status)
     try:
         job = parse(observed.job)
     except SpecError as error:
@@ -177,6 +179,14 @@ def _derived(status: Mapping[str, Any], facts: Facts) -> JsonDict:
         derived.setdefault("attempt", 0)
         derived.setdefault("restartCount", 0)
     return derived
+
+
+def _being_deleted(observed: Observed, status: JsonDict) -> Plan:
+    """A job being deleted (`kubectl delete --cascade=foreground` keeps it until the garbage collector
+    has deleted its pods and Services; someone else's finalizer may hold it too): nothing is created,
+    restarted or counted any more, as the ReplicaSet and Job controllers create nothing for an owner
+    being deleted; pods are let go as they end, so the garbage collector can finish."""
+    return Plan(status=status, releases=tracking.releases(observed.pods))
 
 
 def _unreadable(observed: Observed, status: JsonDict, error: SpecError) -> Plan:

@@ -72,6 +72,39 @@ def test_deleting_the_job_deletes_what_it_owns(
         )
 
 
+def test_a_job_being_deleted_gets_nothing_created_again(
+    kubectl: Kubectl, namespace: str, start_operator: StartOperator
+) -> None:
+    # A foreground deletion keeps the job (deletionTimestamp) until the garbage collector has deleted
+    # its pods and Services, and someone else's finalizer may keep it longer: the operator must not
+    # create them again, nor restart the gang they were.
+    operator = start_operator(DEBUG)
+    kubectl.apply(job_manifest("held", numWorkers=2), "-n", namespace)
+    wait_for_state(kubectl, namespace, "held", "Running")
+    hold = json.dumps({"metadata": {"finalizers": ["example.com/hold"]}})
+    kubectl.run("patch", "trainingjob", "held", "-n", namespace, "--type=merge", "-p", hold)
+    selector = f"{contract.JOB_NAME_LABEL}=held"
+    watch = PodWatch(kubectl, namespace, "held")
+    try:
+        wait("the watch to list the pods", lambda: len(watch.events()) >= 2)
+        kubectl.run("delete", "trainingjob", "held", "-n", namespace, "--cascade=foreground", "--wait=false")
+        wait(
+            "the garbage collector to delete the job's pods and Services",
+            lambda: not kubectl.items("pods,services", "-n", namespace, "-l", selector),
+            timeout=90,
+        )
+        job = wait_until_quiet(kubectl, operator, namespace, "held", reconciles=1)
+        assert not kubectl.items("pods,services", "-n", namespace, "-l", selector)
+        assert job["status"]["state"] == "Running"
+        assert job["status"]["restartCount"] == 0
+    finally:
+        events = watch.stop()
+        release = json.dumps({"metadata": {"finalizers": None}})
+        kubectl.attempt("patch", "trainingjob", "held", "-n", namespace, "--type=merge", "-p", release)
+    assert len({pod["metadata"]["uid"] for kind, pod in events if kind == "ADDED"}) == 2
+    wait("the job gone", lambda: kubectl.get_or_none("trainingjob", "held", "-n", namespace) is None)
+
+
 def test_a_foreign_pod_is_never_adopted(
     kubectl: Kubectl, namespace: str, start_operator: StartOperator
 ) -> None:

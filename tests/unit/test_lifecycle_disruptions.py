@@ -289,6 +289,26 @@ def test_every_rank_deleted_at_once_is_one_disruption_restart() -> None:
     assert scene.status["restarts"] == {"disruption": 1}, "counted once"
 
 
+def test_a_job_being_deleted_creates_and_counts_nothing_and_lets_its_pods_go() -> None:
+    # `kubectl delete --cascade=foreground`: the job stays while the garbage collector deletes its
+    # pods and Services. Re-creating them, or counting their deletion, would fight the deletion.
+    scene = world(graceful=True, tracking=True)
+    scene.run_to_running()
+    status = scene.status
+    scene.job["metadata"]["deletionTimestamp"] = "2026-11-27T00:00:00Z"
+    scene.job["metadata"]["finalizers"] = ["foregroundDeletion"]
+    for pod in list(scene.pods.values()):
+        scene.delete_pod(Delete("Pod", pod["metadata"]["name"], pod["metadata"]["uid"], "garbage collector"))
+    scene.owned.clear()
+    result = scene.step()
+    assert (result.creates, result.deletes, result.events) == ([], [], [])
+    assert result.status == status
+    assert sorted(release.name for release in result.releases) == [W0, W1]
+    scene.finish_terminating()
+    assert scene.pods == {}
+    assert scene.step().creates == []
+
+
 def test_ranks_of_a_suspended_attempt_still_terminating_after_the_resume_are_no_restart() -> None:
     scene = world(graceful=True, tracking=True)
     scene.run_to_running()
