@@ -160,26 +160,38 @@ def test_a_foreign_pod_is_never_adopted(
     assert_healthy(operator)
 
 
+def _running_with_quick_restarts(kubectl: Kubectl, namespace: str, name: str, workers: int) -> None:
+    """A job whose gang restarts with (almost) no backoff, Running."""
+    manifest = job_manifest(
+        name,
+        numWorkers=workers,
+        failurePolicy={"restartBackoff": {"initialDelaySeconds": 0, "maxDelaySeconds": 1}},
+    )
+    kubectl.apply(manifest, "-n", namespace)
+    wait_for_state(kubectl, namespace, name, "Running")
+
+
+def _running_again(kubectl: Kubectl, namespace: str, name: str) -> JsonDict:
+    """The job once its next gang (attempt 1) runs."""
+
+    def restarted() -> JsonDict | None:
+        job = get_job(kubectl, namespace, name)
+        status = job.get("status") or {}
+        return job if status.get("state") == "Running" and status.get("attempt") == 1 else None
+
+    return wait("attempt 1 Running", restarted, timeout=90)
+
+
 @pytest.mark.usefixtures("operator")
 def test_every_pod_deleted_at_once_is_one_counted_restart(kubectl: Kubectl, namespace: str) -> None:
     # No live rank is left to show the gang had formed; the ranks being deleted show it (they were
     # counted as nothing, and the gang re-created as the same attempt, before).
-    manifest = job_manifest(
-        "all-gone",
-        numWorkers=2,
-        failurePolicy={"restartBackoff": {"initialDelaySeconds": 0, "maxDelaySeconds": 1}},
-    )
-    kubectl.apply(manifest, "-n", namespace)
-    wait_for_state(kubectl, namespace, "all-gone", "Running")
+    _running_with_quick_restarts(kubectl, namespace, "all-gone", 2)
 
     selector = f"{contract.JOB_NAME_LABEL}=all-gone"
     kubectl.run("delete", "pods", "-l", selector, "-n", namespace, "--wait=false")
 
-    def restarted() -> JsonDict | None:
-        status = status_of(kubectl, namespace, "all-gone")
-        return status if status.get("state") == "Running" and status.get("attempt") == 1 else None
-
-    status = wait("attempt 1 Running", restarted, timeout=90)
+    status = _running_again(kubectl, namespace, "all-gone")["status"]
     assert status["restartCount"] == 1
     assert status["restarts"] == {"disruption": 1}
     assert status["lastRestartReason"] == "PodDeleted"
@@ -187,26 +199,14 @@ def test_every_pod_deleted_at_once_is_one_counted_restart(kubectl: Kubectl, name
 
 @pytest.mark.usefixtures("operator")
 def test_never_two_pods_for_one_rank_across_a_gang_restart(kubectl: Kubectl, namespace: str) -> None:
-    manifest = job_manifest(
-        "gang",
-        numWorkers=3,
-        failurePolicy={"restartBackoff": {"initialDelaySeconds": 0, "maxDelaySeconds": 1}},
-    )
-    kubectl.apply(manifest, "-n", namespace)
-    wait_for_state(kubectl, namespace, "gang", "Running")
+    _running_with_quick_restarts(kubectl, namespace, "gang", 3)
     watch = PodWatch(kubectl, namespace, "gang")
     try:
         wait("the watch to list the pods", lambda: len(watch.events()) >= 3)
 
         kubectl.run("delete", "pod", "gang-worker-1", "-n", namespace, "--wait=false")
 
-        def restarted() -> JsonDict | None:
-            job = get_job(kubectl, namespace, "gang")
-            status = job.get("status") or {}
-            done = status.get("state") == "Running" and status.get("attempt") == 1
-            return job if done else None
-
-        job = wait("attempt 1 Running", restarted, timeout=90)
+        job = _running_again(kubectl, namespace, "gang")
     finally:
         events = watch.stop()
 
