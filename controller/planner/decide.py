@@ -200,6 +200,11 @@ def decide(  # noqa: PLR0911 - one return per check of the state machine
     if state in FINISHED_STATES:
         expires = ttl_expires(facts, status)
         return DeleteJob() if expires is not None and facts.now >= expires else Finished()
+    if facts.being_deleted:
+        # Nothing is created, restarted or counted for a job going away (the ReplicaSet and Job
+        # controllers create nothing for an owner being deleted); its pods are let go as they end, so
+        # that the garbage collector can finish, and pods stuck on a lost node are still force-deleted.
+        return Wait(None)
     if facts.spec_errors:
         return fail(facts, "InvalidSpec", "invalid spec: " + "; ".join(facts.spec_errors[:10]), gang.all_pods)
     refused = facts.failures("invalid")

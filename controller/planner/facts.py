@@ -45,6 +45,12 @@ class Facts:
         return self.observed.now
 
     @property
+    def being_deleted(self) -> bool:
+        """The job has a deletionTimestamp: a foreground deletion keeps it until the garbage collector has
+        deleted its pods and Services, and someone else's finalizer may keep it longer."""
+        return bool(self.observed.job.get("metadata", {}).get("deletionTimestamp"))
+
+    @property
     def stamp(self) -> str:
         """The time as status records it: whole seconds, rounded up, so that a time written now and
         read back later never makes a timer (backoff, deadline, schedule timeout, stall, TTL) fire early."""

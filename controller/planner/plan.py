@@ -60,8 +60,6 @@ MAX_DECISIONS: Final = 8
 
 def plan(observed: Observed, settings: Settings | None = None) -> Plan:
     status: JsonDict = copy.deepcopy(observed.job.get("status") or {})
-    if observed.job.get("metadata", {}).get("deletionTimestamp"):
-        return _being_deleted(observed, status)
     try:
         job = parse(observed.job)
     except SpecError as error:
@@ -77,13 +75,14 @@ def plan(observed: Observed, settings: Settings | None = None) -> Plan:
         raise RuntimeError(f"no decision ends the reconcile after {result.taken}")
     creates: list[JsonDict] = []
     patches: list[Patch] = []
-    if status.get("state") not in FINISHED_STATES and not facts.spec_errors:
+    if status.get("state") not in FINISHED_STATES and not facts.spec_errors and not facts.being_deleted:
         creates, patches = diff_objects(desired_objects(job, facts.gang_scheduler), observed.owned)
     patches += release_claims(job, observed.owned)
-    workload = workload_writes(facts, result.status)
-    creates += workload.creates
-    patches += workload.patches
-    result.deletes_also(tuple(workload.deletes))
+    if not facts.being_deleted:  # the garbage collector deletes the job's Workload with it
+        workload = workload_writes(facts, result.status)
+        creates += workload.creates
+        patches += workload.patches
+        result.deletes_also(tuple(workload.deletes))
     result.deletes_also(force_delete_stuck(facts, result.status))
     final = result.status
     refused = facts.failures("blocked")
@@ -179,14 +178,6 @@ def _derived(status: Mapping[str, Any], facts: Facts) -> JsonDict:
         derived.setdefault("attempt", 0)
         derived.setdefault("restartCount", 0)
     return derived
-
-
-def _being_deleted(observed: Observed, status: JsonDict) -> Plan:
-    """A job being deleted (`kubectl delete --cascade=foreground` keeps it until the garbage collector
-    has deleted its pods and Services; someone else's finalizer may hold it too): nothing is created,
-    restarted or counted any more, as the ReplicaSet and Job controllers create nothing for an owner
-    being deleted; pods are let go as they end, so the garbage collector can finish."""
-    return Plan(status=status, releases=tracking.releases(observed.pods))
 
 
 def _unreadable(observed: Observed, status: JsonDict, error: SpecError) -> Plan:
