@@ -8,7 +8,7 @@ watch helper mishandles expired resourceVersions. So this module sends and recei
 retries 429 (honouring Retry-After), 5xx and transport failures with jittered exponential backoff,
 rate-limits every request with a token bucket, counts every HTTP attempt for
 `rest_client_requests_total`, and opens single-shot watches (`watch.WatchStream`) that another thread
-can close.
+can close. The HTTP exchange itself (credentials, the QPS budget, the count) is transport.py's.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import logging
 import math
 import random
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, Literal, Protocol
-from urllib.parse import urlencode, urlsplit
+from typing import Any, Final, Literal
+from urllib.parse import urlencode
 
 import kubernetes
 import tenacity
@@ -27,16 +27,11 @@ import urllib3
 
 from controller.runtime import boundedjson
 from controller.runtime.clock import Clock, RealClock
-from controller.runtime.errors import (
-    KubeError,
-    TooManyRequests,
-    TransportError,
-    error_from_status,
-    is_retryable,
-)
+from controller.runtime.errors import KubeError, TooManyRequests, is_retryable
 from controller.runtime.ratelimit import TokenBucket
 from controller.runtime.resource import Resource
-from controller.runtime.watch import TRANSPORT_EXCEPTIONS, WatchStream
+from controller.runtime.transport import Connection, NoMetrics, RestMetrics
+from controller.runtime.watch import WatchStream
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +45,6 @@ DEFAULT_CONNECT_TIMEOUT: Final = 30.0
 DEFAULT_READ_TIMEOUT: Final = 70.0
 # Pool size when the caller does not say: a handful of workers, three informer watches, a lease.
 DEFAULT_POOL_SIZE: Final = 16
-TRANSPORT_ERROR_CODE: Final = "<error>"
 
 PATCH_CONTENT_TYPES: Final[Mapping[str, str]] = {
     "merge": "application/merge-patch+json",
@@ -58,17 +52,6 @@ PATCH_CONTENT_TYPES: Final[Mapping[str, str]] = {
     "strategic": "application/strategic-merge-patch+json",
     "apply": "application/apply-patch+yaml",
 }
-
-
-class RestMetrics(Protocol):
-    """Receives one call per HTTP attempt, like client-go's rest_client_requests_total."""
-
-    def request(self, code: str, method: str, host: str) -> None: ...
-
-
-class _NoMetrics:
-    def request(self, code: str, method: str, host: str) -> None:
-        return None
 
 
 def _timeout(value: Timeout | None, default_read: float) -> urllib3.Timeout:
@@ -91,19 +74,6 @@ def _encode_query(query: Mapping[str, object] | None) -> str:
         else:
             pairs.append((key, str(value)))
     return "?" + urlencode(pairs) if pairs else ""
-
-
-def _headers(api_client: kubernetes.client.ApiClient, content_type: str | None) -> dict[str, str]:
-    headers: dict[str, str] = {str(k): str(v) for k, v in api_client.default_headers.items()}
-    headers["Accept"] = "application/json"
-    if content_type is not None:
-        headers["Content-Type"] = content_type
-    # auth_settings() runs the configuration's refresh hook, so rotated service-account tokens and
-    # exec-plugin credentials are picked up per request, as in the official client.
-    for setting in api_client.configuration.auth_settings().values():
-        if setting.get("in") == "header" and setting.get("value"):
-            headers[str(setting["key"])] = str(setting["value"])
-    return headers
 
 
 class _Retries:
@@ -170,65 +140,6 @@ class _Retries:
         return delay
 
 
-class _Connection:
-    """HTTP exchanges with the API server over the official client's connection pool: credentials
-    refreshed per request, the client-side QPS budget, and one count per attempt for
-    rest_client_requests_total. An answer other than 2xx raises its ApiError, no answer TransportError."""
-
-    def __init__(
-        self, api_client: kubernetes.client.ApiClient, metrics: RestMetrics, bucket: TokenBucket | None
-    ) -> None:
-        self._api = api_client
-        self.pool = api_client.rest_client.pool_manager
-        self._base = str(api_client.configuration.host).rstrip("/")
-        self.host: str = urlsplit(self._base).netloc or self._base
-        self._metrics = metrics
-        self._bucket = bucket
-
-    def exchange(
-        self,
-        method: str,
-        path_and_query: str,
-        *,
-        timeout: urllib3.Timeout,
-        stream: bool,
-        description: str,
-        data: bytes | None = None,
-        content_type: str | None = None,
-        accept: str = "application/json",
-    ) -> urllib3.BaseHTTPResponse:
-        """One request; a `stream` answer is returned unread (the caller reads it and releases it)."""
-        if self._bucket is not None:
-            self._bucket.wait()
-        headers = _headers(self._api, content_type)
-        headers["Accept"] = accept
-        try:
-            response = self.pool.request(
-                method,
-                self._base + path_and_query,
-                body=data,
-                headers=headers,
-                timeout=timeout,
-                retries=False,
-                preload_content=not stream,
-            )
-        except TRANSPORT_EXCEPTIONS as exc:
-            self._metrics.request(TRANSPORT_ERROR_CODE, method, self.host)
-            raise TransportError(f"{description}: {exc}") from exc
-        status = int(response.status)
-        self._metrics.request(str(status), method, self.host)
-        if not 200 <= status < 300:
-            try:
-                payload = response.data if not stream else response.read()
-            except TRANSPORT_EXCEPTIONS:
-                payload = b""
-            finally:
-                if stream:
-                    response.release_conn()
-            raise error_from_status(status, payload or b"", response.headers.get("Retry-After"))
-        return response
-
-
 class KubeClient:
     """Thread-safe; build one per process and share it (the connection pool and the QPS budget are shared)."""
 
@@ -249,7 +160,7 @@ class KubeClient:
         self._api = api_client
         self._clock: Clock = clock or RealClock()
         bucket = TokenBucket(qps, burst, self._clock) if qps > 0 else None
-        self._connection = _Connection(api_client, metrics or _NoMetrics(), bucket)
+        self._connection = Connection(api_client, metrics or NoMetrics(), bucket)
         self.host: str = self._connection.host
         self._retries = _Retries(
             self._clock,
@@ -267,7 +178,7 @@ class KubeClient:
 
     def close(self) -> None:
         """Drops pooled connections (open watches keep theirs until closed)."""
-        self._connection.pool.clear()
+        self._connection.close()
 
     # ---- the one request path -------------------------------------------------------------------------
 
@@ -281,13 +192,15 @@ class KubeClient:
         content_type: str = "application/json",
         timeout: Timeout | None = None,
         check_nesting: bool = True,
+        answer: bool = True,
     ) -> JsonObject:
         """Sends one API request (retrying transient failures) and returns the decoded JSON object.
 
         An empty answer body decodes to `{}`; values nested too deeply are truncated (see
         `boundedjson.loads`; `check_nesting` False for answers whose schema bounds their depth).
-        Raises the mapped `ApiError` for error answers and
-        `TransportError` when no answer arrived, after the retry budget is spent for retryable ones.
+        `answer` False (create, patch): a successful answer is read, not decoded, and `{}` returned,
+        for a caller that needs only to know the write was taken (decoding a created pod is costly).
+        Raises the mapped `ApiError` for error answers, `TransportError` when no answer arrived.
         """
         method = method.upper()
         result: JsonObject = self._retries.retrying(method, path)(
@@ -299,6 +212,7 @@ class KubeClient:
             content_type=content_type,
             timeout=timeout,
             check_nesting=check_nesting,
+            answer=answer,
         )
         return result
 
@@ -312,6 +226,7 @@ class KubeClient:
         content_type: str,
         timeout: Timeout | None,
         check_nesting: bool,
+        answer: bool,
     ) -> JsonObject:
         data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
         response = self._connection.exchange(
@@ -323,7 +238,8 @@ class KubeClient:
             stream=False,
             description=f"{method} {path}",
         )
-        return _decode_object(response.data or b"", method, path, check_nesting=check_nesting)
+        payload = response.data if answer else b""
+        return _decode_object(payload or b"", method, path, check_nesting=check_nesting)
 
     # ---- conveniences -----------------------------------------------------------------------------------
 
@@ -350,8 +266,8 @@ class KubeClient:
         }
         return self.request("GET", res.path(ns), query=query, check_nesting=not res.built_in)
 
-    def create(self, res: Resource, ns: str | None, body: JsonObject) -> JsonObject:
-        return self.request("POST", res.path(ns), body=body, check_nesting=not res.built_in)
+    def create(self, res: Resource, ns: str | None, body: JsonObject, *, answer: bool = True) -> JsonObject:
+        return self.request("POST", res.path(ns), body=body, check_nesting=not res.built_in, answer=answer)
 
     def replace(
         self, res: Resource, ns: str | None, name: str, body: JsonObject, *, subresource: str | None = None
@@ -369,6 +285,7 @@ class KubeClient:
         subresource: str | None = None,
         field_manager: str | None = None,
         force: bool = True,
+        answer: bool = True,
     ) -> JsonObject:
         """PATCH with the given patch type; `force` applies to server-side apply only."""
         content_type = PATCH_CONTENT_TYPES[patch_type]
@@ -386,6 +303,7 @@ class KubeClient:
             body=body,
             content_type=content_type,
             check_nesting=not res.built_in,
+            answer=answer,
         )
 
     def delete(

@@ -139,7 +139,11 @@ class EventRecorder:
         self._max_queue = max_queue
         self._on_drop = on_drop
 
-        self._cond = threading.Condition(threading.Lock())
+        # One lock; each writer waits on its own condition, so an Event wakes only the thread that
+        # writes it (a shared one woke every idle writer for each Event: GIL hand-offs for nothing), and
+        # `flush` waits on `_drained`.
+        self._lock = threading.Lock()
+        self._drained = threading.Condition(self._lock)
         self._shards = [
             _Shard(
                 client,
@@ -149,6 +153,7 @@ class EventRecorder:
                 max_similar=max(1, max_similar),
                 # The repeat bookkeeping is per writer thread; together they remember `cache_size` Events.
                 cache_size=max(1, cache_size // writers),
+                lock=self._lock,
             )
             for _ in range(writers)
         ]
@@ -165,18 +170,18 @@ class EventRecorder:
     @property
     def dropped(self) -> int:
         """Events dropped because the queue was full."""
-        with self._cond:
+        with self._lock:
             return self._dropped
 
     @property
     def pending(self) -> int:
         """Events recorded and not yet written: queued, or being written right now."""
-        with self._cond:
+        with self._lock:
             return self._queued + self._busy
 
     def start(self) -> None:
         """Starts the writer thread (done by the constructor unless `start=False`)."""
-        with self._cond:
+        with self._lock:
             if self._threads or self._closed:
                 return
             for index, shard in enumerate(self._shards):
@@ -208,7 +213,7 @@ class EventRecorder:
             logger.exception("not recording an event about a malformed object", extra={"reason": reason})
             return
         dropped_now = False
-        with self._cond:
+        with self._lock:
             if self._closed:
                 logger.debug("event recorder stopped; dropping event", extra={"reason": reason})
                 return
@@ -223,7 +228,7 @@ class EventRecorder:
                 shard = self._shards[hash((pending.namespace, involved.get("name"))) % len(self._shards)]
                 shard.queue.append(pending)
                 self._queued += 1
-                self._cond.notify_all()
+                shard.arrived.notify()
         if dropped_now:
             if first_of_burst:
                 logger.warning(
@@ -238,33 +243,34 @@ class EventRecorder:
 
     def flush(self, timeout: float) -> bool:
         """Waits until every queued event has been written (or given up on); False on timeout."""
-        with self._cond:
-            return self._cond.wait_for(lambda: not self._queued and not self._busy, timeout)
+        with self._lock:
+            return self._drained.wait_for(lambda: not self._queued and not self._busy, timeout)
 
     def stop(self, timeout: float = 10.0) -> bool:
         """Refuses new events, writes those already queued, and stops the writer thread.
 
         Returns True when everything queued was handled within `timeout` seconds.
         """
-        with self._cond:
+        with self._lock:
             self._closed = True
-            self._cond.notify_all()
+            for shard in self._shards:
+                shard.arrived.notify()
             threads = list(self._threads)
         deadline = self._clock.monotonic() + timeout
         for thread in threads:
             thread.join(max(0.0, deadline - self._clock.monotonic()))
             if thread.is_alive():
                 return False
-        with self._cond:
+        with self._lock:
             return not self._queued
 
     # ---- writer thread ----------------------------------------------------------------------------
 
     def _run(self, shard: _Shard) -> None:
         while True:
-            with self._cond:
+            with self._lock:
                 while not shard.queue and not self._closed:
-                    self._cond.wait()
+                    shard.arrived.wait()
                 if not shard.queue:
                     return
                 pending = shard.queue.popleft()
@@ -278,9 +284,10 @@ class EventRecorder:
                     extra={"reason": pending.reason, "object": pending.involved["name"]},
                 )
             finally:
-                with self._cond:
+                with self._lock:
                     self._busy -= 1
-                    self._cond.notify_all()
+                    if not self._queued and not self._busy:
+                        self._drained.notify_all()
 
 
 class _Shard:
@@ -296,6 +303,7 @@ class _Shard:
         window: float,
         max_similar: int,
         cache_size: int,
+        lock: threading.Lock,
     ) -> None:
         self._client = client
         self._component = component
@@ -304,6 +312,8 @@ class _Shard:
         self._max_similar = max_similar
         self._cache_size = cache_size
         self.queue: deque[_Pending] = deque()
+        # Signalled (under the recorder's lock) when this writer has an Event to write, or must stop.
+        self.arrived = threading.Condition(lock)
         self.written: OrderedDict[tuple[str, ...], _Written] = OrderedDict()
         self.similar: OrderedDict[tuple[str, ...], _Similar] = OrderedDict()
         self.last_nanos = 0

@@ -11,7 +11,8 @@ import os
 
 import kubernetes
 
-from controller.runtime.client import DEFAULT_POOL_SIZE, KubeClient, RestMetrics
+from controller.runtime.client import DEFAULT_POOL_SIZE, KubeClient
+from controller.runtime.transport import RestMetrics
 
 
 def from_kubeconfig(

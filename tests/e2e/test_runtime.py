@@ -85,14 +85,15 @@ def test_only_the_leader_reconciles(kubectl: Kubectl, namespace: str, start_oper
 
     # Every object was created once, by the leader.
     created = collections.Counter(
-        (line["name"], line["kind"], line["object"])
+        (line["name"], obj)
         for line in first.logs()
         if line.get("action") == "create"
+        for obj in line["objects"]
     )
     assert all(count == 1 for count in created.values()), created
-    pods = {(name, obj) for name, kind, obj in created if kind == "Pod"}
-    assert pods == {("alpha", f"alpha-worker-{i}") for i in range(2)} | {
-        ("beta", f"beta-worker-{i}") for i in range(3)
+    pods = {(name, obj) for name, obj in created if obj.startswith("Pod/")}
+    assert pods == {("alpha", f"Pod/alpha-worker-{i}") for i in range(2)} | {
+        ("beta", f"Pod/beta-worker-{i}") for i in range(3)
     }
     assert len(managed_pods(kubectl, namespace)) == 5
 

@@ -112,6 +112,37 @@ def test_create_and_replace_send_json(api: FakeApi, client: KubeClient) -> None:
     assert replaced.json() == pod()
 
 
+def test_a_write_whose_answer_is_not_wanted_returns_nothing_and_still_maps_refusals(
+    api: FakeApi, client: KubeClient
+) -> None:
+    api.script("POST", "/api/v1/namespaces/ns/pods", Reply(201, pod()))
+    api.script("PATCH", POD_PATH, Reply(200, pod(rv="2")))
+    api.script("POST", "/api/v1/namespaces/ns/pods", Reply(409, status(409, "AlreadyExists", "exists")))
+    assert client.create(kube.PODS, "ns", pod(), answer=False) == {}
+    assert client.patch(kube.PODS, "ns", "p", {"metadata": {"labels": {"a": "b"}}}, answer=False) == {}
+    with pytest.raises(AlreadyExists):
+        client.create(kube.PODS, "ns", pod(), answer=False)
+    created, patched, _ = api.requests()
+    assert created.json() == pod()
+    assert patched.json() == {"metadata": {"labels": {"a": "b"}}}
+
+
+def test_a_server_address_with_a_path_keeps_it_in_every_request(api: FakeApi, clock: RecordingClock) -> None:
+    """An API server behind a proxy that serves it under a path (a cluster manager's proxy URL)."""
+    configuration = api.configuration()
+    configuration.host = api.url + "/k8s/clusters/c-1/"
+    proxied = KubeClient(kubernetes.client.ApiClient(configuration), qps=0, burst=0, clock=clock)
+    api.script("GET", "/k8s/clusters/c-1" + POD_PATH, Reply(200, pod()))
+    api.script("POST", "/k8s/clusters/c-1/api/v1/namespaces/ns/pods", Reply(201, pod()))
+    assert proxied.get(kube.PODS, "ns", "p") == pod()
+    proxied.close()
+    assert proxied.create(kube.PODS, "ns", pod()) == pod()
+    assert [(sent.method, sent.path) for sent in api.requests()] == [
+        ("GET", "/k8s/clusters/c-1" + POD_PATH),
+        ("POST", "/k8s/clusters/c-1/api/v1/namespaces/ns/pods"),
+    ]
+
+
 def test_429_is_retried_and_retry_after_honoured(
     api: FakeApi, client: KubeClient, clock: RecordingClock, metrics: CountingMetrics
 ) -> None:
