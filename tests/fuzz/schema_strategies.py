@@ -147,14 +147,18 @@ class SchemaStrategies:
     def __init__(self, full_depth: int = FULL_DEPTH, optional_chance: int = 4) -> None:
         self.full_depth = full_depth
         self.optional_chance = optional_chance
-        self._cache: dict[tuple[int, int], st.SearchStrategy[JsonValue]] = {}
+        # Keyed by the node's id, and holding the node: a node built for one call (the `{}` of a list
+        # without `items`) and then freed could otherwise hand its id, and its strategy, to a node
+        # allocated later.
+        self._cache: dict[tuple[int, int], tuple[Schema, st.SearchStrategy[JsonValue]]] = {}
 
     def for_node(self, node: Schema, depth: int = 0) -> st.SearchStrategy[JsonValue]:
         key = (id(node), min(depth, self.full_depth + 1))
-        strategy = self._cache.get(key)
-        if strategy is None:
-            strategy = self._build(node, depth)
-            self._cache[key] = strategy
+        cached = self._cache.get(key)
+        if cached is not None and cached[0] is node:
+            return cached[1]
+        strategy = self._build(node, depth)
+        self._cache[key] = (node, strategy)
         return strategy
 
     def _build(self, node: Schema, depth: int) -> st.SearchStrategy[JsonValue]:
