@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 from builders.podgroup import GangScheduler
@@ -50,10 +51,11 @@ class Facts:
         deleted its pods and Services, and someone else's finalizer may keep it longer."""
         return bool(self.observed.job.get("metadata", {}).get("deletionTimestamp"))
 
-    @property
+    @cached_property
     def stamp(self) -> str:
         """The time as status records it: whole seconds, rounded up, so that a time written now and
-        read back later never makes a timer (backoff, deadline, schedule timeout, stall, TTL) fire early."""
+        read back later never makes a timer (backoff, deadline, schedule timeout, stall, TTL) fire early.
+        Read by every transition of a reconcile; formatted once."""
         return rfc3339(ceil_to_second(self.observed.now))
 
     @property
