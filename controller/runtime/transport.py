@@ -6,6 +6,7 @@ path's cost can be read in one place: a burst of creates spends much of the oper
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Final, Protocol
 from urllib.parse import urlsplit
 
@@ -91,29 +92,23 @@ class Connection:
             self._bucket.wait()
         headers = _headers(self._api, content_type)
         headers["Accept"] = accept
+        send: Callable[..., urllib3.BaseHTTPResponse]
+        if self._server is not None:
+            send, url = self._server.urlopen, self._prefix + path_and_query
+        else:
+            send, url = self.pool.urlopen, self._base + path_and_query
         try:
-            if self._server is not None:
-                response = self._server.urlopen(
-                    method,
-                    self._prefix + path_and_query,
-                    body=data,
-                    headers=headers,
-                    timeout=timeout,
-                    retries=False,
-                    redirect=False,
-                    preload_content=not stream,
-                    release_conn=not stream,
-                )
-            else:
-                response = self.pool.request(
-                    method,
-                    self._base + path_and_query,
-                    body=data,
-                    headers=headers,
-                    timeout=timeout,
-                    retries=False,
-                    preload_content=not stream,
-                )
+            response = send(
+                method,
+                url,
+                body=data,
+                headers=headers,
+                timeout=timeout,
+                retries=False,
+                redirect=False,
+                preload_content=not stream,
+                release_conn=not stream,
+            )
         except TRANSPORT_EXCEPTIONS as exc:
             self._metrics.request(TRANSPORT_ERROR_CODE, method, self.host)
             raise TransportError(f"{description}: {exc}") from exc

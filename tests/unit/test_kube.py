@@ -143,6 +143,18 @@ def test_a_server_address_with_a_path_keeps_it_in_every_request(api: FakeApi, cl
     ]
 
 
+def test_requests_through_a_proxy_go_to_the_proxy(api: FakeApi, clock: RecordingClock) -> None:
+    """A kubeconfig's proxy-url: the official client's proxy manager carries every request."""
+    configuration = api.configuration()
+    configuration.host = "http://api-server.invalid:6443"
+    configuration.proxy = api.url
+    proxied = KubeClient(kubernetes.client.ApiClient(configuration), qps=0, burst=0, clock=clock)
+    api.script("GET", POD_PATH, Reply(200, pod()))
+    assert proxied.get(kube.PODS, "ns", "p") == pod()
+    (sent,) = api.requests("GET", POD_PATH)
+    assert sent.headers["Host"] == "api-server.invalid:6443"
+
+
 def test_429_is_retried_and_retry_after_honoured(
     api: FakeApi, client: KubeClient, clock: RecordingClock, metrics: CountingMetrics
 ) -> None:
