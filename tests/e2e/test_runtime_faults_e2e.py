@@ -392,8 +392,11 @@ def test_sigterm_without_leader_election_and_json_logs(
     assert {entry["level"] for entry in entries} <= {"INFO", "WARNING", "ERROR"}
     for entry in entries:
         assert {"time", "level", "logger", "message"} <= set(entry)
-    created = [entry for entry in entries if entry.get("action") == "create" and entry["kind"] == "Pod"]
-    assert {entry["object"] for entry in created} == {"logged-worker-0", "logged-worker-1"}
+    created = {obj for entry in entries if entry.get("action") == "create" for obj in entry["objects"]}
+    assert {obj for obj in created if obj.startswith("Pod/")} == {
+        "Pod/logged-worker-0",
+        "Pod/logged-worker-1",
+    }
     for entry in reconcile_lines(operator):
         assert entry["namespace"] == namespace
         assert entry["name"] == "logged"
