@@ -14,7 +14,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Final
 
 from builders.podgroup import GangScheduler
-from controller.runtime.client import DEFAULT_POOL_SIZE, KubeClient
+from controller.runtime.client import KubeClient
 from controller.runtime.errors import KubeError, NotFound
 from controller.runtime.kubeconfig import from_kubeconfig as _client_from_kubeconfig
 from controller.runtime.resource import (
@@ -34,7 +34,7 @@ from controller.runtime.resource import (
     SERVICES,
     Resource,
 )
-from controller.runtime.transport import RestMetrics
+from controller.runtime.transport import DEFAULT_POOL_SIZE, RestMetrics
 from crd import contract
 
 __all__ = [

@@ -104,6 +104,7 @@ _KNOWN_CAUSES = (
     ("timed out", "timed out"),
     ("CERTIFICATE_VERIFY_FAILED", "the server's TLS certificate is not trusted"),
     ("SSLError", "TLS handshake failed"),
+    ("[SSL", "TLS handshake failed"),
     ("RemoteDisconnected", "the server closed the connection"),
     ("Connection reset", "connection reset"),
 )

@@ -16,6 +16,7 @@ import urllib3
 from controller.resources import PODS
 from controller.runtime.client import KubeClient
 from controller.runtime.errors import ApiError, KubeError, NotFound
+from controller.runtime.http11 import StreamingAnswer
 from crd import contract
 from trainingjob_client.errors import (
     ClusterUnreachable,
@@ -52,7 +53,7 @@ def open_log(
     *,
     follow: bool,
     tail_lines: int | None = None,
-) -> urllib3.BaseHTTPResponse:
+) -> StreamingAnswer:
     """The open pods/log answer for `rank`'s trainer container; LogsUnavailable saying why not.
 
     The pod is read first: a pod that is gone or not yet on a node has no log to ask a kubelet for.
@@ -106,7 +107,7 @@ def _gone(job: TrainingJob, pod: str, rank: int) -> str:
     return text
 
 
-def read_all(response: urllib3.BaseHTTPResponse, description: str) -> str:
+def read_all(response: StreamingAnswer, description: str) -> str:
     try:
         return bytes(response.read()).decode("utf-8", errors="replace")
     except (urllib3.exceptions.HTTPError, OSError) as error:
@@ -117,7 +118,7 @@ def read_all(response: urllib3.BaseHTTPResponse, description: str) -> str:
         response.release_conn()
 
 
-def lines(response: urllib3.BaseHTTPResponse, description: str) -> Iterator[str]:
+def lines(response: StreamingAnswer, description: str) -> Iterator[str]:
     """The log's lines (without their newline) as they arrive; the stream is released at the end."""
     buffer = b""
     try:

@@ -2,13 +2,14 @@
 
 The official Python client is used only for what it does well: reading kubeconfig / in-cluster
 credentials (tokens, client certificates, exec plugins, token refresh) and building the TLS/proxy
-aware urllib3 pool. Everything above the socket is done here, because the generated typed layer is
-slow and lossy for a long-running controller, retries nothing, has no client-side QPS limit and its
-watch helper mishandles expired resourceVersions. So this module sends and receives plain dicts,
-retries 429 (honouring Retry-After), 5xx and transport failures with jittered exponential backoff,
-rate-limits every request with a token bucket, counts every HTTP attempt for
-`rest_client_requests_total`, and opens single-shot watches (`watch.WatchStream`) that another thread
-can close. The HTTP exchange itself (credentials, the QPS budget, the count) is transport.py's.
+aware urllib3 pool that opens the connections. Everything above the socket is done here, because the
+generated typed layer is slow and lossy for a long-running controller, retries nothing, has no
+client-side QPS limit and its watch helper mishandles expired resourceVersions. So this module sends
+and receives plain dicts, retries 429 (honouring Retry-After), 5xx and transport failures with
+jittered exponential backoff, rate-limits every request with a token bucket, counts every HTTP attempt
+for `rest_client_requests_total`, and opens single-shot watches (`watch.WatchStream`) that another
+thread can close. The HTTP exchange itself (credentials, the QPS budget, the count) is transport.py's,
+the HTTP/1.1 framing http11.py's.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ import json
 import logging
 import math
 import random
-from collections.abc import Mapping, Sequence
-from typing import Any, Final, Literal
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
+from typing import Any, Final, Literal, TypeVar
 from urllib.parse import urlencode
 
 import kubernetes
@@ -28,6 +30,7 @@ import urllib3
 from controller.runtime import boundedjson
 from controller.runtime.clock import Clock, RealClock
 from controller.runtime.errors import KubeError, TooManyRequests, is_retryable
+from controller.runtime.http11 import StreamingAnswer
 from controller.runtime.ratelimit import TokenBucket
 from controller.runtime.resource import Resource
 from controller.runtime.transport import Connection, NoMetrics, RestMetrics
@@ -38,13 +41,12 @@ logger = logging.getLogger(__name__)
 JsonObject = dict[str, Any]
 PatchType = Literal["merge", "json", "strategic", "apply"]
 Timeout = float | tuple[float, float]
+_T = TypeVar("_T")
 
 # client-go dials with a 30 s timeout; the API server ends ordinary (non-watch) requests after 60 s
 # (--request-timeout), so a read timeout a little above that lets the server's own answer arrive first.
 DEFAULT_CONNECT_TIMEOUT: Final = 30.0
 DEFAULT_READ_TIMEOUT: Final = 70.0
-# Pool size when the caller does not say: a handful of workers, three informer watches, a lease.
-DEFAULT_POOL_SIZE: Final = 16
 
 PATCH_CONTENT_TYPES: Final[Mapping[str, str]] = {
     "merge": "application/merge-patch+json",
@@ -98,8 +100,27 @@ class _Retries:
         self._backoff_initial = backoff_initial
         self._backoff_max = backoff_max
 
-    def retrying(self, method: str, path: str) -> tenacity.Retrying:
+    def call(self, method: str, path: str, attempt: Callable[[], _T]) -> _T:
+        """`attempt()`, tried again while the policy allows. The first try runs without tenacity
+        (most requests succeed at once, and building a `Retrying` costs about as much as an exchange
+        with the API server); a retryable failure is handed to tenacity as its first attempt's
+        outcome, so the waits, the budget and the log are tenacity's from there on."""
         started = self._clock.monotonic()
+        try:
+            return attempt()
+        except Exception as exc:
+            if not is_retryable(exc) or self._max_attempts <= 1:
+                raise
+            first_failure: list[Exception] = [exc]
+
+        def replayed() -> _T:
+            if first_failure:
+                raise first_failure.pop()
+            return attempt()
+
+        return self._retrying(method, path, started)(replayed)
+
+    def _retrying(self, method: str, path: str, started: float) -> tenacity.Retrying:
 
         def stop(state: tenacity.RetryCallState) -> bool:
             # The wait is computed before the stop check, so a retry that could only start after
@@ -203,18 +224,21 @@ class KubeClient:
         Raises the mapped `ApiError` for error answers, `TransportError` when no answer arrived.
         """
         method = method.upper()
-        result: JsonObject = self._retries.retrying(method, path)(
-            self._attempt,
+        return self._retries.call(
             method,
             path,
-            query=query,
-            body=body,
-            content_type=content_type,
-            timeout=timeout,
-            check_nesting=check_nesting,
-            answer=answer,
+            partial(
+                self._attempt,
+                method,
+                path,
+                query=query,
+                body=body,
+                content_type=content_type,
+                timeout=timeout,
+                check_nesting=check_nesting,
+                answer=answer,
+            ),
         )
-        return result
 
     def _attempt(
         self,
@@ -229,17 +253,15 @@ class KubeClient:
         answer: bool,
     ) -> JsonObject:
         data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
-        response = self._connection.exchange(
+        payload = self._connection.exchange(
             method,
             path + _encode_query(query),
             data=data,
             content_type=content_type if data is not None else None,
             timeout=_timeout(timeout if timeout is not None else self._timeout, DEFAULT_READ_TIMEOUT),
-            stream=False,
             description=f"{method} {path}",
         )
-        payload = response.data if answer else b""
-        return _decode_object(payload or b"", method, path, check_nesting=check_nesting)
+        return _decode_object(payload if answer else b"", method, path, check_nesting=check_nesting)
 
     # ---- conveniences -----------------------------------------------------------------------------------
 
@@ -369,15 +391,14 @@ class KubeClient:
         read_timeout: float | None,
         description: str | None = None,
         accept: str = "application/json",
-    ) -> urllib3.BaseHTTPResponse:
+    ) -> StreamingAnswer:
         """GET whose answer is read as it arrives (watches, followed pod logs); rate-limited, never retried.
 
         Returns the open response of a 200 answer; the caller reads it and calls `release_conn()`.
         A `read_timeout` of None waits for the next byte as long as it takes (a followed log).
         An error answer raises the mapped `ApiError`, no answer `TransportError`.
         """
-        return self._connection.exchange(
-            "GET",
+        return self._connection.open_stream(
             path + _encode_query(query),
             accept=accept,
             timeout=urllib3.Timeout(
@@ -386,7 +407,6 @@ class KubeClient:
                 else min(DEFAULT_CONNECT_TIMEOUT, read_timeout),
                 read=read_timeout,
             ),
-            stream=True,
             description=description or f"GET {path}",
         )
 

@@ -11,8 +11,8 @@ import os
 
 import kubernetes
 
-from controller.runtime.client import DEFAULT_POOL_SIZE, KubeClient
-from controller.runtime.transport import RestMetrics
+from controller.runtime.client import KubeClient
+from controller.runtime.transport import DEFAULT_POOL_SIZE, RestMetrics
 
 
 def from_kubeconfig(

@@ -13,11 +13,14 @@ from urllib.parse import urlsplit
 import kubernetes
 import urllib3
 
+from controller.runtime import http11
 from controller.runtime.errors import TransportError, error_from_status
 from controller.runtime.ratelimit import TokenBucket
 from controller.runtime.watch import TRANSPORT_EXCEPTIONS
 
 TRANSPORT_ERROR_CODE: Final = "<error>"
+# Pool size when the configuration does not say: a handful of workers, informer watches, a lease.
+DEFAULT_POOL_SIZE: Final = 16
 
 
 class RestMetrics(Protocol):
@@ -47,9 +50,14 @@ def _headers(api_client: kubernetes.client.ApiClient, content_type: str | None) 
 
 
 class Connection:
-    """HTTP exchanges with the API server over the official client's connection pool: credentials
-    refreshed per request, the client-side QPS budget, and one count per attempt for
-    rest_client_requests_total. An answer other than 2xx raises its ApiError, no answer TransportError."""
+    """HTTP exchanges with the API server: credentials refreshed per request, the client-side QPS
+    budget, and one count per attempt for rest_client_requests_total. An answer other than 2xx raises
+    its ApiError, no answer TransportError.
+
+    Requests and streams (watches, logs) go through `http11.ConnectionPool`, over connections that the
+    official client's urllib3 pool opens (TLS from the kubeconfig). Through a kubeconfig's proxy they
+    go through the official client's proxy manager, which rewrites every request.
+    """
 
     def __init__(
         self, api_client: kubernetes.client.ApiClient, metrics: RestMetrics, bucket: TokenBucket | None
@@ -59,13 +67,19 @@ class Connection:
         self._base = str(api_client.configuration.host).rstrip("/")
         base = urlsplit(self._base)
         self.host: str = base.netloc or self._base
-        # The API server's connection pool, looked up once: the manager's `request` parses the URL and
-        # finds the pool again on every call, a few percent of the operator's CPU in a burst of
-        # creates. A proxy manager rewrites every request, so it stays in the path.
-        self._server: urllib3.HTTPConnectionPool | None = None
         self._prefix = base.path
+        # The API server's urllib3 pool, looked up once (the manager's `request` parses the URL and
+        # finds the pool again on every call).
+        self._server: urllib3.HTTPConnectionPool | None = None
+        self._direct: http11.ConnectionPool | None = None
         if type(self.pool) is urllib3.PoolManager and base.scheme in ("http", "https"):
             self._server = self.pool.connection_from_url(self._base)
+            maxsize = api_client.configuration.connection_pool_maxsize or DEFAULT_POOL_SIZE
+            self._direct = http11.ConnectionPool(
+                self._server._new_conn,  # an unopened connection with the pool's TLS settings
+                self.host.rpartition("@")[2],
+                int(maxsize),
+            )
         self._metrics = metrics
         self._bucket = bucket
 
@@ -74,6 +88,8 @@ class Connection:
         self.pool.clear()
         if self._server is not None:
             self._server = self.pool.connection_from_url(self._base)
+        if self._direct is not None:
+            self._direct.clear()
 
     def exchange(
         self,
@@ -81,17 +97,78 @@ class Connection:
         path_and_query: str,
         *,
         timeout: urllib3.Timeout,
-        stream: bool,
         description: str,
         data: bytes | None = None,
         content_type: str | None = None,
-        accept: str = "application/json",
-    ) -> urllib3.BaseHTTPResponse:
-        """One request; a `stream` answer is returned unread (the caller reads it and releases it)."""
+    ) -> bytes:
+        """One complete request; returns the body of a 2xx answer."""
+        headers = self._prepare(content_type, "application/json")
+        if self._direct is None:
+            response = self._urllib3(
+                method, path_and_query, headers=headers, data=data, timeout=timeout, description=description
+            )
+            return response.data or b""
+        try:
+            answer = self._direct.request(method, self._prefix + path_and_query, headers, data, timeout)
+        except TRANSPORT_EXCEPTIONS as exc:
+            raise self._no_answer(method, description, exc) from exc
+        self._metrics.request(str(answer.status), method, self.host)
+        if not 200 <= answer.status < 300:
+            raise error_from_status(answer.status, answer.body, answer.headers.get("retry-after"))
+        return answer.body
+
+    def open_stream(
+        self, path_and_query: str, *, timeout: urllib3.Timeout, description: str, accept: str
+    ) -> http11.StreamingAnswer:
+        """A GET whose 2xx answer is returned unread (the caller reads it and releases it)."""
+        headers = self._prepare(None, accept)
+        if self._direct is None:
+            return self._urllib3(
+                "GET",
+                path_and_query,
+                headers=headers,
+                data=None,
+                timeout=timeout,
+                description=description,
+                stream=True,
+            )
+        try:
+            stream = self._direct.open(self._prefix + path_and_query, headers, timeout)
+        except TRANSPORT_EXCEPTIONS as exc:
+            raise self._no_answer("GET", description, exc) from exc
+        self._metrics.request(str(stream.status), "GET", self.host)
+        if 200 <= stream.status < 300:
+            return stream
+        try:
+            payload = stream.read()
+        except TRANSPORT_EXCEPTIONS:
+            payload = b""
+        finally:
+            stream.close()
+        raise error_from_status(stream.status, payload, stream.headers.get("retry-after"))
+
+    def _no_answer(self, method: str, description: str, exc: BaseException) -> TransportError:
+        self._metrics.request(TRANSPORT_ERROR_CODE, method, self.host)
+        return TransportError(f"{description}: {str(exc) or type(exc).__name__}")
+
+    def _prepare(self, content_type: str | None, accept: str) -> dict[str, str]:
         if self._bucket is not None:
             self._bucket.wait()
         headers = _headers(self._api, content_type)
         headers["Accept"] = accept
+        return headers
+
+    def _urllib3(
+        self,
+        method: str,
+        path_and_query: str,
+        *,
+        headers: dict[str, str],
+        data: bytes | None,
+        timeout: urllib3.Timeout,
+        description: str,
+        stream: bool = False,
+    ) -> urllib3.BaseHTTPResponse:
         send: Callable[..., urllib3.BaseHTTPResponse]
         if self._server is not None:
             send, url = self._server.urlopen, self._prefix + path_and_query
@@ -110,8 +187,7 @@ class Connection:
                 release_conn=not stream,
             )
         except TRANSPORT_EXCEPTIONS as exc:
-            self._metrics.request(TRANSPORT_ERROR_CODE, method, self.host)
-            raise TransportError(f"{description}: {exc}") from exc
+            raise self._no_answer(method, description, exc) from exc
         status = int(response.status)
         self._metrics.request(str(status), method, self.host)
         if not 200 <= status < 300:

@@ -20,6 +20,7 @@ import urllib3
 
 from controller.runtime import boundedjson
 from controller.runtime.errors import ApiError, Gone, TransportError, error_from_status
+from controller.runtime.http11 import StreamingAnswer
 
 logger = logging.getLogger(__name__)
 
@@ -40,9 +41,7 @@ class WatchStream:
 
     _CHUNK: Final = 64 * 1024
 
-    def __init__(
-        self, response: urllib3.BaseHTTPResponse, description: str, *, check_nesting: bool = True
-    ) -> None:
+    def __init__(self, response: StreamingAnswer, description: str, *, check_nesting: bool = True) -> None:
         self._response = response
         self._description = description
         self._check_nesting = check_nesting
@@ -115,9 +114,9 @@ class WatchStream:
                         if event is not None:
                             yield event
                     return
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
+                # A read holds all events that have arrived (many, in a burst): split once.
+                *lines, buffer = (buffer + chunk).split(b"\n")
+                for line in lines:
                     if not line.strip():
                         continue
                     event = self._parse(line)
@@ -146,7 +145,7 @@ class WatchStream:
             self._release()
             return b""
         if error is not None:
-            if isinstance(error, urllib3.exceptions.ReadTimeoutError):
+            if isinstance(error, urllib3.exceptions.ReadTimeoutError | TimeoutError):
                 raise TransportError(f"{self._description}: read timed out") from error
             raise TransportError(f"{self._description}: {error}") from error
         return data

@@ -208,6 +208,21 @@ def test_a_cluster_that_is_down_is_one_sentence() -> None:
     )
 
 
+def test_a_server_that_does_not_speak_tls_is_one_sentence(api: FakeApi) -> None:
+    """An https:// address of a plain HTTP server (the fake API server)."""
+    configuration = api.configuration()
+    configuration.host = api.url.replace("http://", "https://")
+    import kubernetes  # noqa: PLC0415 - only these tests build their own configuration
+
+    kube = KubeClient(
+        kubernetes.client.ApiClient(configuration), qps=0, burst=0, max_attempts=1, backoff_initial=0.01
+    )
+    with pytest.raises(ClusterUnreachable) as raised:
+        TrainingJobClient(NAMESPACE, kube=kube).get("mnist")
+    host = api.url.removeprefix("http://")
+    assert str(raised.value) == f"cannot reach the Kubernetes API server at {host}: TLS handshake failed"
+
+
 def test_list_suspend_resume_and_delete(api: FakeApi, client: TrainingJobClient) -> None:
     api.script("GET", JOBS, Reply(200, items_list([job("b"), job("a")], "7")))
     assert [j.name for j in client.list()] == ["a", "b"]
