@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
-from typing import Any
+from typing import Any, Final
 
 from builders.podgroup import GangScheduler
 from controller.planner import podstate
@@ -135,6 +135,9 @@ def attempt_of(status: Mapping[str, Any]) -> int:
     return int(status.get("attempt", 0))
 
 
+_STATES: Final[Mapping[str, State]] = {state.value: state for state in State}
+
+
 def state_of(status: Mapping[str, Any]) -> State | None:
     state = status.get("state")
-    return State(state) if state in list(State) else None
+    return _STATES.get(state) if isinstance(state, str) else None

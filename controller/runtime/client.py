@@ -14,7 +14,6 @@ the HTTP/1.1 framing http11.py's.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import random
@@ -27,7 +26,7 @@ import kubernetes
 import tenacity
 import urllib3
 
-from controller.runtime import boundedjson
+from controller.runtime import boundedjson, fastjson
 from controller.runtime.clock import Clock, RealClock
 from controller.runtime.errors import KubeError, TooManyRequests, is_retryable
 from controller.runtime.http11 import StreamingAnswer
@@ -252,7 +251,7 @@ class KubeClient:
         check_nesting: bool,
         answer: bool,
     ) -> JsonObject:
-        data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+        data = None if body is None else fastjson.dumps(body)
         payload = self._connection.exchange(
             method,
             path + _encode_query(query),

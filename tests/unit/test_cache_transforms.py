@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import copy
 import json
+import sys
 from dataclasses import replace
 
 from controller.planner import Plan, plan
+from controller.runtime import fastjson
 from controller.runtime.delivery import compact
 from controller.watches import node_readiness, pod_essentials
 from crd import contract
@@ -88,7 +90,7 @@ def test_node_readiness_keeps_the_ready_condition() -> None:
     assert "images" not in reduced["status"]
 
 
-def test_compact_shares_keys_and_short_strings_and_keeps_values() -> None:
+def test_decoded_and_compacted_objects_share_keys_and_short_strings_and_keep_values() -> None:
     text = json.dumps(
         {
             "metadata": {"labels": {"training-job": "bert"}},
@@ -98,7 +100,7 @@ def test_compact_shares_keys_and_short_strings_and_keeps_values() -> None:
             "count": 3,
         }
     )
-    first, second = compact(json.loads(text)), compact(json.loads(text))
+    first, second = compact(fastjson.loads(text)), compact(fastjson.loads(text))
     assert first == json.loads(text)
     first_keys = {id(key) for key in first["metadata"]["labels"]} | {id(key) for key in first["status"]}
     second_keys = {id(key) for key in second["metadata"]["labels"]} | {id(key) for key in second["status"]}
@@ -106,3 +108,13 @@ def test_compact_shares_keys_and_short_strings_and_keeps_values() -> None:
     assert first["status"]["phase"] is second["status"]["phase"]
     assert first["items"][0]["status"] is second["items"][0]["status"]
     assert first["message"] is not second["message"]  # long strings are left alone
+
+
+def test_compact_changes_the_object_in_place() -> None:
+    decoded = fastjson.loads(b'{"status": {"conditions": [{"type": "Ready", "status": "True"}]}}')
+    status, condition = decoded["status"], decoded["status"]["conditions"][0]
+    compacted = compact(decoded)
+    assert compacted is decoded
+    assert compacted["status"] is status
+    assert compacted["status"]["conditions"][0] is condition
+    assert condition["status"] is sys.intern("True")
