@@ -100,14 +100,18 @@ class _Socket:
 
     def line(self) -> bytes:
         """One CRLF-terminated line, without its end."""
+        return self.until(b"\r\n", "a line of the answer")
+
+    def until(self, end: bytes, what: str) -> bytes:
+        """The bytes up to `end` (which is consumed, not returned), reading until it has arrived."""
         while True:
-            end = self.buffer.find(b"\r\n")
-            if end >= 0:
-                line = bytes(self.buffer[:end])
-                del self.buffer[: end + 2]
-                return line
+            found = self.buffer.find(end)
+            if found >= 0:
+                data = bytes(self.buffer[:found])
+                del self.buffer[: found + len(end)]
+                return data
             if len(self.buffer) > _MAX_HEAD:
-                raise ProtocolError("a line of the answer is too long")
+                raise ProtocolError(f"{what} is too long")
             self.fill()
 
     def more(self) -> bool:
@@ -151,18 +155,6 @@ def parse_head(head: bytes) -> tuple[str, int, dict[str, str]]:
     return parts[0].decode("latin-1"), int(parts[1]), headers
 
 
-def _read_head(sock: _Socket) -> bytes:
-    while True:
-        end = sock.buffer.find(b"\r\n\r\n")
-        if end >= 0:
-            head = bytes(sock.buffer[:end])
-            del sock.buffer[: end + 4]
-            return head
-        if len(sock.buffer) > _MAX_HEAD:
-            raise ProtocolError("the answer's head is too long")
-        sock.fill()
-
-
 class _Body:
     """An answer's body as it arrives, whatever its framing: chunked (watches), Content-Length, or
     until the server closes the connection. `read1` returns what can be decoded from the bytes already
@@ -183,10 +175,7 @@ class _Body:
         if "content-length" not in headers:
             self._until_close = True
             return
-        try:
-            self._left = int(headers["content-length"])
-        except ValueError:
-            raise ProtocolError(f"not a Content-Length: {headers['content-length'][:20]!r}") from None
+        self._left = _count(headers["content-length"].encode("latin-1"), 10, "a Content-Length")
         self.ended = self._left == 0
 
     @property
@@ -259,10 +248,7 @@ class _Body:
             return False
         size_field = bytes(buffer[:end]).split(b";", 1)[0].strip()
         del buffer[: end + 2]
-        try:
-            self._left = int(size_field, 16)
-        except ValueError:
-            raise ProtocolError(f"not a chunk size: {size_field[:20]!r}") from None
+        self._left = _count(size_field, 16, "a chunk size")
         if self._left == 0:
             while self._sock.line():  # trailers, up to the empty line that ends them
                 pass
@@ -271,9 +257,18 @@ class _Body:
         return True
 
 
+def _count(field: bytes, base: int, what: str) -> int:
+    """A length field: digits only (no sign, no spaces inside)."""
+    text = field.strip()
+    digits = b"0123456789abcdefABCDEF" if base == 16 else b"0123456789"
+    if not text or text.strip(digits):
+        raise ProtocolError(f"not {what}: {field[:20]!r}")
+    return int(text, base)
+
+
 def _read_head_of_answer(sock: _Socket) -> tuple[str, int, dict[str, str]]:
     while True:
-        version, status, headers = parse_head(_read_head(sock))
+        version, status, headers = parse_head(sock.until(b"\r\n\r\n", "the answer's head"))
         if not 100 <= status < 200:
             return version, status, headers  # 1xx interim answers (none is asked for) are skipped
 

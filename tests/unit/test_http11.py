@@ -210,8 +210,18 @@ def test_an_answer_cut_short_is_a_protocol_error_and_the_connection_is_dropped(s
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabXY",
         b"HTTP/1.1 200 OK\r\nContent-Length: many\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: -5\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n-2\r\nab\r\n0\r\n\r\n",
     ],
-    ids=["not-http", "bad-header", "bad-chunk-size", "chunk-without-crlf", "bad-length"],
+    ids=[
+        "not-http",
+        "bad-header",
+        "bad-chunk-size",
+        "chunk-without-crlf",
+        "bad-length",
+        "negative-length",
+        "negative-chunk-size",
+    ],
 )
 def test_broken_framing_is_a_protocol_error(server: RawServer, answer: bytes) -> None:
     server.script(answer)
