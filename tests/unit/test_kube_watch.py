@@ -76,6 +76,22 @@ def test_watch_yields_events_and_sends_watch_parameters(
     assert metrics.calls == [("200", "GET", client.host)]
 
 
+def test_a_watch_through_a_kubeconfig_proxy_goes_to_the_proxy(api: FakeApi, clock: RecordingClock) -> None:
+    """Through a proxy the official client's proxy manager carries the stream (urllib3's response)."""
+    configuration = api.configuration()
+    configuration.host = "http://api-server.invalid:6443"
+    configuration.proxy = api.url
+    proxied = KubeClient(kubernetes.client.ApiClient(configuration), qps=0, burst=0, clock=clock)
+    api.script("GET", "/api/v1/pods", Stream((event("ADDED", pod(rv="3")), event("DELETED", pod(rv="4")))))
+    with proxied.watch(kube.PODS, resource_version="1", timeout_seconds=60, read_timeout=5.0) as stream:
+        assert [(kind, obj["metadata"]["resourceVersion"]) for kind, obj in stream] == [
+            ("ADDED", "3"),
+            ("DELETED", "4"),
+        ]
+    (sent,) = api.requests("GET", "/api/v1/pods")
+    assert sent.headers["Host"] == "api-server.invalid:6443"
+
+
 def test_watch_event_split_across_chunks(api: FakeApi, client: KubeClient) -> None:
     line = b'{"type": "ADDED", "object": {"metadata": {"name": "p", "resourceVersion": "3"}}}\n'
     api.script("GET", "/api/v1/pods", Stream((line[:20], line[20:50], line[50:])))
