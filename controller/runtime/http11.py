@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 import socket
+import ssl
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -38,6 +39,9 @@ _NO_BODY_STATUSES: Final = frozenset({204, 304})
 # escape already made); anything else is percent-encoded, as urllib3 does.
 _TARGET_SAFE: Final = "!$&'()*+,;=:@/?%"
 _NEEDS_ENCODING: Final = re.compile(r"[^A-Za-z0-9\-._~!$&'()*+,;=:@/?%]")
+# How a send ends when the server has stopped reading the request (perhaps after answering it): over TCP
+# a reset or a broken pipe, over TLS also an EOF where OpenSSL expected more.
+_SEND_CUT: Final = (BrokenPipeError, ConnectionResetError, ssl.SSLEOFError)
 
 
 class ProtocolError(urllib3.exceptions.ProtocolError):
@@ -287,6 +291,16 @@ def _read_answer(sock: _Socket, method: str) -> tuple[Answer, bool]:
     return Answer(status, headers, data), reusable
 
 
+def _answer_after_cut(sock: _Socket, method: str, cut: OSError) -> Answer:
+    """The answer a server sent before it stopped reading the request: the API server's 413 for a body
+    over its limit, a proxy's 401. urllib3 reads it too; when none came, the send's error is raised."""
+    try:
+        answer, _ = _read_answer(sock, method)
+    except (OSError, ProtocolError):
+        raise cut from None
+    return answer
+
+
 class Stream:
     """An answer read as it arrives (a watch), on a connection of its own that is closed at the end.
 
@@ -352,13 +366,16 @@ class ConnectionPool:
         timeout: urllib3.Timeout,
     ) -> Answer:
         """One exchange; OSError (timeouts included), urllib3's connect errors or ProtocolError when no
-        complete answer arrived."""
+        complete answer arrived. An answer sent before the body was all written is the answer."""
         head = request_head(method, target, self._host, headers, None if body is None else len(body))
         sock = self._checkout(timeout)
         reusable = False
         try:
             sock.raw.settimeout(_seconds(timeout.read_timeout))
-            sock.raw.sendall(head + body if body else head)
+            try:
+                sock.raw.sendall(head + body if body else head)
+            except _SEND_CUT as cut:
+                return _answer_after_cut(sock, method, cut)
             answer, reusable = _read_answer(sock, method)
         finally:
             self._checkin(sock, reusable)

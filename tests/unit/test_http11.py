@@ -5,7 +5,6 @@ another thread."""
 
 from __future__ import annotations
 
-import socket
 import threading
 from collections.abc import Iterator
 from contextlib import closing
@@ -15,72 +14,9 @@ import urllib3
 from urllib3.connection import HTTPConnection
 
 from controller.runtime import http11
+from tests.unit.rawserver import RawServer
 
 TIMEOUT = urllib3.Timeout(connect=5.0, read=5.0)
-
-
-class RawServer:
-    """Accepts connections; each one is served by the next scripted handler, which gets the socket and
-    the request bytes the client sent (up to the end of its head and any Content-Length body)."""
-
-    def __init__(self) -> None:
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port: int = self._listener.getsockname()[1]
-        self.requests: list[bytes] = []
-        self.connections = 0
-        self._threads: list[threading.Thread] = []
-        self._accepting = threading.Thread(target=self._accept, daemon=True)
-        self._scripts: list[tuple[list[bytes], bool]] = []
-        self.closed = threading.Semaphore(0)
-        self._accepting.start()
-
-    def script(self, *answers: bytes, then_close: bool = False) -> None:
-        """One connection's answers, one per request; then the server closes it (`then_close`) or
-        waits for the client to."""
-        self._scripts.append((list(answers), then_close))
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self._listener.accept()
-            except OSError:
-                return
-            self.connections += 1
-            answers, then_close = self._scripts.pop(0) if self._scripts else ([], False)
-            thread = threading.Thread(target=self._serve, args=(conn, answers, then_close), daemon=True)
-            thread.start()
-            self._threads.append(thread)
-
-    def _serve(self, conn: socket.socket, answers: list[bytes], then_close: bool) -> None:
-        try:
-            self._answer(conn, answers, then_close)
-        finally:
-            conn.close()
-            self.closed.release()
-
-    def _answer(self, conn: socket.socket, answers: list[bytes], then_close: bool) -> None:
-        buffer = b""
-        for answer in answers:
-            while b"\r\n\r\n" not in buffer:
-                data = conn.recv(65536)
-                if not data:
-                    return
-                buffer += data
-            head, _, buffer = buffer.partition(b"\r\n\r\n")
-            length = 0
-            for line in head.split(b"\r\n"):
-                if line.lower().startswith(b"content-length:"):
-                    length = int(line.split(b":", 1)[1])
-            while len(buffer) < length:
-                buffer += conn.recv(65536)
-            self.requests.append(head + b"\r\n\r\n" + buffer[:length])
-            buffer = buffer[length:]
-            conn.sendall(answer)
-        while not then_close and conn.recv(65536):
-            pass  # held open until the client closes it
-
-    def close(self) -> None:
-        self._listener.close()
 
 
 @pytest.fixture
@@ -191,6 +127,25 @@ def test_a_kept_alive_connection_the_server_closed_while_idle_is_not_used_again(
     assert server.closed.acquire(timeout=5.0)
     assert pool.request("GET", "/", {}, None, TIMEOUT).body == b"2"
     assert server.connections == 2
+
+
+# More than the kernel buffers on both ends hold, so the send is still blocked when the server stops reading.
+LARGE_BODY = b"x" * (16 * 1024 * 1024)
+TOO_LARGE = b"HTTP/1.1 413 Request Entity Too Large\r\nContent-Length: 14\r\n\r\nbody too large"
+
+
+def test_an_answer_sent_before_the_body_was_read_is_returned(server: RawServer) -> None:
+    """The API server's 413 for a body over its limit arrives while the body is being sent; the server
+    then closes the connection with the rest unread, which cuts the send short."""
+    server.script(TOO_LARGE, read_body=False)
+    server.script(b"", read_body=False)  # then one that closes without answering
+    pool = pool_for(server)
+    answer = pool.request("POST", "/api/v1/namespaces/ns/configmaps", {}, LARGE_BODY, TIMEOUT)
+    assert (answer.status, answer.body) == (413, b"body too large")
+    with pytest.raises((BrokenPipeError, ConnectionResetError)):
+        pool.request("POST", "/api/v1/namespaces/ns/configmaps", {}, LARGE_BODY, TIMEOUT)
+    assert server.connections == 2
+    assert not pool._idle
 
 
 def test_an_answer_cut_short_is_a_protocol_error_and_the_connection_is_dropped(server: RawServer) -> None:
