@@ -35,6 +35,8 @@ _READ_SIZE: Final = 64 * 1024
 # A head larger than this is not an API server's answer.
 _MAX_HEAD: Final = 64 * 1024
 _NO_BODY_STATUSES: Final = frozenset({204, 304})
+_BLANKS: Final = b" \t"
+_FOLD_OR_NO_NAME: Final = b" \t:"
 # A request target holds only these unencoded (RFC 3986 path and query characters; "%" is kept, as an
 # escape already made); anything else is percent-encoded, as urllib3 does.
 _TARGET_SAFE: Final = "!$&'()*+,;=:@/?%"
@@ -149,14 +151,37 @@ def parse_head(head: bytes) -> tuple[str, int, dict[str, str]]:
     if len(parts) < 2 or not parts[0].startswith(b"HTTP/") or not parts[1].isdigit():
         raise ProtocolError(f"not an HTTP status line: {status_line[:80]!r}")
     headers: dict[str, str] = {}
+    key = ""
     for raw in header_lines:
+        if not raw or raw[0] in _FOLD_OR_NO_NAME:
+            _unfold(headers, key, raw)
+            continue
         name, colon, value = raw.partition(b":")
-        if not colon:
-            raise ProtocolError(f"not a header line: {raw[:80]!r}")
-        key = name.strip().lower().decode("latin-1")
+        if not colon or name[-1] in _BLANKS:  # whitespace before the colon: RFC 9112 section 5.1
+            what = "whitespace between a header's name and its colon" if colon else "not a header line"
+            raise ProtocolError(f"{what}: {raw[:80]!r}")
+        key = name.lower().decode("latin-1")
         text = value.strip().decode("latin-1")
         headers[key] = f"{headers[key]}, {text}" if key in headers else text
     return parts[0].decode("latin-1"), int(parts[1]), headers
+
+
+def _unfold(headers: dict[str, str], key: str, raw: bytes) -> None:
+    """A folded line (obs-fold) continues the header before it after a space, as RFC 9112 section 5.2
+    has a user agent do; a line with no name, or a fold before the first header, is a ProtocolError."""
+    if not raw or raw[0] not in _BLANKS:
+        raise ProtocolError(f"not a header line: {raw[:80]!r}")
+    if not key:
+        raise ProtocolError(f"a folded line before the first header: {raw[:80]!r}")
+    text = raw.strip().decode("latin-1")
+    if text:
+        headers[key] = f"{headers[key]} {text}".lstrip()
+
+
+def transfer_codings(field: str) -> list[str]:
+    """The codings of a Transfer-Encoding field, in order, lower case: a comma-separated list whose
+    empty elements do not count (RFC 9110 section 5.6.1)."""
+    return [coding for coding in (part.strip(" \t").lower() for part in field.split(",")) if coding]
 
 
 class _Body:
@@ -165,16 +190,26 @@ class _Body:
     read (many watch events at once when they arrived together), waiting for more only when nothing
     can be; b"" once the body has ended."""
 
-    __slots__ = ("_chunked", "_crlf_due", "_left", "_sock", "_until_close", "ended")
+    __slots__ = ("_both_lengths", "_chunked", "_crlf_due", "_left", "_sock", "_until_close", "ended")
 
     def __init__(self, sock: _Socket, headers: Mapping[str, str], *, empty: bool) -> None:
         self._sock = sock
-        self._chunked = not empty and "chunked" in headers.get("transfer-encoding", "").lower()
+        self._chunked = False
         self._until_close = False
         self._crlf_due = False
         self._left = 0  # bytes left: of the current chunk, or of a Content-Length body
         self.ended = empty
-        if empty or self._chunked:
+        coding = headers.get("transfer-encoding")
+        # Transfer-Encoding overrides a Content-Length beside it, and the connection is not used again:
+        # such an answer may be an attempt at response splitting (RFC 9112 section 6.3, rule 3).
+        self._both_lengths = coding is not None and "content-length" in headers
+        if empty:
+            return
+        if coding is not None:
+            # Chunked only as the final coding; otherwise the body ends with the connection (rule 4).
+            codings = transfer_codings(coding)
+            self._chunked = bool(codings) and codings[-1] == "chunked"
+            self._until_close = not self._chunked
             return
         if "content-length" not in headers:
             self._until_close = True
@@ -183,9 +218,10 @@ class _Body:
         self.ended = self._left == 0
 
     @property
-    def framed_by_close(self) -> bool:
-        """True when the body ends with the connection (which then cannot be reused)."""
-        return self._until_close
+    def ends_connection(self) -> bool:
+        """True when the connection cannot carry another exchange after this body: the body ends with
+        it, or the answer framed itself twice."""
+        return self._until_close or self._both_lengths
 
     def read_all(self) -> bytes:
         if not self._chunked and not self._until_close:
@@ -285,7 +321,7 @@ def _read_answer(sock: _Socket, method: str) -> tuple[Answer, bool]:
     reusable = (
         version == "HTTP/1.1"
         and "close" not in headers.get("connection", "").lower()
-        and not body.framed_by_close
+        and not body.ends_connection
         and not sock.buffer
     )
     return Answer(status, headers, data), reusable

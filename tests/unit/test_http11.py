@@ -93,6 +93,54 @@ def test_headers_are_lower_case_and_repeated_ones_joined(server: RawServer) -> N
     assert answer.headers["warning"] == "a, b"
 
 
+def test_a_folded_header_line_continues_the_header_before_it_after_a_space(server: RawServer) -> None:
+    """RFC 9112 section 5.2: a user agent replaces an obsolete line fold with a space."""
+    server.script(
+        b"HTTP/1.1 200 OK\r\nWarning: 299 - first\r\n  second\r\n\tthird\r\nContent-Length: 2\r\n\r\nok"
+    )
+    answer = pool_for(server).request("GET", "/", {}, None, TIMEOUT)
+    assert answer.headers["warning"] == "299 - first second third"
+    assert answer.body == b"ok"
+
+
+def test_transfer_encoding_overrides_content_length_and_the_connection_is_dropped(server: RawServer) -> None:
+    """RFC 9112 section 6.3: both on one answer may be an attempt at response splitting; whatever comes
+    after such an answer on its connection is not read as the next answer."""
+    server.script(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+        ok(b"smuggled"),
+    )
+    server.script(ok(b"next"))
+    pool = pool_for(server)
+    assert pool.request("GET", "/", {}, None, TIMEOUT).body == b"hello"
+    assert pool.request("GET", "/", {}, None, TIMEOUT).body == b"next"
+    assert server.connections == 2
+
+
+def test_transfer_encoding_is_a_list_of_codings_and_chunked_frames_only_as_the_last(
+    server: RawServer,
+) -> None:
+    """RFC 9112 section 6.3, rule 4: an answer whose final transfer coding is not chunked ends with the
+    connection; the field is a case-insensitive list, not a string to search."""
+    server.script(
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, CHUNKED , \r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, gzip\r\n\r\nuntil the end",
+        then_close=True,
+    )
+    server.script(
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: xchunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", then_close=True
+    )
+    server.script(ok(b"next"))
+    pool = pool_for(server)
+    assert [pool.request("GET", "/", {}, None, TIMEOUT).body for _ in range(4)] == [
+        b"abc",
+        b"until the end",
+        b"5\r\nhello\r\n0\r\n\r\n",
+        b"next",
+    ]
+    assert server.connections == 3
+
+
 def test_an_answer_framed_by_the_end_of_the_connection_is_read_and_not_reused(server: RawServer) -> None:
     server.script(b'HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n{"old": true}', then_close=True)
     server.script(ok(b"fresh"))
@@ -167,6 +215,10 @@ def test_an_answer_cut_short_is_a_protocol_error_and_the_connection_is_dropped(s
         b"HTTP/1.1 200 OK\r\nContent-Length: many\r\n\r\n",
         b"HTTP/1.1 200 OK\r\nContent-Length: -5\r\n\r\n",
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n-2\r\nab\r\n0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length : 2\r\n\r\nok",
+        b"HTTP/1.1 200 OK\r\nContent-Length\t: 2\r\n\r\nok",
+        b"HTTP/1.1 200 OK\r\n: nameless\r\nContent-Length: 2\r\n\r\nok",
+        b"HTTP/1.1 200 OK\r\n Content-Length: 2\r\n\r\nok",
     ],
     ids=[
         "not-http",
@@ -176,6 +228,10 @@ def test_an_answer_cut_short_is_a_protocol_error_and_the_connection_is_dropped(s
         "bad-length",
         "negative-length",
         "negative-chunk-size",
+        "space-before-colon",
+        "tab-before-colon",
+        "empty-name",
+        "folded-line-before-the-first-header",
     ],
 )
 def test_broken_framing_is_a_protocol_error(server: RawServer, answer: bytes) -> None:
