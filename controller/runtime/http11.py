@@ -41,6 +41,12 @@ _FOLD_OR_NO_NAME: Final = b" \t:"
 # escape already made); anything else is percent-encoded, as urllib3 does.
 _TARGET_SAFE: Final = "!$&'()*+,;=:@/?%"
 _NEEDS_ENCODING: Final = re.compile(r"[^A-Za-z0-9\-._~!$&'()*+,;=:@/?%]")
+_TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_FIELD_VALUE: Final = re.compile(r"[^\x00-\x08\x0a-\x1f\x7f]*")
+# Request header fields already checked: nearly every request carries the same few, and checking a
+# bearer token character by character would cost more than writing the rest of the head.
+_LEGAL_FIELDS: Final[set[tuple[str, str]]] = set()
+_LEGAL_FIELDS_KEPT: Final = 256
 # How a send ends when the server has stopped reading the request (perhaps after answering it): over TCP
 # a reset or a broken pipe, over TLS also an EOF where OpenSSL expected more.
 _SEND_CUT: Final = (BrokenPipeError, ConnectionResetError, ssl.SSLEOFError)
@@ -130,18 +136,34 @@ class _Socket:
 def request_head(
     method: str, target: str, host: str, headers: Mapping[str, str], length: int | None
 ) -> bytes:
-    """The request line and headers; a body's length is sent as Content-Length. A header that would
-    break the head (a line break in it) is a ValueError, as in http.client."""
+    """The request line and headers; a body's length is sent as Content-Length. A header whose name is
+    not a token or whose value holds a control character (a line break, NUL; a tab is allowed) is a
+    ValueError, as line breaks are in http.client."""
     if _NEEDS_ENCODING.search(target):
         target = quote(target, safe=_TARGET_SAFE)
     lines = [f"{method} {target} HTTP/1.1", f"Host: {host}"]
     for name, value in headers.items():
-        if "\r" in value or "\n" in value or "\r" in name or "\n" in name:
-            raise ValueError(f"invalid header {name!r}: line breaks are not allowed in a header")
+        if (name, value) not in _LEGAL_FIELDS:
+            _check_field(name, value)
         lines.append(f"{name}: {value}")
     if length is not None:
         lines.append(f"Content-Length: {length}")
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+def _check_field(name: str, value: str) -> None:
+    """A request header as RFC 9110 has them: the name a token (section 5.1), the value visible
+    characters, spaces and tabs (section 5.5); line breaks, obsolete folds included, and other control
+    characters are refused. Remembers the fields found legal."""
+    if not _TOKEN.fullmatch(name):
+        raise ValueError(
+            f"invalid header name {name!r}: a header name is letters, digits and !#$%&'*+-.^_`|~"
+        )
+    if not _FIELD_VALUE.fullmatch(value):
+        raise ValueError(f"invalid header {name!r}: control characters (line breaks, NUL) are not allowed")
+    if len(_LEGAL_FIELDS) >= _LEGAL_FIELDS_KEPT:
+        _LEGAL_FIELDS.clear()
+    _LEGAL_FIELDS.add((name, value))
 
 
 def parse_head(head: bytes) -> tuple[str, int, dict[str, str]]:

@@ -39,12 +39,12 @@ def ok(body: bytes, extra: bytes = b"") -> bytes:
 def test_a_request_is_one_head_with_host_headers_and_length(server: RawServer) -> None:
     server.script(ok(b"{}"))
     answer = pool_for(server).request(
-        "POST", "/api/v1/pods?x=1", {"Accept": "application/json"}, b'{"a":1}', TIMEOUT
+        "POST", "/api/v1/pods?x=1", {"Accept": "application/json", "X-Note": "a\tb é"}, b'{"a":1}', TIMEOUT
     )
     assert (answer.status, answer.body) == (200, b"{}")
     assert server.requests == [
         b"POST /api/v1/pods?x=1 HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nAccept: application/json\r\n"
-        b"Content-Length: 7\r\n\r\n"
+        b"X-Note: a\tb \xe9\r\nContent-Length: 7\r\n\r\n"
         b'{"a":1}' % server.port
     ]
 
@@ -61,6 +61,39 @@ def test_a_target_with_characters_a_request_line_cannot_hold_is_percent_encoded(
 def test_a_header_with_a_line_break_is_refused() -> None:
     with pytest.raises(ValueError, match="line breaks"):
         http11.request_head("GET", "/", "h", {"Authorization": "Bearer x\r\nX-Injected: 1"}, None)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("X-Note", "a\x00b"),
+        ("X-Note", "escape \x1b[31m"),
+        ("X-Note", "bell\x07"),
+        ("X-Note", "delete\x7f"),
+        ("X\x00Note", "v"),
+        ("X Note", "v"),
+        ("X:Note", "v"),
+        ("", "v"),
+        ("X-Nöte", "v"),
+    ],
+    ids=[
+        "nul",
+        "escape",
+        "bell",
+        "delete",
+        "nul-in-name",
+        "space-in-name",
+        "colon-in-name",
+        "no-name",
+        "non-ascii-name",
+    ],
+)
+def test_a_header_name_that_is_no_token_or_a_value_with_control_characters_is_refused(
+    name: str, value: str
+) -> None:
+    """RFC 9110 sections 5.1 and 5.5: a name is a token; a value is visible characters, spaces and tabs."""
+    with pytest.raises(ValueError, match="invalid header"):
+        http11.request_head("GET", "/", "h", {name: value}, None)
 
 
 def test_kept_alive_connection_is_reused(server: RawServer) -> None:
