@@ -8,25 +8,33 @@ reads the answer 64 KB at a time and parses only what an API client needs (the s
 arrived in one read, instead of a chunk at a time through http.client's buffered reader.
 
 Connections are urllib3's: the official client's connection pool opens them (TLS from the kubeconfig:
-CA, client certificate, server name, verification), so this module never configures TLS itself. It
-keeps the opened sockets in its own small pool, like urllib3's: the last returned is reused first, a
-kept-alive connection the server has closed (or sent anything on) is dropped before it is reused, at
-most `maxsize` idle ones are kept. Nothing is retried here; the caller's retry policy decides.
+CA, client certificate, server name, verification), so this module never configures TLS itself;
+borrowed.py checks at start-up that they can be borrowed, and the transport takes urllib3's own path
+when they cannot, or when the operator runs with --fast-http-client=false. This module keeps the opened
+sockets in its own small pool, like urllib3's: the last returned is reused first, a kept-alive
+connection the server has closed (or sent anything on) is dropped before it is reused, at most
+`maxsize` idle ones are kept. Nothing is retried here; the caller's retry policy decides.
+
+The framing is RFC 9112's for a user agent: chunked frames the body only as the last transfer coding
+(else the body ends with the connection); with Content-Length beside Transfer-Encoding, the latter
+wins and the connection is not reused. An answer the server sent before it stopped reading the
+request's body (a 413 for a body too large) is read, as urllib3 reads it. The heads themselves are
+written and read by http11_heads.py.
 """
 
 from __future__ import annotations
 
-import re
 import socket
 import ssl
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Protocol
-from urllib.parse import quote
 
 import urllib3
 from urllib3.util.wait import wait_for_read
+
+from controller.runtime.http11_heads import ProtocolError, parse_head, request_head, transfer_codings
 
 if TYPE_CHECKING:  # a Protocol urllib3 defines for type checkers only
     from urllib3._base_connection import BaseHTTPConnection
@@ -35,26 +43,9 @@ _READ_SIZE: Final = 64 * 1024
 # A head larger than this is not an API server's answer.
 _MAX_HEAD: Final = 64 * 1024
 _NO_BODY_STATUSES: Final = frozenset({204, 304})
-_BLANKS: Final = b" \t"
-_FOLD_OR_NO_NAME: Final = b" \t:"
-# A request target holds only these unencoded (RFC 3986 path and query characters; "%" is kept, as an
-# escape already made); anything else is percent-encoded, as urllib3 does.
-_TARGET_SAFE: Final = "!$&'()*+,;=:@/?%"
-_NEEDS_ENCODING: Final = re.compile(r"[^A-Za-z0-9\-._~!$&'()*+,;=:@/?%]")
-_TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-_FIELD_VALUE: Final = re.compile(r"[^\x00-\x08\x0a-\x1f\x7f]*")
-# Request header fields already checked: nearly every request carries the same few, and checking a
-# bearer token character by character would cost more than writing the rest of the head.
-_LEGAL_FIELDS: Final[set[tuple[str, str]]] = set()
-_LEGAL_FIELDS_KEPT: Final = 256
 # How a send ends when the server has stopped reading the request (perhaps after answering it): over TCP
 # a reset or a broken pipe, over TLS also an EOF where OpenSSL expected more.
 _SEND_CUT: Final = (BrokenPipeError, ConnectionResetError, ssl.SSLEOFError)
-
-
-class ProtocolError(urllib3.exceptions.ProtocolError):
-    """The answer broke HTTP/1.1 framing, or the connection ended before the answer did (a urllib3
-    ProtocolError, so that whoever handles urllib3's transport errors handles these)."""
 
 
 class StreamingAnswer(Protocol):
@@ -131,79 +122,6 @@ class _Socket:
         data = self.raw.recv(_READ_SIZE)
         self.buffer += data
         return bool(data)
-
-
-def request_head(
-    method: str, target: str, host: str, headers: Mapping[str, str], length: int | None
-) -> bytes:
-    """The request line and headers; a body's length is sent as Content-Length. A header whose name is
-    not a token or whose value holds a control character (a line break, NUL; a tab is allowed) is a
-    ValueError, as line breaks are in http.client."""
-    if _NEEDS_ENCODING.search(target):
-        target = quote(target, safe=_TARGET_SAFE)
-    lines = [f"{method} {target} HTTP/1.1", f"Host: {host}"]
-    for name, value in headers.items():
-        if (name, value) not in _LEGAL_FIELDS:
-            _check_field(name, value)
-        lines.append(f"{name}: {value}")
-    if length is not None:
-        lines.append(f"Content-Length: {length}")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-
-
-def _check_field(name: str, value: str) -> None:
-    """A request header as RFC 9110 has them: the name a token (section 5.1), the value visible
-    characters, spaces and tabs (section 5.5); line breaks, obsolete folds included, and other control
-    characters are refused. Remembers the fields found legal."""
-    if not _TOKEN.fullmatch(name):
-        raise ValueError(
-            f"invalid header name {name!r}: a header name is letters, digits and !#$%&'*+-.^_`|~"
-        )
-    if not _FIELD_VALUE.fullmatch(value):
-        raise ValueError(f"invalid header {name!r}: control characters (line breaks, NUL) are not allowed")
-    if len(_LEGAL_FIELDS) >= _LEGAL_FIELDS_KEPT:
-        _LEGAL_FIELDS.clear()
-    _LEGAL_FIELDS.add((name, value))
-
-
-def parse_head(head: bytes) -> tuple[str, int, dict[str, str]]:
-    """The HTTP version, the status and the headers (names lower case, repeated ones joined) of a head."""
-    status_line, *header_lines = head.split(b"\r\n")
-    parts = status_line.split(b" ", 2)
-    if len(parts) < 2 or not parts[0].startswith(b"HTTP/") or not parts[1].isdigit():
-        raise ProtocolError(f"not an HTTP status line: {status_line[:80]!r}")
-    headers: dict[str, str] = {}
-    key = ""
-    for raw in header_lines:
-        if not raw or raw[0] in _FOLD_OR_NO_NAME:
-            _unfold(headers, key, raw)
-            continue
-        name, colon, value = raw.partition(b":")
-        if not colon or name[-1] in _BLANKS:  # whitespace before the colon: RFC 9112 section 5.1
-            what = "whitespace between a header's name and its colon" if colon else "not a header line"
-            raise ProtocolError(f"{what}: {raw[:80]!r}")
-        key = name.lower().decode("latin-1")
-        text = value.strip().decode("latin-1")
-        headers[key] = f"{headers[key]}, {text}" if key in headers else text
-    return parts[0].decode("latin-1"), int(parts[1]), headers
-
-
-def _unfold(headers: dict[str, str], key: str, raw: bytes) -> None:
-    """A folded line (obs-fold) continues the header before it after a space, as RFC 9112 section 5.2
-    has a user agent do; a line with no name, or a fold before the first header, is a ProtocolError."""
-    if not raw or raw[0] not in _BLANKS:
-        raise ProtocolError(f"not a header line: {raw[:80]!r}")
-    if not key:
-        raise ProtocolError(f"a folded line before the first header: {raw[:80]!r}")
-    text = raw.strip().decode("latin-1")
-    if text:
-        headers[key] = f"{headers[key]} {text}".lstrip()
-
-
-def transfer_codings(field: str) -> list[str]:
-    """The codings of a Transfer-Encoding field, in order, lower case: a comma-separated list whose
-    empty elements do not count (RFC 9110 section 5.6.1)."""
-    return [coding for coding in (part.strip(" \t").lower() for part in field.split(",")) if coding]
 
 
 class _Body:
@@ -492,3 +410,6 @@ def _usable(sock: _Socket) -> bool:
 def _seconds(value: object) -> float | None:
     """A timeout of urllib3's in seconds; its "default" sentinel is no timeout."""
     return float(value) if isinstance(value, int | float) else None
+
+
+__all__ = ["Answer", "ConnectionPool", "ProtocolError", "Stream", "StreamingAnswer"]

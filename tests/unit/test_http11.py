@@ -13,7 +13,7 @@ import pytest
 import urllib3
 from urllib3.connection import HTTPConnection
 
-from controller.runtime import http11
+from controller.runtime import http11, http11_heads
 from tests.unit.rawserver import RawServer
 
 TIMEOUT = urllib3.Timeout(connect=5.0, read=5.0)
@@ -50,7 +50,7 @@ def test_a_request_is_one_head_with_host_headers_and_length(server: RawServer) -
 
 
 def test_a_target_with_characters_a_request_line_cannot_hold_is_percent_encoded() -> None:
-    head = http11.request_head(
+    head = http11_heads.request_head(
         "GET", "/api/v1/namespaces/ns/pods/a b?labelSelector=app%3Dx&q=é", "h", {}, None
     )
     assert head.startswith(
@@ -60,7 +60,7 @@ def test_a_target_with_characters_a_request_line_cannot_hold_is_percent_encoded(
 
 def test_a_header_with_a_line_break_is_refused() -> None:
     with pytest.raises(ValueError, match="line breaks"):
-        http11.request_head("GET", "/", "h", {"Authorization": "Bearer x\r\nX-Injected: 1"}, None)
+        http11_heads.request_head("GET", "/", "h", {"Authorization": "Bearer x\r\nX-Injected: 1"}, None)
 
 
 @pytest.mark.parametrize(
@@ -93,7 +93,7 @@ def test_a_header_name_that_is_no_token_or_a_value_with_control_characters_is_re
 ) -> None:
     """RFC 9110 sections 5.1 and 5.5: a name is a token; a value is visible characters, spaces and tabs."""
     with pytest.raises(ValueError, match="invalid header"):
-        http11.request_head("GET", "/", "h", {name: value}, None)
+        http11_heads.request_head("GET", "/", "h", {name: value}, None)
 
 
 def test_kept_alive_connection_is_reused(server: RawServer) -> None:
