@@ -19,8 +19,8 @@ from urllib.parse import quote
 
 import urllib3
 
-_BLANKS: Final = b" \t"
-_FOLD_OR_NO_NAME: Final = b" \t:"
+# How a folded header line starts.
+_BLANKS: Final = (b" ", b"\t")
 # A request target holds only these unencoded (RFC 3986 path and query characters; "%" is kept, as an
 # escape already made); anything else is percent-encoded, as urllib3 does.
 _TARGET_SAFE: Final = "!$&'()*+,;=:@/?%"
@@ -80,13 +80,10 @@ def parse_head(head: bytes) -> tuple[str, int, dict[str, str]]:
     headers: dict[str, str] = {}
     key = ""
     for raw in header_lines:
-        if not raw or raw[0] in _FOLD_OR_NO_NAME:
+        name, colon, value = raw.partition(b":")
+        if not colon or not name or name.strip() != name:
             _unfold(headers, key, raw)
             continue
-        name, colon, value = raw.partition(b":")
-        if not colon or name[-1] in _BLANKS:  # whitespace before the colon: RFC 9112 section 5.1
-            what = "whitespace between a header's name and its colon" if colon else "not a header line"
-            raise ProtocolError(f"{what}: {raw[:80]!r}")
         key = name.lower().decode("latin-1")
         text = value.strip().decode("latin-1")
         headers[key] = f"{headers[key]}, {text}" if key in headers else text
@@ -94,10 +91,17 @@ def parse_head(head: bytes) -> tuple[str, int, dict[str, str]]:
 
 
 def _unfold(headers: dict[str, str], key: str, raw: bytes) -> None:
-    """A folded line (obs-fold) continues the header before it after a space, as RFC 9112 section 5.2
-    has a user agent do; a line with no name, or a fold before the first header, is a ProtocolError."""
-    if not raw or raw[0] not in _BLANKS:
-        raise ProtocolError(f"not a header line: {raw[:80]!r}")
+    """A line that is not `name: value`. A folded line (obs-fold) continues the header before it after a
+    space, as RFC 9112 section 5.2 has a user agent do; anything else is a ProtocolError, whitespace
+    between a name and its colon included (section 5.1)."""
+    if raw[:1] not in _BLANKS:
+        name, colon, _ = raw.partition(b":")
+        what = (
+            "whitespace between a header's name and its colon"
+            if colon and name.strip()
+            else "not a header line"
+        )
+        raise ProtocolError(f"{what}: {raw[:80]!r}")
     if not key:
         raise ProtocolError(f"a folded line before the first header: {raw[:80]!r}")
     text = raw.strip().decode("latin-1")
