@@ -99,6 +99,12 @@ class RawServer:
         self._listener.close()
 
 
+def sent_by_http11(request: bytes) -> bool:
+    """Whether a recorded request came from the operator's HTTP/1.1 client: urllib3 (through
+    http.client) adds Accept-Encoding to every request, the HTTP/1.1 client does not."""
+    return b"\r\naccept-encoding:" not in request.lower()
+
+
 def self_signed_certificate(directory: Path) -> tuple[Path, Path]:
     """A certificate for 127.0.0.1 and its key, made with openssl (as the dev cluster makes its own)."""
     certificate, key = directory / "server.crt", directory / "server.key"

@@ -14,7 +14,7 @@ import pytest
 from controller import resources as kube
 from controller.runtime.client import KubeClient
 from controller.runtime.errors import ApiError
-from tests.unit.rawserver import RawServer, self_signed_certificate, server_context
+from tests.unit.rawserver import RawServer, self_signed_certificate, sent_by_http11, server_context
 
 POD = b'{"kind":"Pod","apiVersion":"v1","metadata":{"name":"p","namespace":"ns","resourceVersion":"1"}}'
 
@@ -46,11 +46,6 @@ def client(server: RawServer, certificate: tuple[Path, Path]) -> KubeClient:
     configuration.ssl_ca_cert = str(certificate[0])
     configuration.api_key = {"authorization": "Bearer test-token"}
     return KubeClient(kubernetes.client.ApiClient(configuration), qps=0, burst=0, max_attempts=5)
-
-
-def sent_by_http11(request: bytes) -> bool:
-    """urllib3 (through http.client) adds Accept-Encoding to every request; the HTTP/1.1 client does not."""
-    return b"\r\naccept-encoding:" not in request.lower()
 
 
 def test_requests_over_tls_share_one_kept_alive_connection(server: RawServer, client: KubeClient) -> None:

@@ -22,7 +22,7 @@ from controller import resources as kube
 from controller.metrics import Metrics
 from controller.runtime import borrowed
 from controller.runtime.client import KubeClient
-from tests.unit.rawserver import RawServer
+from tests.unit.rawserver import RawServer, sent_by_http11
 
 POD = b'{"kind":"Pod","apiVersion":"v1","metadata":{"name":"p","namespace":"ns"}}'
 ANSWER = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (
@@ -36,11 +36,6 @@ def server() -> Iterator[RawServer]:
     raw = RawServer()
     yield raw
     raw.close()
-
-
-def sent_by_http11(request: bytes) -> bool:
-    """urllib3 (through http.client) adds Accept-Encoding to every request; the HTTP/1.1 client does not."""
-    return b"\r\naccept-encoding:" not in request.lower()
 
 
 def kubeconfig(server: RawServer, directory: Path) -> Path:
