@@ -55,7 +55,7 @@ def _check(connection: object) -> None:
             "urllib3.connection.HTTPConnection or HTTPSConnection"
         )
     if getattr(connection, "sock", "missing") is not None:
-        raise Unsupported("an unopened urllib3 connection has no `sock` attribute set to None")
+        raise Unsupported("an unopened urllib3 connection has no `sock` (None until it connects)")
     if kind is HTTPSConnection:
         _check_tls(connection)
 
