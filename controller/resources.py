@@ -172,9 +172,17 @@ def from_kubeconfig(
     *,
     pool_size: int = DEFAULT_POOL_SIZE,
     metrics: RestMetrics | None = None,
+    fast_http_client: bool = True,
 ) -> KubeClient:
     """A client of the cluster named by `path` (else in-cluster, else the default kubeconfig) that
     introduces itself as the operator (see `controller.runtime.kubeconfig.from_kubeconfig`)."""
     return _client_from_kubeconfig(
-        path, context, qps, burst, user_agent=user_agent(), pool_size=pool_size, metrics=metrics
+        path,
+        context,
+        qps,
+        burst,
+        user_agent=user_agent(),
+        pool_size=pool_size,
+        metrics=metrics,
+        fast_http_client=fast_http_client,
     )

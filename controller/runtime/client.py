@@ -176,11 +176,13 @@ class KubeClient:
         backoff_initial: float = 0.2,
         backoff_max: float = 10.0,
         timeout: Timeout | None = None,
+        fast_http_client: bool = True,
     ) -> None:
         self._api = api_client
         self._clock: Clock = clock or RealClock()
         bucket = TokenBucket(qps, burst, self._clock) if qps > 0 else None
-        self._connection = Connection(api_client, metrics or NoMetrics(), bucket)
+        metrics = metrics or NoMetrics()
+        self._connection = Connection(api_client, metrics, bucket, fast_http_client=fast_http_client)
         self.host: str = self._connection.host
         self._retries = _Retries(
             self._clock,

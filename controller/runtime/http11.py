@@ -8,24 +8,33 @@ reads the answer 64 KB at a time and parses only what an API client needs (the s
 arrived in one read, instead of a chunk at a time through http.client's buffered reader.
 
 Connections are urllib3's: the official client's connection pool opens them (TLS from the kubeconfig:
-CA, client certificate, server name, verification), so this module never configures TLS itself. It
-keeps the opened sockets in its own small pool, like urllib3's: the last returned is reused first, a
-kept-alive connection the server has closed (or sent anything on) is dropped before it is reused, at
-most `maxsize` idle ones are kept. Nothing is retried here; the caller's retry policy decides.
+CA, client certificate, server name, verification), so this module never configures TLS itself;
+borrowed.py checks at start-up that they can be borrowed, and the transport takes urllib3's own path
+when they cannot, or when the operator runs with --fast-http-client=false. This module keeps the opened
+sockets in its own small pool, like urllib3's: the last returned is reused first, a kept-alive
+connection the server has closed (or sent anything on) is dropped before it is reused, at most
+`maxsize` idle ones are kept. Nothing is retried here; the caller's retry policy decides.
+
+The framing is RFC 9112's for a user agent: chunked frames the body only as the last transfer coding
+(else the body ends with the connection); with Content-Length beside Transfer-Encoding, the latter
+wins and the connection is not reused. An answer the server sent before it stopped reading the
+request's body (a 413 for a body too large) is read, as urllib3 reads it. The heads themselves are
+written and read by http11_heads.py.
 """
 
 from __future__ import annotations
 
-import re
 import socket
+import ssl
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Protocol
-from urllib.parse import quote
 
 import urllib3
 from urllib3.util.wait import wait_for_read
+
+from controller.runtime.http11_heads import ProtocolError, parse_head, request_head, transfer_codings
 
 if TYPE_CHECKING:  # a Protocol urllib3 defines for type checkers only
     from urllib3._base_connection import BaseHTTPConnection
@@ -34,15 +43,9 @@ _READ_SIZE: Final = 64 * 1024
 # A head larger than this is not an API server's answer.
 _MAX_HEAD: Final = 64 * 1024
 _NO_BODY_STATUSES: Final = frozenset({204, 304})
-# A request target holds only these unencoded (RFC 3986 path and query characters; "%" is kept, as an
-# escape already made); anything else is percent-encoded, as urllib3 does.
-_TARGET_SAFE: Final = "!$&'()*+,;=:@/?%"
-_NEEDS_ENCODING: Final = re.compile(r"[^A-Za-z0-9\-._~!$&'()*+,;=:@/?%]")
-
-
-class ProtocolError(urllib3.exceptions.ProtocolError):
-    """The answer broke HTTP/1.1 framing, or the connection ended before the answer did (a urllib3
-    ProtocolError, so that whoever handles urllib3's transport errors handles these)."""
+# How a send ends when the server has stopped reading the request (perhaps after answering it): over TCP
+# a reset or a broken pipe, over TLS also an EOF where OpenSSL expected more.
+_SEND_CUT: Final = (BrokenPipeError, ConnectionResetError, ssl.SSLEOFError)
 
 
 class StreamingAnswer(Protocol):
@@ -121,56 +124,32 @@ class _Socket:
         return bool(data)
 
 
-def request_head(
-    method: str, target: str, host: str, headers: Mapping[str, str], length: int | None
-) -> bytes:
-    """The request line and headers; a body's length is sent as Content-Length. A header that would
-    break the head (a line break in it) is a ValueError, as in http.client."""
-    if _NEEDS_ENCODING.search(target):
-        target = quote(target, safe=_TARGET_SAFE)
-    lines = [f"{method} {target} HTTP/1.1", f"Host: {host}"]
-    for name, value in headers.items():
-        if "\r" in value or "\n" in value or "\r" in name or "\n" in name:
-            raise ValueError(f"invalid header {name!r}: line breaks are not allowed in a header")
-        lines.append(f"{name}: {value}")
-    if length is not None:
-        lines.append(f"Content-Length: {length}")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-
-
-def parse_head(head: bytes) -> tuple[str, int, dict[str, str]]:
-    """The HTTP version, the status and the headers (names lower case, repeated ones joined) of a head."""
-    status_line, *header_lines = head.split(b"\r\n")
-    parts = status_line.split(b" ", 2)
-    if len(parts) < 2 or not parts[0].startswith(b"HTTP/") or not parts[1].isdigit():
-        raise ProtocolError(f"not an HTTP status line: {status_line[:80]!r}")
-    headers: dict[str, str] = {}
-    for raw in header_lines:
-        name, colon, value = raw.partition(b":")
-        if not colon:
-            raise ProtocolError(f"not a header line: {raw[:80]!r}")
-        key = name.strip().lower().decode("latin-1")
-        text = value.strip().decode("latin-1")
-        headers[key] = f"{headers[key]}, {text}" if key in headers else text
-    return parts[0].decode("latin-1"), int(parts[1]), headers
-
-
 class _Body:
     """An answer's body as it arrives, whatever its framing: chunked (watches), Content-Length, or
     until the server closes the connection. `read1` returns what can be decoded from the bytes already
     read (many watch events at once when they arrived together), waiting for more only when nothing
     can be; b"" once the body has ended."""
 
-    __slots__ = ("_chunked", "_crlf_due", "_left", "_sock", "_until_close", "ended")
+    __slots__ = ("_both_lengths", "_chunked", "_crlf_due", "_left", "_sock", "_until_close", "ended")
 
     def __init__(self, sock: _Socket, headers: Mapping[str, str], *, empty: bool) -> None:
         self._sock = sock
-        self._chunked = not empty and "chunked" in headers.get("transfer-encoding", "").lower()
+        self._chunked = False
         self._until_close = False
         self._crlf_due = False
         self._left = 0  # bytes left: of the current chunk, or of a Content-Length body
         self.ended = empty
-        if empty or self._chunked:
+        coding = headers.get("transfer-encoding")
+        # Transfer-Encoding overrides a Content-Length beside it, and the connection is not used again:
+        # such an answer may be an attempt at response splitting (RFC 9112 section 6.3, rule 3).
+        self._both_lengths = coding is not None and "content-length" in headers
+        if empty:
+            return
+        if coding is not None:
+            # Chunked only as the final coding; otherwise the body ends with the connection (rule 4).
+            codings = transfer_codings(coding)
+            self._chunked = bool(codings) and codings[-1] == "chunked"
+            self._until_close = not self._chunked
             return
         if "content-length" not in headers:
             self._until_close = True
@@ -179,9 +158,10 @@ class _Body:
         self.ended = self._left == 0
 
     @property
-    def framed_by_close(self) -> bool:
-        """True when the body ends with the connection (which then cannot be reused)."""
-        return self._until_close
+    def ends_connection(self) -> bool:
+        """True when the connection cannot carry another exchange after this body: the body ends with
+        it, or the answer framed itself twice."""
+        return self._until_close or self._both_lengths
 
     def read_all(self) -> bytes:
         if not self._chunked and not self._until_close:
@@ -281,10 +261,20 @@ def _read_answer(sock: _Socket, method: str) -> tuple[Answer, bool]:
     reusable = (
         version == "HTTP/1.1"
         and "close" not in headers.get("connection", "").lower()
-        and not body.framed_by_close
+        and not body.ends_connection
         and not sock.buffer
     )
     return Answer(status, headers, data), reusable
+
+
+def _answer_after_cut(sock: _Socket, method: str, cut: OSError) -> Answer:
+    """The answer a server sent before it stopped reading the request: the API server's 413 for a body
+    over its limit, a proxy's 401. urllib3 reads it too; when none came, the send's error is raised."""
+    try:
+        answer, _ = _read_answer(sock, method)
+    except (OSError, ProtocolError):
+        raise cut from None
+    return answer
 
 
 class Stream:
@@ -352,13 +342,16 @@ class ConnectionPool:
         timeout: urllib3.Timeout,
     ) -> Answer:
         """One exchange; OSError (timeouts included), urllib3's connect errors or ProtocolError when no
-        complete answer arrived."""
+        complete answer arrived. An answer sent before the body was all written is the answer."""
         head = request_head(method, target, self._host, headers, None if body is None else len(body))
         sock = self._checkout(timeout)
         reusable = False
         try:
             sock.raw.settimeout(_seconds(timeout.read_timeout))
-            sock.raw.sendall(head + body if body else head)
+            try:
+                sock.raw.sendall(head + body if body else head)
+            except _SEND_CUT as cut:
+                return _answer_after_cut(sock, method, cut)
             answer, reusable = _read_answer(sock, method)
         finally:
             self._checkin(sock, reusable)
@@ -417,3 +410,6 @@ def _usable(sock: _Socket) -> bool:
 def _seconds(value: object) -> float | None:
     """A timeout of urllib3's in seconds; its "default" sentinel is no timeout."""
     return float(value) if isinstance(value, int | float) else None
+
+
+__all__ = ["Answer", "ConnectionPool", "ProtocolError", "Stream", "StreamingAnswer"]

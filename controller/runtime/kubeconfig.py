@@ -24,12 +24,14 @@ def from_kubeconfig(
     user_agent: str,
     pool_size: int = DEFAULT_POOL_SIZE,
     metrics: RestMetrics | None = None,
+    fast_http_client: bool = True,
 ) -> KubeClient:
     """Explicit kubeconfig path, else in-cluster service account, else $KUBECONFIG / ~/.kube/config.
 
     qps/burst default to controller-runtime's 20/30. `pool_size` must cover every worker thread plus
     every open watch (each pins a connection) plus a few for leader election and events. `user_agent`
     names the program to the API server (audit logs, and the field manager of its writes).
+    `fast_http_client` False sends every request through urllib3 (see `transport.Connection`).
     """
     configuration = kubernetes.client.Configuration()
     if path is not None:
@@ -48,4 +50,4 @@ def from_kubeconfig(
     configuration.connection_pool_maxsize = pool_size
     api_client = kubernetes.client.ApiClient(configuration)
     api_client.user_agent = user_agent
-    return KubeClient(api_client, qps, burst, metrics)
+    return KubeClient(api_client, qps, burst, metrics, fast_http_client=fast_http_client)

@@ -6,17 +6,22 @@ path's cost can be read in one place: a burst of creates spends much of the oper
 
 from __future__ import annotations
 
+import logging
+import weakref
 from collections.abc import Callable
+from importlib.metadata import version
 from typing import Final, Protocol
 from urllib.parse import urlsplit
 
 import kubernetes
 import urllib3
 
-from controller.runtime import http11
+from controller.runtime import borrowed, http11
 from controller.runtime.errors import TransportError, error_from_status
 from controller.runtime.ratelimit import TokenBucket
 from controller.runtime.watch import TRANSPORT_EXCEPTIONS
+
+logger = logging.getLogger(__name__)
 
 TRANSPORT_ERROR_CODE: Final = "<error>"
 # Pool size when the configuration does not say: a handful of workers, informer watches, a lease.
@@ -49,18 +54,48 @@ def _headers(api_client: kubernetes.client.ApiClient, content_type: str | None) 
     return headers
 
 
+# The urllib3 pools whose connections were found unusable and said so in the log: clients built on one
+# official client share its pool, and the operator builds three.
+_REPORTED: Final[weakref.WeakSet[urllib3.HTTPConnectionPool]] = weakref.WeakSet()
+
+
+def _http11_pool(server: urllib3.HTTPConnectionPool, host: str, maxsize: int) -> http11.ConnectionPool | None:
+    """The HTTP/1.1 client's pool over connections `server` opens; None (logged) when they cannot be
+    borrowed."""
+    try:
+        opener = borrowed.opener(server)
+    except borrowed.Unsupported as reason:
+        if server not in _REPORTED:
+            _REPORTED.add(server)
+            logger.warning(
+                "API requests go through urllib3 (more CPU per request): the operator's HTTP/1.1 client "
+                "cannot use urllib3 %s's connections here: %s",
+                version("urllib3"),
+                reason,
+            )
+        return None
+    return http11.ConnectionPool(opener, host, maxsize)
+
+
 class Connection:
     """HTTP exchanges with the API server: credentials refreshed per request, the client-side QPS
     budget, and one count per attempt for rest_client_requests_total. An answer other than 2xx raises
     its ApiError, no answer TransportError.
 
     Requests and streams (watches, logs) go through `http11.ConnectionPool`, over connections that the
-    official client's urllib3 pool opens (TLS from the kubeconfig). Through a kubeconfig's proxy they
-    go through the official client's proxy manager, which rewrites every request.
+    official client's urllib3 pool opens (TLS from the kubeconfig). They go through urllib3 instead
+    with `fast_http_client` False (the operator's --fast-http-client=false), when urllib3's connections
+    cannot be borrowed (checked here, see borrowed.py), and through a kubeconfig's proxy, where the
+    official client's proxy manager rewrites every request.
     """
 
     def __init__(
-        self, api_client: kubernetes.client.ApiClient, metrics: RestMetrics, bucket: TokenBucket | None
+        self,
+        api_client: kubernetes.client.ApiClient,
+        metrics: RestMetrics,
+        bucket: TokenBucket | None,
+        *,
+        fast_http_client: bool = True,
     ) -> None:
         self._api = api_client
         self.pool = api_client.rest_client.pool_manager
@@ -74,12 +109,9 @@ class Connection:
         self._direct: http11.ConnectionPool | None = None
         if type(self.pool) is urllib3.PoolManager and base.scheme in ("http", "https"):
             self._server = self.pool.connection_from_url(self._base)
-            maxsize = api_client.configuration.connection_pool_maxsize or DEFAULT_POOL_SIZE
-            self._direct = http11.ConnectionPool(
-                self._server._new_conn,  # an unopened connection with the pool's TLS settings
-                self.host.rpartition("@")[2],
-                int(maxsize),
-            )
+            if fast_http_client:
+                maxsize = api_client.configuration.connection_pool_maxsize or DEFAULT_POOL_SIZE
+                self._direct = _http11_pool(self._server, self.host.rpartition("@")[2], int(maxsize))
         self._metrics = metrics
         self._bucket = bucket
 

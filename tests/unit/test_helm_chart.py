@@ -238,6 +238,7 @@ CUSTOM_OPERATOR: Final = {
     "nodeLostAfter": "45s",
     "progressInterval": "500ms",
     "discoveryInterval": "1m",
+    "fastHttpClient": False,
 }
 
 
@@ -261,6 +262,7 @@ def test_operator_values_reach_the_operators_flags(chart: Helm) -> None:
         "node_lost_after": 45.0,
         "progress_interval": 0.5,
         "discovery_interval": 60.0,
+        "fast_http_client": False,
         "lease_name": RELEASE,
         "namespace": None,
     }

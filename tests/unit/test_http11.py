@@ -5,7 +5,6 @@ another thread."""
 
 from __future__ import annotations
 
-import socket
 import threading
 from collections.abc import Iterator
 from contextlib import closing
@@ -14,73 +13,10 @@ import pytest
 import urllib3
 from urllib3.connection import HTTPConnection
 
-from controller.runtime import http11
+from controller.runtime import http11, http11_heads
+from tests.unit.rawserver import RawServer
 
 TIMEOUT = urllib3.Timeout(connect=5.0, read=5.0)
-
-
-class RawServer:
-    """Accepts connections; each one is served by the next scripted handler, which gets the socket and
-    the request bytes the client sent (up to the end of its head and any Content-Length body)."""
-
-    def __init__(self) -> None:
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port: int = self._listener.getsockname()[1]
-        self.requests: list[bytes] = []
-        self.connections = 0
-        self._threads: list[threading.Thread] = []
-        self._accepting = threading.Thread(target=self._accept, daemon=True)
-        self._scripts: list[tuple[list[bytes], bool]] = []
-        self.closed = threading.Semaphore(0)
-        self._accepting.start()
-
-    def script(self, *answers: bytes, then_close: bool = False) -> None:
-        """One connection's answers, one per request; then the server closes it (`then_close`) or
-        waits for the client to."""
-        self._scripts.append((list(answers), then_close))
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self._listener.accept()
-            except OSError:
-                return
-            self.connections += 1
-            answers, then_close = self._scripts.pop(0) if self._scripts else ([], False)
-            thread = threading.Thread(target=self._serve, args=(conn, answers, then_close), daemon=True)
-            thread.start()
-            self._threads.append(thread)
-
-    def _serve(self, conn: socket.socket, answers: list[bytes], then_close: bool) -> None:
-        try:
-            self._answer(conn, answers, then_close)
-        finally:
-            conn.close()
-            self.closed.release()
-
-    def _answer(self, conn: socket.socket, answers: list[bytes], then_close: bool) -> None:
-        buffer = b""
-        for answer in answers:
-            while b"\r\n\r\n" not in buffer:
-                data = conn.recv(65536)
-                if not data:
-                    return
-                buffer += data
-            head, _, buffer = buffer.partition(b"\r\n\r\n")
-            length = 0
-            for line in head.split(b"\r\n"):
-                if line.lower().startswith(b"content-length:"):
-                    length = int(line.split(b":", 1)[1])
-            while len(buffer) < length:
-                buffer += conn.recv(65536)
-            self.requests.append(head + b"\r\n\r\n" + buffer[:length])
-            buffer = buffer[length:]
-            conn.sendall(answer)
-        while not then_close and conn.recv(65536):
-            pass  # held open until the client closes it
-
-    def close(self) -> None:
-        self._listener.close()
 
 
 @pytest.fixture
@@ -103,18 +39,18 @@ def ok(body: bytes, extra: bytes = b"") -> bytes:
 def test_a_request_is_one_head_with_host_headers_and_length(server: RawServer) -> None:
     server.script(ok(b"{}"))
     answer = pool_for(server).request(
-        "POST", "/api/v1/pods?x=1", {"Accept": "application/json"}, b'{"a":1}', TIMEOUT
+        "POST", "/api/v1/pods?x=1", {"Accept": "application/json", "X-Note": "a\tb é"}, b'{"a":1}', TIMEOUT
     )
     assert (answer.status, answer.body) == (200, b"{}")
     assert server.requests == [
         b"POST /api/v1/pods?x=1 HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nAccept: application/json\r\n"
-        b"Content-Length: 7\r\n\r\n"
+        b"X-Note: a\tb \xe9\r\nContent-Length: 7\r\n\r\n"
         b'{"a":1}' % server.port
     ]
 
 
 def test_a_target_with_characters_a_request_line_cannot_hold_is_percent_encoded() -> None:
-    head = http11.request_head(
+    head = http11_heads.request_head(
         "GET", "/api/v1/namespaces/ns/pods/a b?labelSelector=app%3Dx&q=é", "h", {}, None
     )
     assert head.startswith(
@@ -124,7 +60,40 @@ def test_a_target_with_characters_a_request_line_cannot_hold_is_percent_encoded(
 
 def test_a_header_with_a_line_break_is_refused() -> None:
     with pytest.raises(ValueError, match="line breaks"):
-        http11.request_head("GET", "/", "h", {"Authorization": "Bearer x\r\nX-Injected: 1"}, None)
+        http11_heads.request_head("GET", "/", "h", {"Authorization": "Bearer x\r\nX-Injected: 1"}, None)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("X-Note", "a\x00b"),
+        ("X-Note", "escape \x1b[31m"),
+        ("X-Note", "bell\x07"),
+        ("X-Note", "delete\x7f"),
+        ("X\x00Note", "v"),
+        ("X Note", "v"),
+        ("X:Note", "v"),
+        ("", "v"),
+        ("X-Nöte", "v"),
+    ],
+    ids=[
+        "nul",
+        "escape",
+        "bell",
+        "delete",
+        "nul-in-name",
+        "space-in-name",
+        "colon-in-name",
+        "no-name",
+        "non-ascii-name",
+    ],
+)
+def test_a_header_name_that_is_no_token_or_a_value_with_control_characters_is_refused(
+    name: str, value: str
+) -> None:
+    """RFC 9110 sections 5.1 and 5.5: a name is a token; a value is visible characters, spaces and tabs."""
+    with pytest.raises(ValueError, match="invalid header"):
+        http11_heads.request_head("GET", "/", "h", {name: value}, None)
 
 
 def test_kept_alive_connection_is_reused(server: RawServer) -> None:
@@ -155,6 +124,54 @@ def test_headers_are_lower_case_and_repeated_ones_joined(server: RawServer) -> N
     assert answer.status == 429
     assert answer.headers["retry-after"] == "3"
     assert answer.headers["warning"] == "a, b"
+
+
+def test_a_folded_header_line_continues_the_header_before_it_after_a_space(server: RawServer) -> None:
+    """RFC 9112 section 5.2: a user agent replaces an obsolete line fold with a space."""
+    server.script(
+        b"HTTP/1.1 200 OK\r\nWarning: 299 - first\r\n  second\r\n\tthird\r\nContent-Length: 2\r\n\r\nok"
+    )
+    answer = pool_for(server).request("GET", "/", {}, None, TIMEOUT)
+    assert answer.headers["warning"] == "299 - first second third"
+    assert answer.body == b"ok"
+
+
+def test_transfer_encoding_overrides_content_length_and_the_connection_is_dropped(server: RawServer) -> None:
+    """RFC 9112 section 6.3: both on one answer may be an attempt at response splitting; whatever comes
+    after such an answer on its connection is not read as the next answer."""
+    server.script(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+        ok(b"smuggled"),
+    )
+    server.script(ok(b"next"))
+    pool = pool_for(server)
+    assert pool.request("GET", "/", {}, None, TIMEOUT).body == b"hello"
+    assert pool.request("GET", "/", {}, None, TIMEOUT).body == b"next"
+    assert server.connections == 2
+
+
+def test_transfer_encoding_is_a_list_of_codings_and_chunked_frames_only_as_the_last(
+    server: RawServer,
+) -> None:
+    """RFC 9112 section 6.3, rule 4: an answer whose final transfer coding is not chunked ends with the
+    connection; the field is a case-insensitive list, not a string to search."""
+    server.script(
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, CHUNKED , \r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, gzip\r\n\r\nuntil the end",
+        then_close=True,
+    )
+    server.script(
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: xchunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", then_close=True
+    )
+    server.script(ok(b"next"))
+    pool = pool_for(server)
+    assert [pool.request("GET", "/", {}, None, TIMEOUT).body for _ in range(4)] == [
+        b"abc",
+        b"until the end",
+        b"5\r\nhello\r\n0\r\n\r\n",
+        b"next",
+    ]
+    assert server.connections == 3
 
 
 def test_an_answer_framed_by_the_end_of_the_connection_is_read_and_not_reused(server: RawServer) -> None:
@@ -193,6 +210,25 @@ def test_a_kept_alive_connection_the_server_closed_while_idle_is_not_used_again(
     assert server.connections == 2
 
 
+# More than the kernel buffers on both ends hold, so the send is still blocked when the server stops reading.
+LARGE_BODY = b"x" * (16 * 1024 * 1024)
+TOO_LARGE = b"HTTP/1.1 413 Request Entity Too Large\r\nContent-Length: 14\r\n\r\nbody too large"
+
+
+def test_an_answer_sent_before_the_body_was_read_is_returned(server: RawServer) -> None:
+    """The API server's 413 for a body over its limit arrives while the body is being sent; the server
+    then closes the connection with the rest unread, which cuts the send short."""
+    server.script(TOO_LARGE, read_body=False)
+    server.script(b"", read_body=False)  # then one that closes without answering
+    pool = pool_for(server)
+    answer = pool.request("POST", "/api/v1/namespaces/ns/configmaps", {}, LARGE_BODY, TIMEOUT)
+    assert (answer.status, answer.body) == (413, b"body too large")
+    with pytest.raises((BrokenPipeError, ConnectionResetError)):
+        pool.request("POST", "/api/v1/namespaces/ns/configmaps", {}, LARGE_BODY, TIMEOUT)
+    assert server.connections == 2
+    assert not pool._idle
+
+
 def test_an_answer_cut_short_is_a_protocol_error_and_the_connection_is_dropped(server: RawServer) -> None:
     server.script(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort", then_close=True)
     server.script(ok(b"whole"))
@@ -212,6 +248,10 @@ def test_an_answer_cut_short_is_a_protocol_error_and_the_connection_is_dropped(s
         b"HTTP/1.1 200 OK\r\nContent-Length: many\r\n\r\n",
         b"HTTP/1.1 200 OK\r\nContent-Length: -5\r\n\r\n",
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n-2\r\nab\r\n0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length : 2\r\n\r\nok",
+        b"HTTP/1.1 200 OK\r\nContent-Length\t: 2\r\n\r\nok",
+        b"HTTP/1.1 200 OK\r\n: nameless\r\nContent-Length: 2\r\n\r\nok",
+        b"HTTP/1.1 200 OK\r\n Content-Length: 2\r\n\r\nok",
     ],
     ids=[
         "not-http",
@@ -221,6 +261,10 @@ def test_an_answer_cut_short_is_a_protocol_error_and_the_connection_is_dropped(s
         "bad-length",
         "negative-length",
         "negative-chunk-size",
+        "space-before-colon",
+        "tab-before-colon",
+        "empty-name",
+        "folded-line-before-the-first-header",
     ],
 )
 def test_broken_framing_is_a_protocol_error(server: RawServer, answer: bytes) -> None:
