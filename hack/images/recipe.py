@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Final
 
 from hack.common import REPO, Say, ToolError
+from hack.images.apt_sources import APT_DIR
 from hack.images.archive import ArchiveWriter
 from hack.images.cache import Image
 from hack.images.keys import KeyInputs
@@ -33,7 +34,7 @@ class Context:
     certificates, and the virtualenv whose installed packages the trainer images take."""
 
     repo: Path = REPO
-    apt_dir: Path = Path("/etc/apt")
+    apt_dir: Path = APT_DIR
     ca_dir: Path = Path("/usr/local/share/ca-certificates")
     venv: Path | None = None
 
