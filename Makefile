@@ -169,6 +169,28 @@ promtool: ## install promtool (Debian package prometheus) when it is missing
 	}
 	@promtool --version 2>&1 | head -n 1
 
+# The real node's container images (hack/images; hack/README.md, "Images for the real node"): built on
+# this machine from Debian packages and the project's own files, cached by content under
+# ~/.cache/trainingjob-operator/images. The Debian packages the builds run are installed when missing
+# (as root, else through sudo), as promtool's is. IMAGES names some of them (default: all).
+IMAGE_PACKAGES := debootstrap buildah busybox-static gcc libc6-dev
+IMAGES ?=
+
+.PHONY: image-tools
+image-tools: ## install the Debian packages the image builds need when missing (debootstrap, buildah, busybox-static, gcc)
+	@missing=$$(for package in $(IMAGE_PACKAGES); do \
+		dpkg-query -W -f='$${Status}\n' $$package 2>/dev/null | grep -q ' installed$$' || echo $$package; done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing the Debian packages the image builds need:" $$missing; \
+		sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+.PHONY: images
+images: image-tools $(STAMP) ## build the real node's container images (hack/images; IMAGES="operator ..." for some)
+	TJ_TRAINER_VENV=$(abspath $(VENV)) $(PYTHON) -m hack.images ensure $(IMAGES)
+
 .PHONY: generate-monitoring
 generate-monitoring: $(STAMP) ## regenerate the PrometheusRule (kustomize) and the Helm chart's copy of the rules from monitoring/alerts.yaml
 	$(VENV_PY) -m monitoring.generate

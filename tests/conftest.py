@@ -10,6 +10,11 @@ Tests that need Kueue or the coscheduling scheduler on the cluster ask for the `
 `coscheduling` fixture: the first such test of a session adds it to the session's cluster
 (`hack/dev-cluster.sh up --with <name>`, a no-op when it runs already; built the first time), and
 it stays for the rest of the session. Those tests are marked `components` too.
+
+Tests that need the real node's container images (hack/images: pause, busybox, base, operator,
+trainer-torch) take the `node_images` fixture: each image is built on first use (minutes cold), then
+taken from the cache under ~/.cache/trainingjob-operator/images. Building them needs root. Those
+tests are marked `components`.
 """
 
 from __future__ import annotations
@@ -19,12 +24,13 @@ import os
 import re
 import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from crd import contract
+from hack import images
 from hack.kube_bins import component_binary
 from tests.cluster import DEV, REPO, Kubectl, require_optional, wait_for
 
@@ -144,19 +150,36 @@ def helm() -> Path:
     return component_binary("helm")
 
 
+@pytest.fixture(scope="session")
+def node_images() -> Callable[[str], images.Image]:
+    """The real node's images by name (hack/images), each built on first use in the session (root
+    only: debootstrap, chroot and buildah's mount namespace need it)."""
+    if os.geteuid() != 0:
+        pytest.skip("building the real node's images needs root (debootstrap, chroot, buildah)")
+    built: dict[str, images.Image] = {}
+
+    def image(name: str) -> images.Image:
+        if name not in built:
+            built[name] = images.ensure(name)
+        return built[name]
+
+    return image
+
+
 # Fixtures that need something built or started, and the marker their tests get.
 FIXTURE_MARKERS = {
     "cluster": pytest.mark.cluster,
     "helm": pytest.mark.components,
     "kueue": pytest.mark.components,
     "coscheduling": pytest.mark.components,
+    "node_images": pytest.mark.components,
 }
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests using the cluster fixture are marked `cluster`, those using a built component (helm,
-    kueue, coscheduling) `components`: `-m "not cluster and not components"` runs the unit tests
-    alone (`make unit`)."""
+    kueue, coscheduling, the node images) `components`: `-m "not cluster and not components"` runs
+    the unit tests alone (`make unit`)."""
     for item in items:
         for fixture, marker in FIXTURE_MARKERS.items():
             if fixture in getattr(item, "fixturenames", ()):
@@ -172,4 +195,5 @@ __all__ = [
     "kubectl",
     "kueue",
     "namespace",
+    "node_images",
 ]
