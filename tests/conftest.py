@@ -31,6 +31,7 @@ import pytest
 
 from crd import contract
 from hack import images
+from hack.devcluster import nodehost
 from hack.kube_bins import component_binary
 from tests.cluster import DEV, REPO, Kubectl, require_optional, wait_for
 
@@ -145,6 +146,18 @@ def coscheduling(cluster: Kubectl) -> Kubectl:
 
 
 @pytest.fixture(scope="session")
+def real_node(cluster: Kubectl) -> Kubectl:
+    """The session's cluster with its real node (kubelet, containerd, CNI, CoreDNS; hack/devcluster/
+    realnode.py) running, added by the first test that asks for it. Where the machine cannot run one
+    (no root, no cgroup v1 hierarchies, a missing tool), the test is skipped with the reason."""
+    reasons = nodehost.missing_prerequisites()
+    if reasons:
+        pytest.skip("the real node cannot run here: " + "; ".join(reasons))
+    require_optional("real-node")
+    return cluster
+
+
+@pytest.fixture(scope="session")
 def helm() -> Path:
     """The helm binary built from Go modules (hack/kube-bins.sh ensure helm), built on first use."""
     return component_binary("helm")
@@ -173,17 +186,21 @@ FIXTURE_MARKERS = {
     "kueue": pytest.mark.components,
     "coscheduling": pytest.mark.components,
     "node_images": pytest.mark.components,
+    "real_node": pytest.mark.real_node,
 }
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests using the cluster fixture are marked `cluster`, those using a built component (helm,
-    kueue, coscheduling, the node images) `components`: `-m "not cluster and not components"` runs
-    the unit tests alone (`make unit`)."""
+    kueue, coscheduling, the node images) `components`, those on the real node `real_node` and
+    `components` (it is built too): `-m "not cluster and not components"` runs the unit tests alone
+    (`make unit`)."""
     for item in items:
         for fixture, marker in FIXTURE_MARKERS.items():
             if fixture in getattr(item, "fixturenames", ()):
                 item.add_marker(marker)
+                if fixture == "real_node":
+                    item.add_marker(pytest.mark.components)
 
 
 __all__ = [
@@ -196,4 +213,5 @@ __all__ = [
     "kueue",
     "namespace",
     "node_images",
+    "real_node",
 ]
