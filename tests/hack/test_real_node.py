@@ -208,12 +208,14 @@ def test_exit_codes_and_an_oom_kill_are_reported_as_a_kubelet_does(
     assert (failed["exitCode"], failed["reason"]) == (1, "Error")
     killed = wait_terminated(real_node, namespace, "hog")
     assert (killed["exitCode"], killed["reason"]) == (137, "OOMKilled")
-    for name in ("fails", "hog"):
-        wait_for(
-            f"pod {name} Failed",
-            lambda name=name: real_node.get_json("pod", name, "-n", namespace)["status"]["phase"] == "Failed",
-            timeout=30,
-        )
+
+    def both_failed() -> bool:
+        phases = [
+            real_node.get_json("pod", name, "-n", namespace)["status"]["phase"] for name in ("fails", "hog")
+        ]
+        return phases == ["Failed", "Failed"]
+
+    wait_for("both pods Failed", both_failed, timeout=30)
 
 
 def test_a_claim_binds_and_what_one_pod_writes_the_next_one_reads(real_node: Kubectl, namespace: str) -> None:
