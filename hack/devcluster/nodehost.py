@@ -52,9 +52,9 @@ def missing_prerequisites() -> list[str]:
         reasons.append("no cgroup v1 memory and cpu hierarchies under /sys/fs/cgroup")
     for tool in ("/usr/sbin/ip", "/usr/bin/nsenter", str(nodeconfig.RUNC), "/usr/sbin/iptables"):
         if not Path(tool).exists():
-            reasons.append(f"{tool} is missing")
+            reasons.append(f"{tool} is missing (`make node-tools` installs it)")
     if not (nodeconfig.CNI_BIN_DIR / "bridge").exists():
-        reasons.append(f"the CNI plugins are missing ({nodeconfig.CNI_BIN_DIR}/bridge)")
+        reasons.append(f"the CNI plugins are missing ({nodeconfig.CNI_BIN_DIR}/bridge; `make node-tools`)")
     return reasons
 
 

@@ -77,7 +77,7 @@ def _check_tools(recipe: Recipe) -> None:
     ]
     if missing:
         raise ToolError(
-            f"building image {recipe.name} needs {', '.join(missing)}: `make image-tools` installs them"
+            f"building image {recipe.name} needs {', '.join(missing)}: `make node-tools` installs them"
         )
     if recipe.needs_root and os.geteuid() != 0:
         raise ToolError(

@@ -36,7 +36,7 @@ def static_busybox() -> Path:
     if binary is None or not is_static_executable(binary):
         raise ToolError(
             "the busybox image needs a static busybox: install the Debian package busybox-static "
-            "(`make image-tools` does)"
+            "(`make node-tools` does)"
         )
     return binary
 
