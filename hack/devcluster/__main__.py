@@ -1,7 +1,7 @@
 """`hack/dev-cluster.sh`: the command line of the dev cluster (see the package's docstring).
 
 python3 -m hack.devcluster up [--with kueue,coscheduling,real-node]|down|status|env  (hack/dev-cluster.sh)
-python3 -m hack.devcluster remove real-node|kueue|coscheduling
+python3 -m hack.devcluster remove|build real-node|kueue|coscheduling
 python3 -m hack.devcluster restart|stop|start <component>
 python3 -m hack.devcluster run <name> [--wait-http URL] -- <command...>
 python3 -m hack.devcluster stop <name>
@@ -19,7 +19,7 @@ from hack.devcluster import realnode
 from hack.devcluster.extras import run_extra, stop_extra
 from hack.devcluster.lifecycle import down, remove_optional, restart, start_one, stop_one, up
 from hack.devcluster.nodes import NodeShape
-from hack.devcluster.optional import parse_with
+from hack.devcluster.optional import build, parse_with
 from hack.devcluster.processes import START_TIMEOUT
 from hack.devcluster.state import (
     COMPONENTS,
@@ -105,6 +105,10 @@ def build_parser() -> argparse.ArgumentParser:
         "remove", help="take an optional part added with `up --with` off the cluster"
     )
     remove_parser.add_argument("part", choices=WITH_CHOICES)
+    build_parser_ = sub.add_parser(
+        "build", help="build optional parts (binaries, the real node's images) without starting anything"
+    )
+    build_parser_.add_argument("parts", metavar=",".join(WITH_CHOICES))
     sub.add_parser("status", help="what runs, versions, ports and logs")
     sub.add_parser("env", help="print export lines for eval")
     restart_parser = sub.add_parser("restart", help="restart one component with the same flags and port")
@@ -139,6 +143,9 @@ def dispatch(args: argparse.Namespace, command: list[str]) -> int:
         down()
     elif args.command == "remove":
         remove_optional(args.part)
+    elif args.command == "build":
+        for name in build(parse_with(args.parts)):
+            say(f"{name}: built and cached, nothing started")
     elif args.command == "restart":
         restart(args.component)
     elif args.command == "stop" and args.component in ALL_COMPONENTS:
