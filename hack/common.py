@@ -1,6 +1,6 @@
 """What every program in hack/ needs: the repository's paths, progress lines, ports, processes, waiting.
 
-Why one module: the dev cluster, the local kubelet, the demo and the bench each need a free port on
+Why one module: the dev cluster, the images, the demo and the bench each need a free port on
 127.0.0.1, the kernel's start time of a process (a pid alone may be reused), a wait with a deadline, a
 progress line with the elapsed time and a process started with its output in a log. Each used to carry
 its own copy of these; one copy is what they share now.
