@@ -112,13 +112,16 @@ def wait_terminated(
         raise AssertionError(f"{error}\nstatus: {json.dumps((pod or {}).get('status'), indent=1)}") from None
 
 
+def is_ready(pod: JsonDict) -> bool:
+    """The pod's Ready condition is True (its containers run, and pass their readiness probes)."""
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
 def wait_running(kubectl: Kubectl, namespace: str, name: str, timeout: float = 120) -> JsonDict:
     def probe() -> JsonDict | None:
         pod = kubectl.get_or_none("pod", name, "-n", namespace)
-        ready = [
-            c for c in ((pod or {}).get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"
-        ]
-        return pod if ready and ready[0].get("status") == "True" else None
+        return pod if pod and is_ready(pod) else None
 
     return wait(f"pod {name} Running and Ready", probe, timeout=timeout)
 
