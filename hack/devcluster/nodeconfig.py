@@ -58,6 +58,9 @@ KERNEL_TUNABLES: Final = (
 # hierarchy: the kubelet's cgroupRoot, and containerd with its shims beside it.
 CGROUP_ROOT: Final = "trainingjob-node"
 RUNTIME_CGROUP: Final = "trainingjob-node.runtime"
+# Short fixed paths of the node (one per machine): the runtime's sockets, and the kubelet's root.
+SOCKETS_DIR: Final = Path("/run/trainingjob-node")
+STATE_DIR: Final = Path("/var/lib/trainingjob-node")
 # runc and the CNI plugins come from Debian's packages.
 RUNC: Final = Path("/usr/sbin/runc")
 CNI_BIN_DIR: Final = Path("/usr/lib/cni")
@@ -65,12 +68,16 @@ CNI_BIN_DIR: Final = Path("/usr/lib/cni")
 
 @dataclass(frozen=True)
 class NodePaths:
-    """Where the node keeps its files. `run` is inside the dev cluster's run directory (gone with it),
-    `sockets` a short path under /run for the runtime's sockets, `images` containerd's root in the
-    cache (imported images survive `down`, so a cached `up` takes seconds)."""
+    """Where the node keeps its files. `run` is inside the dev cluster's run directory (gone with it):
+    configuration, certificates, volumes of the storage provisioner; `sockets` a short path under
+    /run for the runtime's sockets; `kubelet_root` a short path on disk for the kubelet's pods (it
+    makes unix sockets under it, whose paths may not exceed 107 bytes, so it cannot be under a
+    repository checked out anywhere); `images` containerd's root in the cache (imported images
+    survive `down`, so a cached `up` takes seconds)."""
 
     run: Path
     sockets: Path
+    kubelet_root: Path
     images: Path
 
     @property
@@ -92,10 +99,6 @@ class NodePaths:
     @property
     def cni_data(self) -> Path:
         return self.run / "cni" / "data"
-
-    @property
-    def kubelet_root(self) -> Path:
-        return self.run / "kubelet"
 
     @property
     def pod_logs(self) -> Path:

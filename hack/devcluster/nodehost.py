@@ -221,12 +221,15 @@ def note_fixed_paths(record: dict[str, Any]) -> None:
 
 
 def fixed_paths() -> list[Path]:
-    """Paths the kubelet and containerd use whatever they are told, outermost first."""
+    """Paths the kubelet and containerd use whatever they are told, and the node's own short ones,
+    outermost first."""
     return [
         Path("/var/lib/kubelet"),
         DEVICE_PLUGINS,
         Path("/run/containerd"),
         SHIM_SOCKETS,
+        nodeconfig.SOCKETS_DIR,
+        nodeconfig.STATE_DIR,
     ]
 
 

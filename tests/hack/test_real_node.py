@@ -27,11 +27,24 @@ from tests.e2e.realnode import (
 )
 
 NETWORK_PROBE = """
-import json, os, socket, ssl, urllib.request
+import json, os, socket, ssl, time, urllib.request
+
+def patiently(call):
+    # A new Service's EndpointSlice reaches CoreDNS and kube-proxy a moment after its pod is Ready
+    # (until then kube-proxy rejects connections to the ClusterIP): retry, as a client would.
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            return call()
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
 found = {}
-found["peer_address"] = socket.gethostbyname("server.peers")
-found["peer"] = urllib.request.urlopen("http://server.peers:8000/", timeout=10).status
-found["cluster_ip"] = urllib.request.urlopen("http://web:8000/", timeout=10).status
+found["peer_address"] = patiently(lambda: socket.gethostbyname("server.peers"))
+found["peer"] = patiently(lambda: urllib.request.urlopen("http://server.peers:8000/", timeout=10).status)
+found["cluster_ip"] = patiently(lambda: urllib.request.urlopen("http://web:8000/", timeout=10).status)
 token = open("/var/run/secrets/kubernetes.io/serviceaccount/token").read()
 context = ssl.create_default_context(cafile="/var/run/secrets/kubernetes.io/serviceaccount/ca.crt")
 headers = {"Authorization": "Bearer " + token}
@@ -60,7 +73,7 @@ def test_the_node_is_ready_tainted_and_advertises_gpus(real_node: Kubectl) -> No
     info = status["nodeInfo"]
     assert info["kubeletVersion"] == "v1.34.4"
     assert info["containerRuntimeVersion"].startswith("containerd://2.")
-    held = {name for image in status.get("images", []) for name in image["names"]}
+    held = {name for image in status.get("images") or [] for name in image.get("names") or []}
     for reference in ("trainingjob-operator:0.1.0", PYTHON_IMAGE):
         assert any(name.endswith("/" + reference) for name in held), (reference, sorted(held))
 
