@@ -65,6 +65,10 @@ class Replicas:
         return self.size != self.workers
 
     def at(self, slot: int) -> Replica:
+        """The pod in `slot`. In a job of workers only, a slot past the last is the worker of that index
+        (pods left from a larger numWorkers, or an elastic job's after a scale down, are named so)."""
+        if slot >= self.size and not self.has_roles:
+            return Replica(ReplicaType.WORKER, slot, slot)
         return self.all[slot]
 
     def slot(self, role: ReplicaType, index: int) -> int | None:
