@@ -71,7 +71,7 @@ class Facts:
             self._gang.append(
                 observe(
                     observed.pods,
-                    self.spec.num_workers,
+                    self.spec.replicas,
                     observed.nodes,
                     observed.nodes_known,
                     now=observed.now,

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from builders.meta import selector_labels
-from controller.planner import texts, tracking
+from controller.planner import roles, texts, tracking
 from controller.planner.admission import apply_queueing
 from controller.planner.decide import AnyDecision, Finish, decide, progress
 from controller.planner.facts import Facts
@@ -47,7 +47,7 @@ from controller.planner.transitions import (
 from controller.planner.workloads import workload_writes
 from controller.runtime import boundedjson
 from controller.runtime.clock import rfc3339
-from crd.contract import FINISHED_STATES, State
+from crd.contract import FINISHED_STATES, ReplicaType, State
 from crd.spec import parse
 from crd.spec_fields import SpecError
 from crd.validation import validate
@@ -169,9 +169,15 @@ def _derived(status: Mapping[str, Any], facts: Facts) -> JsonDict:
     if facts.job.generation is not None:
         derived["observedGeneration"] = facts.job.generation
     derived["workers"] = gang.workers()
+    summary = roles.summary(gang)
+    if summary is not None:
+        derived["roles"] = gang.role_counts()
+        derived["roleSummary"] = summary
     derived["resources"] = {"gpus": gang.allocated * facts.spec.gpus_per_worker, "workers": gang.allocated}
-    # The scale subresource's view (kubectl scale, a HorizontalPodAutoscaler): pods and their selector.
-    derived["replicas"] = len(gang.ranks)
+    # The scale subresource's view (kubectl scale, a HorizontalPodAutoscaler): the worker pods (what
+    # numWorkers counts) and the selector of the job's pods.
+    workers = set(facts.spec.replicas.slots(ReplicaType.WORKER))
+    derived["replicas"] = sum(1 for slot in gang.ranks if slot in workers)
     derived["selector"] = ",".join(f"{key}={value}" for key, value in selector_labels(facts.job).items())
     if derived.get("startTime"):
         # A job whose first gang started counts attempts and restarts from there.

@@ -28,6 +28,7 @@ from controller.planner.decide import (
     Finished,
     MarkCreated,
     NextAttempt,
+    NoteEvaluatorFailure,
     RecordProgress,
     RemoveExtraPods,
     Restart,
@@ -145,6 +146,8 @@ def apply(  # noqa: PLR0911, PLR0912 - one case per decision
             return next_attempt(facts, status)
         case RecordProgress():
             return record_progress(facts, status, decision)
+        case NoteEvaluatorFailure():
+            return note_evaluator_failure(facts, status, decision)
         case RemoveExtraPods():
             return remove_extra_pods(facts, status, decision)
         case Restart():
@@ -308,13 +311,14 @@ def create_ranks(facts: Facts, status: Mapping[str, Any], decision: CreateRanks)
     change.set(Condition.CREATED, False, "Creating", message)
     change.clear(Condition.RESTARTING, "GangRestarted", f"attempt {attempt} started")
     change.clear(Condition.STALLED, "GangRestarted", f"attempt {attempt} started")
+    change.clear(Condition.EVALUATOR_FAILED, "GangRestarted", f"attempt {attempt} started")
     change.move_to(State.PENDING, message, "Creating")
     return change.step(creates=pods)
 
 
 def mark_created(facts: Facts, status: Mapping[str, Any]) -> Step:
     change = Change(moment(facts), status)
-    created = f"{facts.spec.num_workers} pod(s) of attempt {attempt_of(status)} created"
+    created = f"{facts.spec.replicas.size} pod(s) of attempt {attempt_of(status)} created"
     change.set(Condition.CREATED, True, "PodsCreated", created)
     return change.step()
 
@@ -331,6 +335,20 @@ def record_progress(facts: Facts, status: Mapping[str, Any], decision: RecordPro
         change.note("Warning", "InvalidProgressReport", decision.problem)
     if decision.update is not None and cond.is_true(status.get("conditions"), Condition.STALLED):
         change.set(Condition.STALLED, False, "ProgressResumed", "the trainer reports progress again")
+    return change.step()
+
+
+def note_evaluator_failure(facts: Facts, status: Mapping[str, Any], decision: NoteEvaluatorFailure) -> Step:
+    """The evaluator is not part of the training cluster: its failure is recorded, nothing else."""
+    change = Change(moment(facts), status)
+    failure = decision.failure
+    change.set(Condition.EVALUATOR_FAILED, True, failure.reason, failure.describe())
+    change.note(
+        "Warning",
+        "EvaluatorFailed",
+        f"evaluator {failure.describe()}; the job goes on without it (an evaluator's failure neither fails "
+        "nor restarts it), and the next gang attempt starts a new one",
+    )
     return change.step()
 
 
