@@ -30,13 +30,14 @@ from typing import Any, ClassVar
 
 from builders.names import pod_name
 from controller.planner import conditions as cond
-from controller.planner import elastic, podstate, roles
+from controller.planner import elastic, podstate, reports, roles
 from controller.planner.elastic import AddWorkers, Rejoined, Shrink
 from controller.planner.facts import Facts, attempt_of, state_of
 from controller.planner.failures import Cause, PodFailure, Verdict, verdict
 from controller.planner.gang import Gang, root_cause
-from controller.planner.progress import ProgressUpdate, apply_report, success_reached
+from controller.planner.progress import success_reached
 from controller.planner.queueing import QueueDecision, queue_decision
+from controller.planner.reports import RecordProgress, progress
 from controller.planner.texts import format_duration, summary
 from controller.planner.timers import active_seconds, quiet_seconds, scheduling_wait, ttl_expires
 from controller.runtime.clock import parse_time
@@ -107,15 +108,6 @@ class NextAttempt:
     """The backoff has passed and the old gang is gone: the next attempt begins."""
 
     STEP: ClassVar = True
-
-
-@dataclass(frozen=True)
-class RecordProgress:
-    """Rank 0 reported something new (`update`), or something unusable (`problem`)."""
-
-    STEP: ClassVar = True
-    update: ProgressUpdate | None
-    problem: str | None = None
 
 
 @dataclass(frozen=True)
@@ -222,6 +214,11 @@ def decide(  # noqa: PLR0911 - one return per check of the state machine
         return fail(facts, "InvalidSpec", f"invalid spec: {problems}", gang.all_pods)
     if state is None and not spec.suspend:
         return Accept()
+    # Whatever happens next, rank 0's latest report first: also the one a trainer told to stop makes
+    # with the checkpoint it saved in its grace period, from a pod being deleted.
+    recorded = reports.record(facts, status, taken)
+    if recorded is not None:
+        return recorded
     limit = spec.failure_policy.active_deadline_seconds
     if limit and status.get("startTime") and active_seconds(facts, status) >= limit:
         message = (
@@ -271,25 +268,11 @@ def _restarting(facts: Facts, status: Mapping[str, Any], gang: Gang) -> Decision
     return NextAttempt()
 
 
-def progress(facts: Facts, status: Mapping[str, Any]) -> tuple[ProgressUpdate | None, str | None]:
-    """Rank 0's report applied to `status` (rate-limited unless rank 0 has exited: its last report has
-    nothing to flush it later), or the problem with it."""
-    report, problem = facts.report(status)
-    if report is None:
-        return None, problem
-    interval = 0.0 if facts.rank0_finished(status) else facts.settings.progress_min_interval
-    return apply_report(status, report, facts.spec, facts.now, interval), None
-
-
 def _attempt(  # noqa: PLR0911 - one return per check of the state machine
     facts: Facts, status: Mapping[str, Any], gang: Gang, taken: Sequence[AnyDecision]
 ) -> Decision:
-    """The current gang: record its progress, notice its end, create it, watch it start."""
-    update, problem = progress(facts, status)
-    if problem and not any(isinstance(step, RecordProgress) for step in taken):
-        return RecordProgress(None, problem)
-    if update is not None and update.changed:
-        return RecordProgress(update)
+    """The current gang (its progress is recorded already): notice its end, create it, watch it start."""
+    update, _ = progress(facts, status)
     finish = _success(facts, status, gang)
     if finish is not None:
         return finish

@@ -26,22 +26,20 @@ from typing import Any, Final
 from builders.meta import selector_labels
 from controller.planner import roles, texts, tracking
 from controller.planner.admission import apply_queueing
-from controller.planner.decide import AnyDecision, Finish, decide, progress
+from controller.planner.change import Change, Moment, Step, moment
+from controller.planner.decide import AnyDecision, Finish, decide
 from controller.planner.facts import Facts
 from controller.planner.model import Delete, Event, Observed, Plan, Settings
 from controller.planner.queueing import Admit, Dequeue, Enqueue, Evict
+from controller.planner.reports import progress
 from controller.planner.scheduled import show_scheduled
 from controller.planner.supporting import Patch, desired_objects, diff_objects, release_claims
 from controller.planner.timers import ceil_to_second, wake_up
 from controller.planner.transitions import (
-    Change,
-    Moment,
-    Step,
     apply,
     blocked,
     finish_status,
     force_delete_stuck,
-    moment,
     show_blocked,
 )
 from controller.planner.workloads import workload_writes
@@ -114,7 +112,7 @@ def plan(observed: Observed, settings: Settings | None = None) -> Plan:
         delete_job=result.delete_job,
         objects_first=blocked(status) and bool(all_creates) and not deletes,
         slow_start=blocked(status),
-        releases=tracking.releases(observed.pods),
+        releases=tracking.releases(observed.pods, observed.now),
     )
 
 
@@ -191,7 +189,7 @@ def _unreadable(observed: Observed, status: JsonDict, error: SpecError) -> Plan:
     schema): the job fails with InvalidSpec and its pods are left alone (nothing about them can be
     judged without a spec). Once failed, nothing more is done."""
     if status.get("state") in FINISHED_STATES:
-        return Plan(status=status, releases=tracking.releases(observed.pods))
+        return Plan(status=status, releases=tracking.releases(observed.pods, observed.now))
     generation = observed.job.get("metadata", {}).get("generation")
     now = observed.now
     change = Change(
@@ -200,4 +198,8 @@ def _unreadable(observed: Observed, status: JsonDict, error: SpecError) -> Plan:
     finish_status(change, State.FAILED, "InvalidSpec", texts.message(f"invalid spec: {error}"))
     if change.moment.generation is not None:
         change.status["observedGeneration"] = change.moment.generation
-    return Plan(status=change.status, events=list(change.events), releases=tracking.releases(observed.pods))
+    return Plan(
+        status=change.status,
+        events=list(change.events),
+        releases=tracking.releases(observed.pods, observed.now),
+    )

@@ -17,9 +17,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from controller.planner import podstate
+from controller.planner.change import Change, moment
 from controller.planner.decide import unschedulable_summary
 from controller.planner.facts import Facts, attempt_of, state_of
-from controller.planner.transitions import Change, moment
 from crd.contract import FINISHED_STATES, Condition, State
 
 JsonDict = dict[str, Any]

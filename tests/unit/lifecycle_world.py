@@ -129,8 +129,12 @@ class FakeCluster:
             self.confirm(pod)
 
     def confirm(self, pod: JsonDict) -> None:
-        """The deletion of `pod` is confirmed: it goes unless a finalizer (in a tracking world) holds it."""
+        """The deletion of `pod` is confirmed, as a kubelet (or kwok) confirms it, with a delete of grace
+        period 0 once its containers stopped (the API server moves deletionTimestamp to that moment):
+        it goes unless a finalizer (in a tracking world) holds it."""
         self.confirmed.add(pod["metadata"]["uid"])
+        pod["metadata"]["deletionTimestamp"] = rfc3339(self.now)
+        pod["metadata"]["deletionGracePeriodSeconds"] = 0
         self._collect(pod["metadata"]["name"])
 
     def release(self, name: str, uid: str) -> None:
