@@ -6,6 +6,7 @@ workers only is built exactly as before roles existed."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ from crd import contract
 from crd.contract import ReplicaType
 from crd.replicas import Replica, Replicas
 from crd.spec import TrainingJob, parse
+from tests.cluster import REPO
 from tests.unit.builders_support import defaulted
 
 # ParameterServerStrategy: a chief, two workers, one parameter server, and an evaluator.
@@ -178,3 +180,16 @@ def test_names_of_a_job_without_roles_are_unchanged() -> None:
     pod = build_pod(job, 1, attempt=0, resume_from=None)
     assert pod["spec"]["hostname"] == "case-job-worker-1"
     assert pod["metadata"]["labels"][contract.REPLICA_TYPE_LABEL] == "worker"
+
+
+def test_the_tf_config_examples_of_the_environment_docs_are_what_the_builders_make() -> None:
+    """docs/env.md shows worker 1's TF_CONFIG of a 2-worker job mnist, and the parameter server's of the
+    same job with a chief, a parameter server and an evaluator: byte for byte the builders'."""
+    docs = (REPO / "docs" / "env.md").read_text(encoding="utf-8")
+    shown = [block for block in re.findall(r"```json\n(.*?)\n```", docs, re.DOTALL) if '"task"' in block]
+    plain = {"spec.framework": "tensorflow", "spec.numWorkers": 2, "spec.gpusPerWorker": 0}
+    workers_only = parse(defaulted(plain, name="mnist"))
+    with_roles = parse(
+        defaulted({**plain, "spec.tensorflow": {"chief": 1, "ps": 1, "evaluator": 1}}, name="mnist")
+    )
+    assert shown == [tf_config(workers_only, 1), tf_config(with_roles, 3)]
