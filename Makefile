@@ -29,15 +29,15 @@ DEMO_STEP_SECONDS ?= 0.1
 export DEMO_NAMESPACE DEMO_METRICS_PORT DEMO_TIMEOUT DEMO_STEP_SECONDS
 
 .PHONY: demo
-demo: ## start here: local cluster, operator, and a TrainingJob trained to Completed
+demo: ## start here: local cluster with a real node, operator, and a TrainingJob trained to Completed in containers
 	@PYTHON=$(PYTHON) hack/preflight.sh
-	@$(MAKE) --no-print-directory runtime-venv
-	hack/dev-cluster.sh up
+	@$(MAKE) --no-print-directory venv node-tools
+	hack/dev-cluster.sh up --with real-node
 	@KUBECONFIG=$(DEV_DIR)/kubeconfig $(MAKE) --no-print-directory install KUBECTL=$(DEV_DIR)/bin/kubectl
 	$(VENV_PY) -m hack.demo
 
 .PHONY: demo-down
-demo-down: ## stop the demo's operator and local kubelet, then the local cluster
+demo-down: ## stop the demo's operator, then the real node (drained, the machine restored) and the local cluster
 	hack/dev-cluster.sh down
 
 # A virtualenv that could not be created completely is removed, so the next run starts clean.
@@ -71,7 +71,11 @@ dev-cluster-down: ## stop every process of the local control plane
 	hack/dev-cluster.sh down
 
 .PHONY: test
-test: $(STAMP) promtool ## run the whole test suite (starts and stops the local control plane if none runs)
+test: $(STAMP) promtool node-tools ## run the whole test suite (starts and stops the local control plane if none runs)
+	@# The real node's binaries and images are built before the tests (minutes the first time, with
+	@# progress), not inside the first test that needs them; a machine that cannot run it says why here.
+	@if [ "$$(id -u)" = 0 ]; then hack/dev-cluster.sh build real-node; \
+		else echo "not root: the real node's tests will be skipped (hack/README.md, \"The real node\")"; fi
 	$(VENV_PY) -m pytest $(PYTEST_ARGS)
 
 .PHONY: unit
@@ -169,6 +173,29 @@ promtool: ## install promtool (Debian package prometheus) when it is missing
 		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; \
 	}
 	@promtool --version 2>&1 | head -n 1
+
+# The real node (`hack/dev-cluster.sh up --with real-node`, hack/README.md "The real node") and its
+# container images (hack/images): built on this machine from Go modules, Debian packages and the
+# project's own files, cached under ~/.cache/trainingjob-operator. The Debian packages they use are
+# installed when missing (as root, else through sudo), as promtool's is: runc, the CNI plugins and
+# iptables for the node, debootstrap, buildah and busybox for the images. IMAGES names some images.
+NODE_PACKAGES := runc containernetworking-plugins iptables debootstrap buildah busybox-static gcc libc6-dev
+IMAGES ?=
+
+.PHONY: node-tools
+node-tools: ## install the Debian packages the real node and its images need when missing
+	@missing=$$(for package in $(NODE_PACKAGES); do \
+		dpkg-query -W -f='$${Status}\n' $$package 2>/dev/null | grep -q ' installed$$' || echo $$package; done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing the Debian packages the real node and its images need:" $$missing; \
+		sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+.PHONY: images
+images: node-tools $(STAMP) ## build the real node's container images (hack/images; IMAGES="operator ..." for some)
+	TJ_TRAINER_VENV=$(abspath $(VENV)) $(PYTHON) -m hack.images ensure $(IMAGES)
 
 .PHONY: generate-monitoring
 generate-monitoring: $(STAMP) ## regenerate the PrometheusRule (kustomize) and the Helm chart's copy of the rules from monitoring/alerts.yaml

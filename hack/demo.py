@@ -1,24 +1,26 @@
-"""`make demo` after the set-up: the operator and the local kubelet, one TrainingJob watched to Completed.
+"""`make demo` after the set-up: the operator, and one TrainingJob trained in containers to Completed.
 
 Why: the first command of the README has to show the product working, not a wall of YAML. The
 Makefile has already checked the machine (hack/preflight.sh), made the virtualenv, started the local
-cluster and installed the CRD; this script then
+cluster with its real node (`hack/dev-cluster.sh up --with real-node`: a kubelet and containerd on
+this machine, hack/devcluster/realnode.py) and installed the CRD; this script then
 
 1. creates the namespace (DEMO_NAMESPACE, default `demo`);
-2. starts the operator (watching that namespace only; metrics on 127.0.0.1:DEMO_METRICS_PORT) and the
-   local kubelet (hack/local_kubelet, which runs the trainers as local processes) as registered dev
-   processes (`hack/dev-cluster.sh run`), so `hack/dev-cluster.sh down` stops them too; both are
-   reused when they already run;
-3. applies examples/trainingjob-simple.yaml. If the job exists from an earlier run it is deleted first
-   and created again, so every `make demo` shows a whole run. Two settings of the reference trainer
-   are added to its spec.env so the run can be watched: TRAIN_STEP_SECONDS (DEMO_STEP_SECONDS, default
-   0.1: about 2 s per epoch) and TRAIN_PROGRESS_INTERVAL=1 (a report per epoch at most every second).
-   The operator runs with --progress-interval 0: the trainer's reports are rate-limited already, and
-   every one of them should show;
+2. starts the operator (watching that namespace only; metrics on 127.0.0.1:DEMO_METRICS_PORT) as a
+   registered dev process (`hack/dev-cluster.sh run`), so `hack/dev-cluster.sh down` stops it too; it
+   is reused when it already runs;
+3. applies examples/trainingjob-simple.yaml, placed on the real node (a toleration of its taint and a
+   node selector: the cluster's other nodes are kwok's, which run nothing). Its pods run the reference
+   trainer with real torch in the trainer image (hack/images). If the job exists from an earlier run it
+   is deleted first and created again, so every `make demo` shows a whole run. Two settings of the
+   reference trainer are added to its spec.env so the run can be watched: TRAIN_STEP_SECONDS
+   (DEMO_STEP_SECONDS, default 0.1: about 2 s per epoch) and TRAIN_PROGRESS_INTERVAL=1 (a report per
+   epoch at most every second). The operator runs with --progress-interval 0: the trainer's reports
+   are rate-limited already, and every one of them should show;
 4. prints a line whenever the job's state, epoch, progress or metrics change, until it is Completed
    (DEMO_TIMEOUT seconds at most), then how to look around and how to stop. The changes come from a
    watch through the project's Python client (trainingjob_client), as a notebook would follow a job;
-   a watchdog thread ends it early if the operator or the local kubelet dies.
+   a watchdog thread ends it early if the operator or a component of the cluster dies.
 
 Run with the operator's virtualenv from the repository: `.venv/bin/python -m hack.demo` (the Makefile
 does).
@@ -29,7 +31,6 @@ from __future__ import annotations
 import copy
 import os
 import shlex
-import shutil
 import subprocess
 import sys
 import threading
@@ -42,8 +43,9 @@ import yaml
 from controller.resources import NAMESPACES, SERVICEACCOUNTS
 from controller.runtime.client import KubeClient
 from controller.runtime.errors import AlreadyExists, KubeError, NotFound
-from hack.common import DEV, REPO, Say, ToolError, still_running, tail, wait_until
-from hack.devcluster.state import KUBECONFIG, LOGS, read_state
+from hack.common import REPO, Say, ToolError, still_running, tail, wait_until
+from hack.devcluster import nodeconfig
+from hack.devcluster.state import KUBECONFIG, LOGS, dead_components, read_state
 from trainingjob_client import (
     JobDeleted,
     JobNotFound,
@@ -61,7 +63,6 @@ STEP_SECONDS: Final = os.environ.get("DEMO_STEP_SECONDS", "0.1")
 EXAMPLE: Final = REPO / "examples" / "trainingjob-simple.yaml"
 DEV_SCRIPT: Final = REPO / "hack" / "dev-cluster.sh"
 OPERATOR: Final = "operator"
-KUBELET: Final = "local-kubelet"
 POLL_SECONDS: Final = 0.5
 DELETE_TIMEOUT: Final = 120.0
 
@@ -96,12 +97,15 @@ def ensure_process(name: str, command: list[str], wait_http: str | None = None) 
 
 
 def check_processes() -> None:
-    extras = (read_state() or {}).get("extras") or {}
-    for name in (OPERATOR, KUBELET):
-        process = extras.get(name)
-        if process is None or not still_running(process):
-            log = LOGS / f"{name}.log"
-            raise ToolError(f"{name} is not running any more; last lines of {shown(log)}:\n{tail(log)}")
+    """The operator and every component of the cluster (the real node's kubelet and containerd
+    among them) still run."""
+    state = read_state() or {}
+    operator = (state.get("extras") or {}).get(OPERATOR)
+    dead = [] if operator is not None and still_running(operator) else [OPERATOR]
+    dead += dead_components(state)
+    if dead:
+        log = LOGS / f"{dead[0]}.log"
+        raise ToolError(f"{dead[0]} is not running any more; last lines of {shown(log)}:\n{tail(log)}")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -134,9 +138,15 @@ def exists(client: KubeClient, namespace: str, name: str) -> bool:
 
 
 def demo_job() -> dict[str, Any]:
+    """The example, placed on the real node, with the two settings that make it watchable."""
     manifest = yaml.safe_load(EXAMPLE.read_text())
     job: dict[str, Any] = copy.deepcopy(manifest)
     job["metadata"]["namespace"] = NAMESPACE
+    scheduling = job["spec"].setdefault("scheduling", {})
+    scheduling.setdefault("nodeSelector", {})[nodeconfig.REAL_NODE_LABEL] = "true"
+    scheduling.setdefault("tolerations", []).append(
+        {"key": nodeconfig.REAL_NODE_LABEL, "operator": "Exists", "effect": "NoSchedule"}
+    )
     env = job["spec"].setdefault("env", [])
     present = {entry.get("name") for entry in env}
     for name, value in (("TRAIN_STEP_SECONDS", STEP_SECONDS), ("TRAIN_PROGRESS_INTERVAL", "1")):
@@ -161,16 +171,16 @@ def recreate(jobs: TrainingJobClient, job: dict[str, Any]) -> TrainingJob:
             raise ToolError(
                 f"timed out after {DELETE_TIMEOUT:.0f}s waiting for {NAMESPACE}/{name} to be deleted"
             ) from None
-        # The local kubelet keeps the job's volumes (checkpoints, config) by name; a new job starts empty,
-        # as it would with a fresh volume.
-        shutil.rmtree(DEV / "local-kubelet" / NAMESPACE / name, ignore_errors=True)
     env = " ".join(f"{e['name']}={e['value']}" for e in job["spec"]["env"])
-    say(f"applying {shown(EXAMPLE)} as {NAMESPACE}/{name}, with spec.env {env}")
+    say(
+        f"applying {shown(EXAMPLE)} as {NAMESPACE}/{name} on node {nodeconfig.NODE_NAME}, with spec.env {env}"
+    )
     return jobs.create(job)
 
 
 def guard(watch: JobWatch, problems: list[ToolError], finished: threading.Event) -> None:
-    """Ends `watch` when the operator or the local kubelet dies (the job would never change again)."""
+    """Ends `watch` when the operator or a component of the cluster dies (the job would never change
+    again)."""
     while not finished.wait(POLL_SECONDS):
         try:
             check_processes()
@@ -228,17 +238,17 @@ def look_around(name: str) -> None:
         f"""
 The job is Completed. Look around (it stays until you delete it or stop the demo):
   eval "$({env})"      # KUBECONFIG and the built kubectl on PATH
-  kubectl get tj,pods -n {ns}
+  kubectl get tj,pods -n {ns} -o wide     # the pods ran on node {nodeconfig.NODE_NAME}, in containers
   kubectl get events -n {ns} --sort-by=.lastTimestamp
   kubectl describe tj {name} -n {ns}
   kubectl get tj {name} -n {ns} -o jsonpath='{{.status}}' | python3 -m json.tool
-  kubectl logs -f {name}-worker-0 -n {ns}   # rank 0's trainer output, served by the local kubelet
+  kubectl logs {name}-worker-0 -n {ns}   # rank 0's trainer output, served by the node's kubelet
+  hack/dev-cluster.sh status              # the control plane and the real node's processes
   operator log:       {shown(logs / f"{OPERATOR}.log")}
-  local kubelet log:  {shown(logs / f"{KUBELET}.log")}
-  pod journals:       {shown(logs / "pods")}/{ns}_{name}-worker-<i>.log
+  kubelet log:        {shown(logs / "kubelet.log")}
   operator metrics:   curl -s http://127.0.0.1:{METRICS_PORT}/metrics | grep '^trainingjob_'
-Run it again: make demo (creates the job anew; the cluster, operator and kubelet are reused).
-Stop everything: make demo-down (or make dev-cluster-down).""",
+Run it again: make demo (creates the job anew; the cluster, its node and the operator are reused).
+Stop everything: make demo-down (or make dev-cluster-down): the node is drained and the machine restored.""",
         flush=True,
     )
 
@@ -246,9 +256,11 @@ Stop everything: make demo-down (or make dev-cluster-down).""",
 def main() -> int:
     kubeconfig = KUBECONFIG
     try:
-        if read_state() is None:
+        state = read_state()
+        if state is None or not state.get("real_node"):
             raise ToolError(
-                "the local cluster is not running: `make demo` starts it (hack/dev-cluster.sh up)"
+                "the local cluster with its real node is not running: `make demo` starts it "
+                "(hack/dev-cluster.sh up --with real-node)"
             )
         jobs = TrainingJobClient(NAMESPACE, kubeconfig=kubeconfig)
         ensure_namespace(jobs.kube)
@@ -267,16 +279,6 @@ def main() -> int:
             ],
             wait_http=f"http://127.0.0.1:{METRICS_PORT}/readyz",
         )
-        ensure_process(
-            KUBELET,
-            [
-                python,
-                "-m",
-                "hack.local_kubelet",
-                f"--namespace={NAMESPACE}",
-                f"--kubeconfig={kubeconfig}",
-            ],
-        )
         job = recreate(jobs, demo_job())
         say(f"watching {NAMESPACE}/{job.name} (times since it was created):")
         follow(jobs, job.name)
@@ -292,7 +294,7 @@ def main() -> int:
         say(f"error: {error}")
         return 1
     except KeyboardInterrupt:
-        say("interrupted; the cluster, operator and kubelet keep running (`make demo-down` stops them)")
+        say("interrupted; the cluster, its node and the operator keep running (`make demo-down` stops them)")
         return 130
     return 0
 

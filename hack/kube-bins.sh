@@ -27,10 +27,15 @@ export GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0
 # ------------------------------------------------------------------------------ optional components
 # One function per component, `component_<name>` (dashes as underscores), setting:
 #   MODULE        the Go module, VERSION its pinned version (from versions.env)
-#   PACKAGE       the main package, relative to the module
+#   PACKAGE       the main package, relative to the module (`.`: the module's root); or PACKAGES,
+#                 several main packages of one module, each binary named after its package (the
+#                 first is the one whose version is checked)
 #   HOW           install:   `go install MODULE/PACKAGE@VERSION` (for a module without replace lines)
 #                 in-module: `go build ./PACKAGE` inside a copy of the module's source, so that its
 #                            own go.mod, replace lines included, applies
+#                 kubernetes: `go build` in the control plane's wrapper module (k8s.io/kubernetes
+#                            with its staging modules replaced by their published versions)
+#   TAGS          optional Go build tags
 #   VERSION_ARGS  arguments that make the binary print its version; the output must contain VERSION
 #                 (the exit status does not count: it runs with an empty environment, so a program
 #                 without a version flag may print its version as it starts and then exit); or a
@@ -106,6 +111,40 @@ version_training_operator() {
   python3 -c 'import json, sys; print("source", json.load(open(sys.argv[1]))["Version"])' "$2/module.json"
 }
 
+# The real node (hack/devcluster/realnode.py): the kubelet and kube-proxy of the control plane's
+# Kubernetes version, built through the same wrapper module as the control plane (HOW=kubernetes),
+# containerd with its runc shim and ctr, CoreDNS, and the local-path provisioner for PersistentVolumes.
+component_kubelet() {
+  MODULE=k8s.io/kubernetes VERSION=$KUBE_VERSION PACKAGES=(cmd/kubelet cmd/kube-proxy) HOW=kubernetes RECIPE=1
+  VERSION_ARGS=(--version)
+}
+
+# containerd 2 from Go modules (Debian's 1.6 is past its end of life), static, without the snapshotters
+# that need C libraries; the runc shim and ctr (images are imported with it) beside it.
+component_containerd() {
+  MODULE=github.com/containerd/containerd/v2 VERSION=$CONTAINERD_VERSION HOW=install RECIPE=1
+  PACKAGES=(cmd/containerd cmd/containerd-shim-runc-v2 cmd/ctr) TAGS="no_btrfs no_devmapper no_zfs"
+  VERSION_ARGS=(--version)
+}
+
+ldflags_containerd() { echo " -X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION"; }
+
+component_coredns() {
+  MODULE=github.com/coredns/coredns VERSION=$COREDNS_VERSION PACKAGE=. HOW=install RECIPE=1
+}
+
+# CoreDNS says `CoreDNS-1.12.4`: the version without its leading v.
+version_coredns() { "$1" -version | sed -n 's/^CoreDNS-\(.*\)$/v\1/p'; }
+
+# Rancher's local-path provisioner: PersistentVolumes as directories of the real node, made and removed
+# by helper pods (hack/devcluster/storage.py). Its version is a variable of its main package.
+component_local_path_provisioner() {
+  MODULE=github.com/rancher/local-path-provisioner VERSION=$LOCAL_PATH_PROVISIONER_VERSION PACKAGE=.
+  HOW=install RECIPE=1 VERSION_ARGS=(--version)
+}
+
+ldflags_local_path_provisioner() { echo " -X main.VERSION=$LOCAL_PATH_PROVISIONER_VERSION"; }
+
 components() { declare -F | sed -n 's/^declare -f component_//p' | tr _ -; }
 
 describe_component() {
@@ -114,8 +153,9 @@ describe_component() {
     echo "kube-bins: unknown component '$name'; one of: $(echo $(components))" >&2
     exit 2
   fi
-  ASSETS=() VERSION_ARGS=()
+  ASSETS=() VERSION_ARGS=() PACKAGE="" PACKAGES=() TAGS=""
   "component_${name//-/_}"
+  if ((${#PACKAGES[@]} == 0)); then PACKAGES=("$PACKAGE"); fi
 }
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -245,20 +285,31 @@ if replaces:
 PY
 }
 
-build_kubernetes() {
-  local out=$1 work=$2 log=$3 v=$KUBE_VERSION minor
-  minor=$(echo "$v" | cut -d. -f2)
-  local staging="v0.${v#v1.}"
-  mkdir -p "$work/kubernetes"
-  run_step kubernetes "$log" write_wrapper_gomod "$work/kubernetes" k8s.io/kubernetes "$v" "$staging"
-  local stamp="" pkg
+# kubernetes_stamp: the -X flags that make Kubernetes binaries report $KUBE_VERSION.
+kubernetes_stamp() {
+  local stamp="" pkg minor
+  minor=$(echo "$KUBE_VERSION" | cut -d. -f2)
   for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    stamp+=" -X $pkg.gitVersion=$v -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+    stamp+=" -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
     stamp+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
   done
-  cd "$work/kubernetes"
-  run_step kubernetes "$log" go mod download k8s.io/kubernetes
-  run_step kubernetes "$log" go build -trimpath -ldflags "-s -w$stamp" -o "$out/" \
+  echo "$stamp"
+}
+
+# kubernetes_wrapper DIR LOG WHAT: the wrapper module of k8s.io/kubernetes in DIR, downloaded; the
+# shell is left in DIR, where `go build k8s.io/kubernetes/cmd/...` works.
+kubernetes_wrapper() {
+  local dir=$1 log=$2 what=$3 v=$KUBE_VERSION
+  mkdir -p "$dir"
+  run_step "$what" "$log" write_wrapper_gomod "$dir" k8s.io/kubernetes "$v" "v0.${v#v1.}"
+  cd "$dir"
+  run_step "$what" "$log" go mod download k8s.io/kubernetes
+}
+
+build_kubernetes() {
+  local out=$1 work=$2 log=$3
+  kubernetes_wrapper "$work/kubernetes" "$log" kubernetes
+  run_step kubernetes "$log" go build -trimpath -ldflags "-s -w$(kubernetes_stamp)" -o "$out/" \
     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
     k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
 }
@@ -341,16 +392,26 @@ build_component() {
   if declare -F "ldflags_${name//-/_}" >/dev/null; then ldflags=$("ldflags_${name//-/_}" "$gomod"); fi
   case "$HOW" in
     install)
-      run_step "$name" "$log" env GOBIN="$work/gobin" GOFLAGS= go install -trimpath -ldflags "-s -w$ldflags" \
-        "$MODULE/$PACKAGE@$VERSION"
-      mv "$work/gobin/$(basename "$PACKAGE")" "$tmp/bin/$name"
+      local targets=() pkg
+      for pkg in "${PACKAGES[@]}"; do
+        if [[ $pkg == . ]]; then targets+=("$MODULE@$VERSION"); else targets+=("$MODULE/$pkg@$VERSION"); fi
+      done
+      run_step "$name" "$log" env GOBIN="$work/gobin" GOFLAGS= go install -trimpath -tags "$TAGS" \
+        -ldflags "-s -w$ldflags" "${targets[@]}"
+      if ((${#PACKAGES[@]} == 1)); then mv "$work/gobin"/* "$tmp/bin/$name"; else mv "$work/gobin"/* "$tmp/bin/"; fi
       ;;
     in-module)
       cp -r "$source" "$work/src"
       chmod -R u+w "$work/src"
       cd "$work/src"
       if declare -F "patch_${name//-/_}" >/dev/null; then run_step "$name" "$log" "patch_${name//-/_}"; fi
-      run_step "$name" "$log" go build -trimpath -ldflags "-s -w$ldflags" -o "$tmp/bin/$name" "./$PACKAGE"
+      run_step "$name" "$log" go build -trimpath -tags "$TAGS" -ldflags "-s -w$ldflags" -o "$tmp/bin/$name" "./$PACKAGE"
+      ;;
+    kubernetes)
+      local packages=() pkg
+      for pkg in "${PACKAGES[@]}"; do packages+=("$MODULE/$pkg"); done
+      kubernetes_wrapper "$work/kubernetes" "$log" "$name"
+      run_step "$name" "$log" go build -trimpath -ldflags "-s -w$(kubernetes_stamp)" -o "$tmp/bin/" "${packages[@]}"
       ;;
     *) say "component $name: unknown HOW=$HOW"; exit 1 ;;
   esac

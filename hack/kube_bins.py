@@ -11,6 +11,7 @@ build is one ToolError naming the component; the script has printed the end of i
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 from typing import Final
@@ -18,6 +19,14 @@ from typing import Final
 from hack.common import REPO, ToolError
 
 SCRIPT: Final = REPO / "hack" / "kube-bins.sh"
+
+
+def cache_base() -> Path:
+    """The project's cache directory under the home directory (as hack/kube-bins.sh computes it)."""
+    explicit = os.environ.get("TJ_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "trainingjob-operator"
 
 
 def ensure(component: str | None = None) -> Path:

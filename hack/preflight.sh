@@ -6,9 +6,10 @@
 #   hack/preflight.sh
 #
 # Reads PYTHON (default python3), DEMO_METRICS_PORT (default 8080), TJ_DEV_DIR and TJ_CACHE_DIR.
-# Needed: Python 3.11+ with venv, make, openssl, a free 127.0.0.1 port for the operator's metrics, and
+# Needed: Python 3.11+ with venv, make, openssl, a free 127.0.0.1 port for the operator's metrics,
 # Go 1.24+ when the control plane has to be built (without Go, hack/kube-bins.sh uses a cached build
-# of the pinned versions, whatever Go made it).
+# of the pinned versions, whatever Go made it), and for the real node the job runs on: root, cgroup v1
+# and Debian's packages (installed by `make node-tools` when apt-get is there).
 set -uo pipefail
 
 HACK_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -94,6 +95,25 @@ else
     found+=("$go_version (the first run builds the control plane: about 15 minutes, then cached)")
   fi
 fi
+
+# --- the real node (its job runs in containers: hack/devcluster/realnode.py) ------------------------
+if [[ $(id -u) != 0 ]]; then
+  problem "the demo runs its job in containers on a real node (kubelet, containerd), which needs root:
+      a network namespace, cgroups and mounts. Run make demo as root (e.g. in a VM or container host)."
+fi
+if [[ ! -e /sys/fs/cgroup/memory/cgroup.procs || ! -d /sys/fs/cgroup/cpu ]]; then
+  problem "no cgroup v1 memory and cpu hierarchies under /sys/fs/cgroup: the real node's kubelet is set up
+      for cgroup v1 (hack/README.md, \"The real node\")"
+fi
+for package in runc containernetworking-plugins iptables debootstrap buildah busybox-static; do
+  if ! dpkg-query -W -f='${Status}\n' "$package" 2>/dev/null | grep -q ' installed$'; then
+    if ! command -v apt-get >/dev/null 2>&1; then
+      problem "the Debian package $package is missing and there is no apt-get to install it"
+    fi
+    break
+  fi
+done
+found+=("root and cgroup v1 for the real node")
 
 # --- a free port for the operator's metrics ----------------------------------------------------------
 if $python_ok; then

@@ -83,8 +83,12 @@ class Kubectl:
         extra = (*self.extra, f"--as={user}", *(f"--as-group={group}" for group in groups))
         return Kubectl(self.binary, self.kubeconfig, extra)
 
+    def command(self) -> list[str]:
+        """kubectl with this kubeconfig, for a process the test starts itself (`logs -f`, `port-forward`)."""
+        return [str(self.binary), f"--kubeconfig={self.kubeconfig}", *self.extra]
+
     def run(self, *args: str, stdin: str | None = None, check: bool = True, timeout: float = 120) -> str:
-        command = [str(self.binary), f"--kubeconfig={self.kubeconfig}", *self.extra, *args]
+        command = [*self.command(), *args]
         result = subprocess.run(
             command, input=stdin, capture_output=True, text=True, timeout=timeout, check=False
         )
@@ -94,7 +98,7 @@ class Kubectl:
 
     def attempt(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
         """Runs kubectl and returns the whole result, for tests that expect a refusal."""
-        command = [str(self.binary), f"--kubeconfig={self.kubeconfig}", *self.extra, *args]
+        command = [*self.command(), *args]
         return subprocess.run(command, input=stdin, capture_output=True, text=True, timeout=120, check=False)
 
     def get_json(self, *args: str) -> dict[str, Any]:

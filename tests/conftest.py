@@ -10,6 +10,11 @@ Tests that need Kueue or the coscheduling scheduler on the cluster ask for the `
 `coscheduling` fixture: the first such test of a session adds it to the session's cluster
 (`hack/dev-cluster.sh up --with <name>`, a no-op when it runs already; built the first time), and
 it stays for the rest of the session. Those tests are marked `components` too.
+
+Tests that need the real node's container images (hack/images: pause, busybox, base, operator,
+trainer-torch) take the `node_images` fixture: each image is built on first use (minutes cold), then
+taken from the cache under ~/.cache/trainingjob-operator/images. Building them needs root. Those
+tests are marked `components`.
 """
 
 from __future__ import annotations
@@ -19,12 +24,14 @@ import os
 import re
 import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from crd import contract
+from hack import images
+from hack.devcluster import nodehost
 from hack.kube_bins import component_binary
 from tests.cluster import DEV, REPO, Kubectl, require_optional, wait_for
 
@@ -139,9 +146,37 @@ def coscheduling(cluster: Kubectl) -> Kubectl:
 
 
 @pytest.fixture(scope="session")
+def real_node(cluster: Kubectl) -> Kubectl:
+    """The session's cluster with its real node (kubelet, containerd, CNI, CoreDNS; hack/devcluster/
+    realnode.py) running, added by the first test that asks for it. Where the machine cannot run one
+    (no root, no cgroup v1 hierarchies, a missing tool), the test is skipped with the reason."""
+    reasons = nodehost.missing_prerequisites()
+    if reasons:
+        pytest.skip("the real node cannot run here: " + "; ".join(reasons))
+    require_optional("real-node")
+    return cluster
+
+
+@pytest.fixture(scope="session")
 def helm() -> Path:
     """The helm binary built from Go modules (hack/kube-bins.sh ensure helm), built on first use."""
     return component_binary("helm")
+
+
+@pytest.fixture(scope="session")
+def node_images() -> Callable[[str], images.Image]:
+    """The real node's images by name (hack/images), each built on first use in the session (root
+    only: debootstrap, chroot and buildah's mount namespace need it)."""
+    if os.geteuid() != 0:
+        pytest.skip("building the real node's images needs root (debootstrap, chroot, buildah)")
+    built: dict[str, images.Image] = {}
+
+    def image(name: str) -> images.Image:
+        if name not in built:
+            built[name] = images.ensure(name)
+        return built[name]
+
+    return image
 
 
 # Fixtures that need something built or started, and the marker their tests get.
@@ -150,17 +185,22 @@ FIXTURE_MARKERS = {
     "helm": pytest.mark.components,
     "kueue": pytest.mark.components,
     "coscheduling": pytest.mark.components,
+    "node_images": pytest.mark.components,
+    "real_node": pytest.mark.real_node,
 }
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests using the cluster fixture are marked `cluster`, those using a built component (helm,
-    kueue, coscheduling) `components`: `-m "not cluster and not components"` runs the unit tests
-    alone (`make unit`)."""
+    kueue, coscheduling, the node images) `components`, those on the real node `real_node` and
+    `components` (it is built too): `-m "not cluster and not components"` runs the unit tests alone
+    (`make unit`)."""
     for item in items:
         for fixture, marker in FIXTURE_MARKERS.items():
             if fixture in getattr(item, "fixturenames", ()):
                 item.add_marker(marker)
+                if fixture == "real_node":
+                    item.add_marker(pytest.mark.components)
 
 
 __all__ = [
@@ -172,4 +212,6 @@ __all__ = [
     "kubectl",
     "kueue",
     "namespace",
+    "node_images",
+    "real_node",
 ]

@@ -1,6 +1,7 @@
 """`hack/dev-cluster.sh`: the command line of the dev cluster (see the package's docstring).
 
-python3 -m hack.devcluster up [--with kueue,coscheduling]|down|status|env   (through hack/dev-cluster.sh)
+python3 -m hack.devcluster up [--with kueue,coscheduling,real-node]|down|status|env  (hack/dev-cluster.sh)
+python3 -m hack.devcluster remove|build real-node|kueue|coscheduling
 python3 -m hack.devcluster restart|stop|start <component>
 python3 -m hack.devcluster run <name> [--wait-http URL] -- <command...>
 python3 -m hack.devcluster stop <name>
@@ -14,24 +15,27 @@ import sys
 
 from hack.common import ToolError, still_running
 from hack.devcluster import __doc__ as package_doc
+from hack.devcluster import realnode
 from hack.devcluster.extras import run_extra, stop_extra
-from hack.devcluster.lifecycle import down, restart, start_one, stop_one, up
+from hack.devcluster.lifecycle import down, remove_optional, restart, start_one, stop_one, up
 from hack.devcluster.nodes import NodeShape
-from hack.devcluster.optional import parse_with
+from hack.devcluster.optional import build, parse_with
 from hack.devcluster.processes import START_TIMEOUT
 from hack.devcluster.state import (
     COMPONENTS,
     KUBECONFIG,
     KUBECTL_LINK,
     LOGS,
+    NODE_COMPONENTS,
     OPTIONAL_COMPONENTS,
+    WITH_CHOICES,
     dead_components,
     read_state,
     say,
     stopped_components,
 )
 
-ALL_COMPONENTS = (*COMPONENTS, *OPTIONAL_COMPONENTS)
+ALL_COMPONENTS = (*COMPONENTS, *OPTIONAL_COMPONENTS, *NODE_COMPONENTS)
 
 
 def status() -> int:
@@ -57,15 +61,14 @@ def status() -> int:
     )
     print(f"binaries:    {state['bin_dir']}")
     added = state.get("optional", [])
-    print(
-        f"optional:    {', '.join(added) if added else 'none'} (`up --with {','.join(OPTIONAL_COMPONENTS)}`)"
-    )
+    print(f"optional:    {', '.join(added) if added else 'none'} (`up --with {','.join(WITH_CHOICES)}`)")
     print(f"logs:        {LOGS}/<component>.log")
     for name, proc in state.get("processes", {}).items():
         alive = still_running(proc)
         port = state.get("ports", {}).get(name, "")
         condition = "running" if alive else "stopped" if proc.get("stopped") else "NOT RUNNING"
-        print(f"  {name:<24} pid {proc['pid']:<8} {condition:<12} 127.0.0.1:{port}  {proc['log']}")
+        where = realnode.endpoint(name) if name in NODE_COMPONENTS else f"127.0.0.1:{port}"
+        print(f"  {name:<24} pid {proc['pid']:<8} {condition:<12} {where}  {proc['log']}")
     extras = state.get("extras", {})
     if extras:
         print("dev processes (`hack/dev-cluster.sh stop <name>`; `down` stops them first):")
@@ -93,11 +96,19 @@ def build_parser() -> argparse.ArgumentParser:
     up_parser.add_argument(
         "--with",
         dest="with_optional",
-        metavar=",".join(OPTIONAL_COMPONENTS),
+        metavar=",".join(WITH_CHOICES),
         default="",
         help="optional components to run too (built the first time); also adds them to a running cluster",
     )
     sub.add_parser("down", help="stop every process the cluster started and remove its run directory")
+    remove_parser = sub.add_parser(
+        "remove", help="take an optional part added with `up --with` off the cluster"
+    )
+    remove_parser.add_argument("part", choices=WITH_CHOICES)
+    build_parser_ = sub.add_parser(
+        "build", help="build optional parts (binaries, the real node's images) without starting anything"
+    )
+    build_parser_.add_argument("parts", metavar=",".join(WITH_CHOICES))
     sub.add_parser("status", help="what runs, versions, ports and logs")
     sub.add_parser("env", help="print export lines for eval")
     restart_parser = sub.add_parser("restart", help="restart one component with the same flags and port")
@@ -130,6 +141,11 @@ def dispatch(args: argparse.Namespace, command: list[str]) -> int:
         )
     elif args.command == "down":
         down()
+    elif args.command == "remove":
+        remove_optional(args.part)
+    elif args.command == "build":
+        for name in build(parse_with(args.parts)):
+            say(f"{name}: built and cached, nothing started")
     elif args.command == "restart":
         restart(args.component)
     elif args.command == "stop" and args.component in ALL_COMPONENTS:

@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Final
 
 from hack.common import REPO
+from hack.devcluster.nodeconfig import SERVICE_CIDR
 from hack.devcluster.nodes import KWOK_NODE_LABEL
 from hack.devcluster.state import KUBECONFIG, RUN
 
 STAGES: Final = REPO / "hack" / "kwok-stages.yaml"
 KWOK_CONFIG: Final = REPO / "hack" / "kwok-config.yaml"
-SERVICE_CIDR: Final = "10.96.0.0/16"
 POD_CIDR: Final = "10.0.0.1/16"
 
 

@@ -19,6 +19,7 @@ from hack.devcluster.state import (
     COMPONENTS,
     EXTRA_NAME,
     LOGS,
+    NODE_COMPONENTS,
     OPTIONAL_COMPONENTS,
     cluster_lock,
     read_state,
@@ -30,7 +31,12 @@ from hack.devcluster.state import (
 def run_extra(name: str, command: list[str], wait_http: str | None, timeout: float, replace: bool) -> None:
     """Starts `command` as the registered dev process `name` (a no-op when it already runs it), then
     optionally waits until `wait_http` answers 200."""
-    if name in COMPONENTS or name in OPTIONAL_COMPONENTS or not EXTRA_NAME.match(name):
+    if (
+        name in COMPONENTS
+        or name in OPTIONAL_COMPONENTS
+        or name in NODE_COMPONENTS
+        or not EXTRA_NAME.match(name)
+    ):
         raise ToolError(
             f"{name!r} cannot name a dev process (lower-case letters, digits, dashes; no component)"
         )

@@ -19,7 +19,7 @@ from typing import Any, Final
 
 from hack import kube_bins
 from hack.common import REPO, ToolError, free_ports, http_ok, still_running
-from hack.devcluster import components, optional
+from hack.devcluster import components, optional, realnode
 from hack.devcluster.components import Ports
 from hack.devcluster.nodes import NodeShape, create_nodes, ready_nodes
 from hack.devcluster.pki import (
@@ -33,7 +33,9 @@ from hack.devcluster.processes import kubectl, spawn, stop_processes, wait_for
 from hack.devcluster.state import (
     KUBECONFIG,
     KUBECTL_LINK,
+    NODE_COMPONENTS,
     OPTIONAL_COMPONENTS,
+    REAL_NODE,
     RUN,
     STATE,
     STOP_EXPIRY,
@@ -183,11 +185,35 @@ def teardown(state: dict[str, Any]) -> None:
         # Before the API server goes: they may still talk to it on their way out.
         say(f"stopping {', '.join(extras)}")
         stop_processes(extras, timeout=EXTRA_STOP_TIMEOUT)
+    if state.get("real_node"):
+        # Drained while the API server still runs, and everything it changed on the machine undone.
+        say("taking down the real node")
+        realnode.remove(state)
     stop_processes(state.get("processes", {}))
     etcd_data = state.get("etcd_data")
     if etcd_data:
         shutil.rmtree(etcd_data, ignore_errors=True)
     shutil.rmtree(RUN, ignore_errors=True)
+
+
+def remove_optional(name: str) -> None:
+    """Takes an optional part off the running cluster (`remove real-node|kueue|coscheduling`): its
+    processes stopped and, for the real node, drained first and every change on the machine undone."""
+    with cluster_lock():
+        state = read_state()
+        if state is None:
+            raise ToolError("the dev cluster is not running")
+        if name not in state.get("optional", []):
+            say(f"{name} is not running")
+            return
+        if name == REAL_NODE:
+            realnode.remove(state)
+        else:
+            stop_processes({name: state["processes"].pop(name)})
+            state["optional"].remove(name)
+            write_state("processes", state["processes"])
+            write_state("optional", state["optional"])
+        say(f"removed {name}")
 
 
 def down() -> None:
@@ -275,7 +301,8 @@ def start_component_locked(state: dict[str, Any], component: str) -> None:
     """Spawns `component` with its recorded command line (clearing `stopped`) and waits until it serves."""
     processes: dict[str, Any] = state["processes"]
     process = processes[component]
-    spawn(component, Path(process["binary"]), list(process["args"]), processes)
+    cwd = Path(process["cwd"]) if process.get("cwd") else None
+    spawn(component, Path(process["binary"]), list(process["args"]), processes, cwd=cwd)
     if component == "kube-apiserver":
         context = admin_ssl_context(RUN / "pki")
         wait_for("kube-apiserver /readyz", lambda: http_ok(f"{state['server']}/readyz", context), processes)
@@ -289,3 +316,5 @@ def start_component_locked(state: dict[str, Any], component: str) -> None:
         wait_for(f"{component} /healthz", lambda: http_ok(url, self_signed_context()), processes)
     elif component in OPTIONAL_COMPONENTS:
         optional.wait_ready(state, component)
+    elif component in NODE_COMPONENTS:
+        realnode.wait_ready(state, component)

@@ -22,12 +22,12 @@ from typing import Any, Final
 
 from hack import kube_bins
 from hack.common import ToolError, free_ports, http_ok, wait_until
-from hack.devcluster import coscheduling, kueue
+from hack.devcluster import coscheduling, kueue, realnode
 from hack.devcluster.pki import issue, self_signed_context
 from hack.devcluster.processes import kubectl, spawn, stop_processes, wait_for
-from hack.devcluster.state import LOGS, OPTIONAL_COMPONENTS, RUN, read_versions, say, write_state
+from hack.devcluster.state import LOGS, REAL_NODE, RUN, WITH_CHOICES, read_versions, say, write_state
 
-OPTIONAL: Final = OPTIONAL_COMPONENTS
+OPTIONAL: Final = WITH_CHOICES
 BUILDS: Final = {coscheduling.NAME: coscheduling.BUILD, kueue.NAME: kueue.BUILD}
 
 
@@ -44,11 +44,18 @@ def parse_with(text: str) -> list[str]:
 
 
 def build(names: list[str]) -> dict[str, Path]:
-    """Each component's cache directory (hack/kube-bins.sh ensure): built the first time, then cached."""
-    return {name: kube_bins.ensure(BUILDS[name]) for name in names}
+    """Each component's cache directory (hack/kube-bins.sh ensure): built the first time, then cached.
+    The real node's several binaries and images are built here too (its entry is the kubelet's
+    directory; `add` finds the others in the cache again)."""
+    return {
+        name: realnode.build()["kubelet"] if name == REAL_NODE else kube_bins.ensure(BUILDS[name])
+        for name in names
+    }
 
 
 def crd_files(name: str, build_dir: Path) -> list[Path]:
+    if name == REAL_NODE:
+        return []
     if name == kueue.NAME:
         return sorted((build_dir / kueue.CRD_DIR).glob("*.yaml"))
     return [build_dir / path for path in coscheduling.CRD_FILES]
@@ -58,6 +65,8 @@ def install_crds(bin_dir: Path, name: str, build_dir: Path) -> None:
     """Applies the component's CRDs (server-side: Kueue's Workload CRD is larger than a client-side
     apply's annotation may be; unchanged ones are left as they are) and waits until they are Established."""
     files = [argument for path in crd_files(name, build_dir) for argument in ("-f", str(path))]
+    if not files:
+        return
     crds = kubectl(bin_dir, "apply", "--server-side", "--force-conflicts", *files, "-o", "name").split()
     wait_until(f"{name}'s CRDs Established", lambda: established(bin_dir, crds), timeout=60)
     say(f"{name}: {len(crds)} CRD(s) applied and Established")
@@ -84,6 +93,9 @@ def add(state: dict[str, Any], build_dirs: dict[str, Path], *, crds_installed: b
     bin_dir = Path(state["bin_dir"])
     processes: dict[str, Any] = state["processes"]
     for name, build_dir in build_dirs.items():
+        if name == REAL_NODE:
+            add_real_node(state)
+            continue
         if not crds_installed:
             install_crds(bin_dir, name, build_dir)
         if name in processes:
@@ -105,6 +117,15 @@ def add(state: dict[str, Any], build_dirs: dict[str, Path], *, crds_installed: b
         write_state("optional", added)
         state.setdefault("versions", {})[version_key(name)] = read_versions(build_dir)["VERSION"]
         write_state("versions", state["versions"])
+
+
+def add_real_node(state: dict[str, Any]) -> None:
+    if state.get("real_node"):
+        say(f"{REAL_NODE} is already running")
+        return
+    realnode.add(state, realnode.build())
+    state.setdefault("versions", {}).update(realnode.versions())
+    write_state("versions", state["versions"])
 
 
 def version_key(name: str) -> str:

@@ -18,10 +18,13 @@ from pathlib import Path
 from typing import Any, Final
 
 from hack.common import ToolError
+from hack.devcluster.nodeconfig import API_SERVICE_IP, NODE_IP
 
+# Loopback, the `kubernetes` Service's address and names (pods use them in-cluster), and the real node's
+# address, where the node and its pods reach the API server through a relay (hack/devcluster/apiforward.py).
 APISERVER_SANS = (
-    "subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,"
-    "DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+    f"subjectAltName=IP:127.0.0.1,IP:{API_SERVICE_IP},IP:{NODE_IP},DNS:localhost,DNS:kubernetes,"
+    "DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
 )
 # Who the API server is when it calls a kubelet (--kubelet-client-certificate), as kubeadm names it.
 KUBELET_CLIENT_USER: Final = "kube-apiserver-kubelet-client"
@@ -84,7 +87,10 @@ def issue(pki: Path, name: str, subject: str, extensions: str) -> None:
     )
 
 
-def kubeconfig_text(server: str, pki: Path) -> str:
+def kubeconfig_text(server: str, pki: Path, user: str = "admin") -> str:
+    """A kubeconfig for `server` with the client certificate `<user>.crt` of `pki` (the admin's by
+    default)."""
+
     def b64(name: str) -> str:
         return base64.b64encode((pki / name).read_bytes()).decode()
 
@@ -100,7 +106,10 @@ def kubeconfig_text(server: str, pki: Path) -> str:
         "users": [
             {
                 "name": "dev-admin",
-                "user": {"client-certificate-data": b64("admin.crt"), "client-key-data": b64("admin.key")},
+                "user": {
+                    "client-certificate-data": b64(f"{user}.crt"),
+                    "client-key-data": b64(f"{user}.key"),
+                },
             }
         ],
         "contexts": [

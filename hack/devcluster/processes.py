@@ -24,16 +24,23 @@ START_TIMEOUT: Final = 90.0
 STOP_TIMEOUT: Final = 15.0
 
 
-def spawn(name: str, binary: Path, args: list[str], processes: dict[str, Any]) -> None:
-    """Starts a component and records it in `processes` and state.json."""
+def spawn(
+    name: str, binary: Path, args: list[str], processes: dict[str, Any], *, cwd: Path | None = None
+) -> None:
+    """Starts a component (in the run directory unless `cwd` says otherwise) and records it in
+    `processes` and state.json."""
     log_path = LOGS / f"{name}.log"
-    proc = start_logged([str(binary), *args], log_path, header=f"{binary.name} {' '.join(args)}", cwd=RUN)
+    directory = cwd or RUN
+    proc = start_logged(
+        [str(binary), *args], log_path, header=f"{binary.name} {' '.join(args)}", cwd=directory
+    )
     processes[name] = {
         "pid": proc.pid,
         "start_time": process_start_time(proc.pid),
         "binary": str(binary),
         "args": args,
         "log": str(log_path),
+        **({"cwd": str(cwd)} if cwd else {}),
     }
     write_state("processes", processes)
 

@@ -29,6 +29,18 @@ LOCK: Final = DEV / "cluster.lock"
 COMPONENTS: Final = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 # Components added on request (`up --with`, hack/devcluster/optional.py); processes like the others.
 OPTIONAL_COMPONENTS: Final = ("coscheduling", "kueue")
+# The real node (`up --with real-node`, hack/devcluster/realnode.py): its processes are components too.
+REAL_NODE: Final = "real-node"
+NODE_COMPONENTS: Final = (
+    "containerd",
+    "node-api",
+    "kubelet",
+    "kube-proxy",
+    "coredns",
+    "local-path-provisioner",
+)
+# What `up --with` takes.
+WITH_CHOICES: Final = (*OPTIONAL_COMPONENTS, REAL_NODE)
 # A component stopped on purpose longer ago than this was forgotten (its test was killed): `up` starts it.
 STOP_EXPIRY: Final = 300.0
 # Names of dev processes (`run <name>`): lower-case letters, digits and dashes.

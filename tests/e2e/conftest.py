@@ -28,9 +28,18 @@ OPERATOR_NAMESPACE = "trainingjob-system"
 
 
 @pytest.fixture(scope="session")
-def service_account_kubeconfig(cluster: Kubectl, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A token kubeconfig of the operator's ServiceAccount, minted once per session."""
-    return operator_identity.operator_kubeconfig(cluster, tmp_path_factory.mktemp("identity"), duration="12h")
+def service_account_identity(
+    cluster: Kubectl, tmp_path_factory: pytest.TempPathFactory
+) -> operator_identity.SessionIdentity:
+    """The operator's ServiceAccount token kubeconfig, minted once per session and again only when the
+    ServiceAccount was replaced (a test of `make deploy` on the session's cluster undeploys it)."""
+    return operator_identity.SessionIdentity(cluster, tmp_path_factory.mktemp("identity"))
+
+
+@pytest.fixture
+def service_account_kubeconfig(service_account_identity: operator_identity.SessionIdentity) -> Path:
+    """A token kubeconfig of the operator's ServiceAccount that is valid now."""
+    return service_account_identity.kubeconfig()
 
 
 @pytest.fixture

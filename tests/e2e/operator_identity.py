@@ -158,6 +158,28 @@ def token_kubeconfig(
     return path
 
 
+class SessionIdentity:
+    """A token kubeconfig of the operator's ServiceAccount for a whole test session. A token is bound
+    to the ServiceAccount's UID, so once the account is deleted and created again (`make undeploy`,
+    then another test applying the identity) the old token is refused with 401: `kubeconfig()` checks
+    the UID and mints again when it changed."""
+
+    def __init__(self, cluster: Kubectl, directory: Path) -> None:
+        self.cluster = cluster
+        self.directory = directory
+        self.minted_for: str | None = None
+
+    def kubeconfig(self) -> Path:
+        path = self.directory / "operator.kubeconfig"
+        account = self.cluster.get_or_none("serviceaccount", SERVICE_ACCOUNT, "-n", NAMESPACE)
+        uid = (account or {}).get("metadata", {}).get("uid")
+        if uid is None or uid != self.minted_for or not path.exists():
+            operator_kubeconfig(self.cluster, self.directory, duration="12h")
+            account = self.cluster.get_json("serviceaccount", SERVICE_ACCOUNT, "-n", NAMESPACE)
+            self.minted_for = str(account["metadata"]["uid"])
+        return path
+
+
 @pytest.fixture
 def operator_kubectl(cluster: Kubectl, tmp_path: Path) -> Kubectl:
     """The project's kubectl authenticated as the operator's ServiceAccount (see `operator_kubeconfig`)."""
@@ -169,6 +191,7 @@ __all__ = [
     "NAMESPACE",
     "SERVICE_ACCOUNT",
     "USERNAME",
+    "SessionIdentity",
     "apply_identity",
     "identity_objects",
     "operator_kubeconfig",

@@ -1,15 +1,16 @@
-"""Elastic training for real: torch under torchrun on the local kubelet, a worker lost and replaced.
+"""Elastic training for real: torch under torchrun on the real node, a worker lost and replaced.
 
 Why: an elastic job is only as good as torchrun's rendezvous and the operator's part in it together.
-Here the elastic example (examples/trainingjob-elastic.yaml, made small: 3 CPU workers, 2 at least)
-runs the reference trainer under `python -m torch.distributed.run` with the real torch of the test's
-virtualenv, Gloo on the loopback (the local kubelet, hack/local_kubelet, runs each pod as processes
-and keeps every store torchrun starts on 127.0.0.1). Then:
+Here the elastic example (examples/trainingjob-elastic.yaml, made small: 3 CPU workers, 2 at least,
+its checkpoints on a claim of the cluster's default class instead of NFS) runs the reference trainer
+under `python -m torch.distributed.run` in the trainer image on the local cluster's real node
+(hack/devcluster/realnode.py): the agents rendezvous over the pod network at worker 0's c10d store
+behind the job's master Service, found through CoreDNS. Then:
 
 1. 3 workers train;
-2. worker 2 is evicted (a disruption); its node, the job's own, is cordoned first, so its replacement
-   waits for the scheduler: the other two re-rendezvous and train on from the latest checkpoint, with
-   no gang restart and nothing counted as a failure;
+2. worker 2's pod is deleted (its trainer gets the kubelet's SIGTERM, then its grace period), with
+   the node cordoned so that its replacement waits for the scheduler: the other two re-rendezvous
+   and train on from the latest checkpoint, with no gang restart and nothing counted as a failure;
 3. the node is uncordoned: the replacement runs, its agent joins, and the world is 3 again;
 4. the job completes with every epoch trained.
 
@@ -22,7 +23,8 @@ from __future__ import annotations
 import itertools
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,21 +33,16 @@ import yaml
 from crd import contract
 from tests.cluster import REPO, Kubectl
 from tests.e2e.conftest import StartOperator
-from tests.e2e.jobs import events_of, extra_nodes, get_job, pods_of, status_of, wait, wait_for_state
-from tests.e2e.localkubelet import LocalKubelet, container_processes, local_kubelet, wait_for_trainers
-from tests.hack.clusters import listening_addresses
+from tests.e2e.jobs import events_of, get_job, pods_of, status_of, wait, wait_for_state
+from tests.e2e.realnode import NODE, job_on_node
 
 JsonDict = dict[str, Any]
-__all__ = ["local_kubelet"]  # the fixture
-
-pytest.importorskip("torch.distributed", reason="needs the train extra: pip install -e .[train]")
 
 NAME = "elastic"
 EPOCHS = 40
-LABEL = "tj-e2e-elastic"
 # An epoch takes about 2.5 s. When the replacement may be scheduled, some 35 epochs (90 s) are left:
-# about three times what its agent needed to start and join on 2 cores shared with other work (28 to
-# 35 s measured), so the world of 2 cannot finish the job before the world is whole again.
+# about three times what its agent needs to start and join on 2 cores, so the world of 2 cannot
+# finish the job before the world is whole again.
 PACE = {
     "TRAIN_STEPS_PER_EPOCH": "4",
     "TRAIN_STEP_SECONDS": "0.5",
@@ -54,19 +51,11 @@ PACE = {
 }
 WORLD = re.compile(r"rank=(\d+) INFO train: joining the rendezvous at \S+ as rank \d+ of (\d+)")
 RESUMED = re.compile(r"resuming from epoch (\d+) \(checkpoint ")
-NFS_SERVER = "nfs.storage.svc.cluster.local"
-
-
-@pytest.fixture
-def own_node(cluster: Kubectl) -> Iterator[str]:
-    """A kwok node only this test's pods go to (its label, its taint), so the test can cordon it."""
-    taint = {"key": LABEL, "value": "true", "effect": "NoSchedule"}
-    with extra_nodes(cluster, 1, gpus=8, labels={LABEL: "true"}, taint=taint, prefix=LABEL) as names:
-        yield names[0]
 
 
 def manifest() -> JsonDict:
-    """The elastic example, made small: 3 CPU workers (at least 2), a short last call, few epochs."""
+    """The elastic example, made small: 3 CPU workers (at least 2), a short last call, few epochs,
+    checkpoints on a claim of the cluster's default class, placed on the real node."""
     job: JsonDict = yaml.safe_load((REPO / "examples" / "trainingjob-elastic.yaml").read_text())
     job["metadata"]["name"] = NAME
     spec = job["spec"]
@@ -78,30 +67,21 @@ def manifest() -> JsonDict:
         "rendezvous": {"lastCallTimeoutSeconds": 2, "joinTimeoutSeconds": 240},
     }
     spec["hyperparameters"]["epochs"] = EPOCHS
-    spec["checkpoint"]["storage"]["nfs"]["path"] = f"/exports/{NAME}"
-    spec["env"] = [{"name": key, "value": value} for key, value in PACE.items()]
-    spec["scheduling"]["nodeSelector"] = {LABEL: "true"}
-    spec["scheduling"]["tolerations"].append({"key": LABEL, "operator": "Exists", "effect": "NoSchedule"})
-    return job
-
-
-def evict(cluster: Kubectl, namespace: str, pod: str) -> None:
-    """The eviction API, as `kubectl drain` and cluster autoscalers use it: DisruptionTarget, then
-    deletion."""
-    eviction = {
-        "apiVersion": "policy/v1",
-        "kind": "Eviction",
-        "metadata": {"name": pod, "namespace": namespace},
+    spec["checkpoint"]["storage"] = {
+        "type": "pvc",
+        "pvc": {"create": {"size": "1Gi", "whenDeleted": "Delete"}},
     }
-    path = f"/api/v1/namespaces/{namespace}/pods/{pod}/eviction"
-    cluster.run("create", "--raw", path, "-f", "-", stdin=json.dumps(eviction))
+    spec["env"] = [{"name": key, "value": value} for key, value in PACE.items()]
+    return job_on_node(job, memory="1Gi")
 
 
-def listeners_are_local(kubelet: LocalKubelet) -> None:
-    """Every process the local kubelet started (agents, training processes) listens on 127.0.0.1 only."""
-    for process in container_processes(kubelet.state_dir).values():
-        addresses = {address for address, _ in listening_addresses(process.pid)}
-        assert addresses <= {"127.0.0.1"}, (process.pid, addresses)
+@pytest.fixture
+def cordoning(real_node: Kubectl) -> Iterator[None]:
+    """The test cordons the real node; it is uncordoned afterwards whatever happens."""
+    try:
+        yield
+    finally:
+        real_node.run("uncordon", NODE)
 
 
 def changes(sizes: list[int]) -> list[int]:
@@ -112,8 +92,8 @@ def changes(sizes: list[int]) -> list[int]:
 class Job:
     """The test's view of the job: its status, the world sizes its pods' processes joined."""
 
-    def __init__(self, cluster: Kubectl, namespace: str, kubelet: LocalKubelet) -> None:
-        self.cluster, self.namespace, self.kubelet = cluster, namespace, kubelet
+    def __init__(self, cluster: Kubectl, namespace: str) -> None:
+        self.cluster, self.namespace = cluster, namespace
 
     def status(self) -> JsonDict:
         return status_of(self.cluster, self.namespace, NAME)
@@ -121,9 +101,14 @@ class Job:
     def epoch(self) -> int:
         return int(self.status().get("currentEpoch") or 0)
 
+    def log(self, index: int) -> str:
+        """Worker `index`'s trainer log, as `kubectl logs` reads it through the kubelet."""
+        result = self.cluster.attempt("logs", f"{NAME}-worker-{index}", "-n", self.namespace, "-c=trainer")
+        return result.stdout if result.returncode == 0 else ""
+
     def worlds(self, index: int) -> list[int]:
         """The world sizes the training processes of worker `index` joined, in order."""
-        return [int(size) for _, size in WORLD.findall(self.kubelet.pod_log(f"{NAME}-worker-{index}"))]
+        return [int(size) for _, size in WORLD.findall(self.log(index))]
 
     def workers_column(self) -> str:
         """The WORKERS column of `kubectl get tj`."""
@@ -131,34 +116,35 @@ class Job:
         return dict(zip(header.split(), row.split(), strict=True))["WORKERS"]
 
 
+def checkpoint_directory(cluster: Kubectl, namespace: str) -> Path:
+    """Where the job's claim keeps its files on the real node (the local-path provisioner's hostPath)."""
+    claim = cluster.get_json("pvc", f"{NAME}{contract.CHECKPOINTS_SUFFIX}", "-n", namespace)
+    volume = cluster.get_json("pv", claim["spec"]["volumeName"])
+    return Path(volume["spec"]["hostPath"]["path"])
+
+
 @pytest.mark.slow
-def test_a_lost_worker_shrinks_the_world_and_its_replacement_grows_it_back(
-    cluster: Kubectl,
-    namespace: str,
-    start_operator: StartOperator,
-    local_kubelet: Callable[[], LocalKubelet],
-    own_node: str,
+def test_a_deleted_worker_shrinks_the_world_and_its_replacement_grows_it_back(
+    real_node: Kubectl, namespace: str, start_operator: StartOperator, cordoning: None
 ) -> None:
+    cluster = real_node
     start_operator("--progress-interval=0")
-    kubelet = local_kubelet()
-    job = Job(cluster, namespace, kubelet)
+    job = Job(cluster, namespace)
     cluster.apply(manifest(), "-n", namespace)
     lost = f"{NAME}-worker-2"
 
     # 1. Three workers train under torchrun.
-    wait_for_trainers(namespace, 3)
-    wait("an epoch trained by 3 workers", lambda: job.epoch() >= 1, 240)
+    wait("an epoch trained by 3 workers", lambda: job.epoch() >= 1, 300)
     assert [job.worlds(index)[:1] for index in range(3)] == [[3]] * 3
     assert job.workers_column() == "3"
-    listeners_are_local(kubelet)
 
-    # 2. Worker 2 is evicted while its replacement cannot be scheduled: the others go on without it.
-    cluster.run("cordon", own_node)
+    # 2. Worker 2's pod is deleted while its replacement cannot be scheduled: the others go on.
+    cluster.run("cordon", NODE)
     before = job.epoch()
-    evict(cluster, namespace, lost)
+    cluster.run("delete", "pod", lost, "-n", namespace, "--wait=false")
     shrunk = wait("the shrink", lambda: (status := job.status()).get("elastic") and status, 120)
     assert (shrunk["state"], shrunk["elastic"]["shrinks"]) == ("Running", 1)
-    assert shrunk["elastic"]["lastShrinkReason"] == "EvictionByEvictionAPI"
+    assert shrunk["elastic"]["lastShrinkReason"] == "PodDeleted"
 
     def trained_by_two() -> JsonDict | None:
         status = job.status()
@@ -169,41 +155,35 @@ def test_a_lost_worker_shrinks_the_world_and_its_replacement_grows_it_back(
     assert status["message"].startswith(f"2/3 workers running (elastic.minWorkers 2); waiting for {lost}")
     assert job.workers_column() == "2"
     [replacement] = [p for p in pods_of(cluster, namespace, NAME) if p["metadata"]["name"] == lost]
-    assert replacement["status"]["phase"] == "Pending"  # its node is cordoned
+    assert replacement["status"]["phase"] == "Pending"  # the node is cordoned
     assert (status["restartCount"], status["attempt"], status.get("restarts")) == (0, 0, None)
     # They resumed from the latest checkpoint, not from scratch.
-    resumed = [int(epoch) for epoch in RESUMED.findall(kubelet.pod_log(f"{NAME}-worker-0"))]
-    assert resumed, kubelet.pod_log(f"{NAME}-worker-0")[-3000:]
+    resumed = [int(epoch) for epoch in RESUMED.findall(job.log(0))]
+    assert resumed, job.log(0)[-3000:]
     assert resumed[-1] >= before
 
     # 3. The replacement can be scheduled again: it joins, and the world is whole.
-    cluster.run("uncordon", own_node)
+    cluster.run("uncordon", NODE)
 
     def grown() -> JsonDict | None:
         status = job.status()
         back = (status.get("elastic") or {}).get("grows") == 1 and status["workers"]["active"] == 3
-        # The old worker 2 joined a world of 3 before; its replacement joins one too.
-        return status if back and job.worlds(2)[1:][-1:] == [3] else None
+        return status if back and job.worlds(2)[-1:] == [3] else None
 
-    status = wait("the world grown back to 3", grown, 240)
+    status = wait("the world grown back to 3", grown, 300)
     assert (status["state"], status["elastic"]["replacing"]) == ("Running", [])
 
     # 4. Every epoch trained, no gang restart, the loss counted where it belongs.
     done = wait_for_state(cluster, namespace, NAME, "Completed", timeout=300)["status"]
     assert (done["currentEpoch"], done["totalEpochs"], done["progress"]) == (EPOCHS, EPOCHS, "100%")
     assert done["checkpoint"]["latest"].endswith(f"epoch-{EPOCHS}")
-    assert (kubelet.nfs_dir(NFS_SERVER, f"/exports/{NAME}") / f"epoch-{EPOCHS}").is_dir()
+    assert (checkpoint_directory(cluster, namespace) / f"epoch-{EPOCHS}").is_dir()
     assert (done["restartCount"], done["attempt"], done.get("restarts")) == (0, 0, None)
-    assert done["elastic"] == {
-        "shrinks": 1,
-        "grows": 1,
-        "replacing": [],
-        "lastShrinkReason": "EvictionByEvictionAPI",
-    }
+    assert done["elastic"] == {"shrinks": 1, "grows": 1, "replacing": [], "lastShrinkReason": "PodDeleted"}
     assert changes(job.worlds(0)) == changes(job.worlds(1)) == [3, 2, 3]
     events = {event["reason"]: event for event in events_of(cluster, namespace, NAME)}
     assert events["WorkerLost"]["type"] == "Warning"
-    assert "EvictionByEvictionAPI" in events["WorkerLost"]["message"]
+    assert "PodDeleted" in events["WorkerLost"]["message"]
     assert f"{lost} running again: 3 workers running" in events["WorkerRejoined"]["message"]
     assert contract.ELASTIC_ANNOTATION in replacement["metadata"]["annotations"]
 

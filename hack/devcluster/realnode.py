@@ -1,0 +1,382 @@
+"""A real node beside the fake ones: kubelet, containerd and runc, a CNI bridge, kube-proxy and CoreDNS
+(`hack/dev-cluster.sh up --with real-node`).
+
+Why: kwok only writes statuses, so the operator had never met a container: its own image, a pod
+network, a DNS server, a kubelet's SIGTERM and grace period, a cgroup's OOM kill, `kubectl exec`.
+This node runs pods for real, on this machine, as a real cluster does, without touching anything of
+the machine that `down` does not put back (hack/devcluster/nodehost.py keeps the record).
+
+How it is put together (the settings and their reasons are in hack/devcluster/nodeconfig.py):
+- a network namespace with one veth pair to the machine; inside it containerd (its shims in a
+  cgroup of their own), the kubelet, kube-proxy (iptables) and CoreDNS, and the relay to the API
+  server (hack/devcluster/apiforward.py) that the node and its pods use as the API server's address;
+- the kubelet registers with the taint `ml.example.com/real-node=true:NoSchedule` (only pods that
+  tolerate it land here) and the node advertises fake `nvidia.com/gpu` capacity like the kwok nodes;
+- images are built here (hack/images) and imported into containerd, whose root is kept in the cache
+  so that a later `up` does not import them again;
+- the cluster's `kubernetes` and `kube-dns` Services get EndpointSlices at the node's address;
+- PersistentVolumes come from the local-path provisioner (hack/devcluster/storage.py), a
+  default StorageClass whose volumes are directories of this node.
+
+Each process is a component in state.json like the control plane's (`status`, `stop`, `start`,
+`restart` work on `kubelet`, `containerd`, ...); `down` drains the node and undoes everything.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Final
+
+from hack import images, kube_bins
+from hack.common import REPO, ToolError, http_ok, wait_until
+from hack.devcluster import nodeconfig, nodehost, storage
+from hack.devcluster.nodeconfig import NODE_NAME, NodePaths
+from hack.devcluster.pki import issue, kubeconfig_text
+from hack.devcluster.processes import kubectl, spawn, stop_processes, wait_for
+from hack.devcluster.state import NODE_COMPONENTS, REAL_NODE, RUN, read_state, read_versions, say, write_state
+from hack.images import refs as images_refs
+
+NAME: Final = REAL_NODE
+# The node's processes, in the order they start (they stop in the reverse order).
+PROCESSES: Final = NODE_COMPONENTS
+BUILDS: Final = ("kubelet", "containerd", "coredns", "local-path-provisioner")
+IMAGES: Final = ("pause", "busybox", "base", "operator", "trainer-torch")
+IMAGE_KEY_LABEL: Final = "ml.example.com/image-key"
+# The trainer image (3 GB, 5.4 GB unpacked) took 93 s to import on 2 cores.
+IMPORT_TIMEOUT: Final = 900.0
+SOCKETS: Final = Path("/run/trainingjob-node")
+DRAIN_TIMEOUT: Final = 90.0
+
+
+def paths() -> NodePaths:
+    return NodePaths(run=RUN / "node", sockets=SOCKETS, images=kube_bins.cache_base() / "node")
+
+
+def build() -> dict[str, Path]:
+    """The node's binaries, built the first time (hack/kube-bins.sh), and its images (hack/images)."""
+    reasons = nodehost.missing_prerequisites()
+    if reasons:
+        raise ToolError("the real node cannot run here: " + "; ".join(reasons))
+    built = {name: kube_bins.ensure(name) for name in BUILDS}
+    for name in IMAGES:
+        images.ensure(name)
+    return built
+
+
+def versions() -> dict[str, str]:
+    """The versions of the node's components (state.json's `versions`, shown by `status`)."""
+    found: dict[str, str] = {}
+    for name in BUILDS:
+        recorded = read_versions(kube_bins.ensure(name))
+        found[f"{name.upper().replace('-', '_')}_VERSION"] = recorded["VERSION"]
+    return found
+
+
+def add(state: dict[str, Any], builds: dict[str, Path]) -> None:
+    """Starts the node on the running cluster of `state`; on any failure, undoes what it did."""
+    record: dict[str, Any] = {"started": time.time()}
+    state["real_node"] = record
+    try:
+        start(state, builds, record)
+    except BaseException:
+        say("the real node did not start; taking down what was started")
+        remove(state)
+        raise
+
+
+def start(state: dict[str, Any], builds: dict[str, Path], record: dict[str, Any]) -> None:
+    node = paths()
+    bin_dir = Path(state["bin_dir"])
+    pki = RUN / "pki"
+    processes: dict[str, Any] = state["processes"]
+    began = time.monotonic()
+
+    nodehost.note_fixed_paths(record)
+    nodehost.save_tunables(record)
+    write_state("real_node", record)
+    nodehost.create_network(record)
+    write_state("real_node", record)
+    nodehost.create_cgroups(record)
+    write_state("real_node", record)
+
+    write_files(node, pki)
+    say(f"real node: network namespace {nodeconfig.NETNS} at {nodeconfig.NODE_IP}, cgroups, configuration")
+
+    binary, args = nodeconfig.in_cgroup(
+        nodeconfig.RUNTIME_CGROUP,
+        *nodeconfig.in_node(builds["containerd"] / "containerd", ["--config", str(node.containerd_config)]),
+    )
+    spawn("containerd", Path(binary), args, processes)
+    wait_for("containerd", lambda: containerd_serves(builds), processes)
+    import_images(builds)
+
+    apiserver_port = int(state["ports"]["kube-apiserver"])
+    spawn(
+        "node-api",
+        Path(shutil.which("python3") or "/usr/bin/python3"),
+        [
+            "-m",
+            "hack.devcluster.apiforward",
+            f"--netns={nodeconfig.netns_path()}",
+            f"--listen={nodeconfig.NODE_IP}:{nodeconfig.API_PORT}",
+            f"--to=127.0.0.1:{apiserver_port}",
+        ],
+        processes,
+        cwd=REPO,
+    )
+    labels = nodeconfig.node_labels(state.get("gpu_product", "A100-SXM4-80GB"), gpus=8)
+    spawn(
+        "kubelet", *_in_node(builds["kubelet"] / "kubelet", nodeconfig.kubelet_args(node, labels)), processes
+    )
+    wait_for("the real node Ready", lambda: node_ready(bin_dir), processes, timeout=120)
+    advertise_gpus(bin_dir, 8)
+
+    apply(bin_dir, [*nodeconfig.api_objects(), *nodeconfig.dns_objects()])
+    spawn(
+        "kube-proxy", *_in_node(builds["kubelet"] / "kube-proxy", nodeconfig.kube_proxy_args(node)), processes
+    )
+    spawn("coredns", *_in_node(builds["coredns"] / "coredns", nodeconfig.coredns_args(node)), processes)
+    wait_for("CoreDNS ready", lambda: in_node_http_ok("http://127.0.0.1:8181/ready"), processes)
+    wait_for("kube-proxy healthy", lambda: in_node_http_ok("http://127.0.0.1:10256/healthz"), processes)
+
+    storage.start(state, builds["local-path-provisioner"], node, image_reference("busybox"))
+    state.setdefault("optional", []).append(NAME)
+    write_state("optional", state["optional"])
+    say(f"real node {NODE_NAME} Ready in {time.monotonic() - began:.1f}s (taint {nodeconfig.TAINT['key']})")
+
+
+def _in_node(binary: Path, args: list[str]) -> tuple[Path, list[str]]:
+    command, full = nodeconfig.in_node(binary, args)
+    return Path(command), full
+
+
+def write_files(node: NodePaths, pki: Path) -> None:
+    """Certificates, kubeconfigs and configuration files of the node's processes."""
+    for directory in (
+        node.run,
+        node.sockets,
+        node.cni_conf_dir,
+        node.cni_data,
+        node.kubelet_root,
+        node.images,
+    ):
+        directory.mkdir(parents=True, exist_ok=True)
+    issue(
+        pki,
+        "real-node",
+        f"/O=system:nodes/CN=system:node:{NODE_NAME}",
+        f"subjectAltName=IP:{nodeconfig.NODE_IP},DNS:{NODE_NAME}\nextendedKeyUsage=serverAuth,clientAuth",
+    )
+    server = f"https://{nodeconfig.NODE_IP}:{nodeconfig.API_PORT}"
+    node.kubeconfig("kubelet").write_text(kubeconfig_text(server, pki, user="real-node"))
+    for user in ("kube-proxy", "coredns"):
+        node.kubeconfig(user).write_text(kubeconfig_text(server, pki))
+    for kubeconfig in node.run.glob("*.kubeconfig"):
+        kubeconfig.chmod(0o600)
+    (node.images / "root").mkdir(parents=True, exist_ok=True)
+    node.containerd_config.write_text(nodeconfig.containerd_config(node, sandbox_image()))
+    (node.cni_conf_dir / "10-trainingjob-node.conflist").write_text(
+        nodeconfig.json_text(nodeconfig.cni_conflist(node))
+    )
+    node.kubelet_config.write_text(nodeconfig.json_text(nodeconfig.kubelet_config(node, pki)))
+    node.resolv_conf.write_text("")
+    node.kube_proxy_config.write_text(nodeconfig.json_text(nodeconfig.kube_proxy_config(node)))
+    node.corefile.write_text(nodeconfig.corefile(node))
+
+
+def sandbox_image() -> str:
+    """containerd's sandbox image: the short reference (the CRI plugin normalizes it)."""
+    return image_reference("pause")
+
+
+def image_reference(name: str) -> str:
+    """The first reference of a locally built image, as the project writes it (no registry host)."""
+    return images.describe(name).references[0]
+
+
+def ctr(builds: dict[str, Path], *args: str, check: bool = True, timeout: float = 60) -> str:
+    return nodehost.run(
+        str(builds["containerd"] / "ctr"),
+        f"--address={paths().containerd_socket}",
+        f"--namespace={nodeconfig.CONTAINERD_NAMESPACE}",
+        *args,
+        check=check,
+        timeout=timeout,
+    )
+
+
+def containerd_serves(builds: dict[str, Path]) -> bool:
+    """containerd answers on its socket (`ctr version` prints its client's version either way)."""
+    try:
+        ctr(builds, "version")
+    except ToolError:
+        return False
+    return True
+
+
+def import_images(builds: dict[str, Path]) -> None:
+    """Imports each built image unless containerd holds it already under every reference, labelled
+    with the key it was built under (containerd's root is kept in the cache across `down`, and the
+    trainer image takes a minute and a half to import)."""
+    held = imported_keys(builds)
+    for name in IMAGES:
+        image = images.ensure(name)
+        wanted = [images_refs.repository_path(reference) for reference in image.references]
+        found = {
+            path: key for reference, key in held.items() for path in wanted if reference.endswith("/" + path)
+        }
+        if all(found.get(path) == image.key for path in wanted):
+            continue
+        began = time.monotonic()
+        say(f"real node: importing {name} ({image.size / 1e6:.0f} MB)")
+        ctr(builds, "images", "import", str(image.archive), timeout=IMPORT_TIMEOUT)
+        for reference in imported_references(builds, wanted):
+            ctr(builds, "images", "label", reference, f"{IMAGE_KEY_LABEL}={image.key}")
+        say(f"real node: imported {name} ({', '.join(image.references)}) in {time.monotonic() - began:.1f}s")
+
+
+def imported_references(builds: dict[str, Path], paths: list[str]) -> list[str]:
+    """containerd's full names of the references whose repository paths are `paths`."""
+    names = [line.split()[0] for line in ctr(builds, "images", "list").splitlines()[1:] if line.strip()]
+    return [name for name in names if any(name.endswith("/" + path) for path in paths)]
+
+
+def imported_keys(builds: dict[str, Path]) -> dict[str, str]:
+    """Each image reference containerd holds, with the build key it was labelled with on import."""
+    keys: dict[str, str] = {}
+    for line in ctr(builds, "images", "list").splitlines()[1:]:
+        fields = line.split()
+        if not fields:
+            continue
+        for label in fields[-1].split(","):
+            key, _, value = label.partition("=")
+            if key == IMAGE_KEY_LABEL:
+                keys[fields[0]] = value
+    return keys
+
+
+def node_ready(bin_dir: Path) -> bool:
+    found = kubectl(bin_dir, "get", "node", NODE_NAME, "-o", "json", check=False)
+    if not found:
+        return False
+    conditions = json.loads(found).get("status", {}).get("conditions", [])
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def advertise_gpus(bin_dir: Path, gpus: int) -> None:
+    """Fake `nvidia.com/gpu` capacity in the node's status, as a device plugin would report it;
+    containers get no device (CPU training). The kubelet keeps an extended resource it does not
+    manage across its status updates and restarts."""
+    patch = {
+        "status": {"capacity": {"nvidia.com/gpu": str(gpus)}, "allocatable": {"nvidia.com/gpu": str(gpus)}}
+    }
+    kubectl(
+        bin_dir, "patch", "node", NODE_NAME, "--subresource=status", "--type=merge", "-p", json.dumps(patch)
+    )
+
+
+def apply(bin_dir: Path, objects: list[dict[str, Any]]) -> None:
+    listing = {"apiVersion": "v1", "kind": "List", "items": objects}
+    kubectl(bin_dir, "apply", "--server-side", "--force-conflicts", "-f", "-", stdin=json.dumps(listing))
+
+
+def in_node_http_ok(url: str) -> bool:
+    """A health endpoint that listens on the node's loopback (inside its namespace)."""
+    from hack.devcluster.apiforward import inside  # noqa: PLC0415
+
+    with inside(str(nodeconfig.netns_path())):
+        return http_ok(url, expect="")
+
+
+def endpoint(component: str) -> str:
+    """Where one of the node's processes serves, for `status`."""
+    node = f"{nodeconfig.NODE_IP} in netns {nodeconfig.NETNS}"
+    return {
+        "containerd": str(paths().containerd_socket),
+        "node-api": f"{nodeconfig.NODE_IP}:{nodeconfig.API_PORT} in netns {nodeconfig.NETNS}",
+        "kubelet": f"{nodeconfig.NODE_IP}:{nodeconfig.KUBELET_PORT} in netns {nodeconfig.NETNS}",
+        "kube-proxy": f"iptables of {node}",
+        "coredns": f"{nodeconfig.NODE_IP}:53 in netns {nodeconfig.NETNS}",
+        "local-path-provisioner": "(a client of the API server)",
+    }[component]
+
+
+def wait_ready(state: dict[str, Any], component: str) -> None:
+    """After `start` or `restart` of one of the node's processes: waits until it serves again."""
+    processes: dict[str, Any] = state["processes"]
+    bin_dir = Path(state["bin_dir"])
+    checks = {
+        "containerd": lambda: (
+            ctr({"containerd": kube_bins.ensure("containerd")}, "version", check=False) != ""
+        ),
+        "kubelet": lambda: node_ready(bin_dir),
+        "kube-proxy": lambda: in_node_http_ok("http://127.0.0.1:10256/healthz"),
+        "coredns": lambda: in_node_http_ok("http://127.0.0.1:8181/ready"),
+    }
+    check = checks.get(component)
+    if check is not None:
+        wait_for(f"{component} serving", check, processes, timeout=120)
+
+
+# -------------------------------------------------------------------------------------------- down
+
+
+def remove(state: dict[str, Any]) -> None:
+    """Drains the node (while the API server still runs), stops its processes, kills what is left in
+    its cgroups, unmounts, and undoes every change on the machine recorded in state["real_node"]."""
+    record: dict[str, Any] = state.get("real_node") or {}
+    processes: dict[str, Any] = state.get("processes", {})
+    bin_dir = Path(state["bin_dir"]) if state.get("bin_dir") else None
+    ours = {name: processes[name] for name in PROCESSES if name in processes}
+    if bin_dir is not None and "kubelet" in ours:
+        drain(bin_dir)
+    stop_processes({name: ours[name] for name in ours if name != "containerd"}, timeout=20.0)
+    nodehost.kill_cgroups([nodeconfig.CGROUP_ROOT])
+    if "containerd" in ours:
+        stop_processes({"containerd": ours["containerd"]}, timeout=10.0)
+    nodehost.kill_cgroups([nodeconfig.RUNTIME_CGROUP])
+    node = paths()
+    nodehost.unmount_under([node.run, node.sockets, node.images / "root"])
+    nodehost.remove_cgroups(record)
+    nodehost.restore_tunables(record)
+    nodehost.remove_network(record)
+    nodehost.remove_fixed_paths(record)
+    shutil.rmtree(node.sockets, ignore_errors=True)
+    shutil.rmtree(node.run, ignore_errors=True)
+    if bin_dir is not None:
+        kubectl(bin_dir, "delete", "node", NODE_NAME, "--ignore-not-found", "--wait=false", check=False)
+    for name in ours:
+        processes.pop(name, None)
+    if state.get("optional") and NAME in state["optional"]:
+        state["optional"].remove(NAME)
+    state.pop("real_node", None)
+    if read_state() is not None:
+        write_state("processes", processes)
+        write_state("optional", state.get("optional", []))
+        write_state("real_node", None)
+
+
+def drain(bin_dir: Path) -> None:
+    """`kubectl drain` of the node: cordoned, every pod evicted (or deleted, where a disruption budget
+    or a finalizer holds it) with its grace period, then the containers the kubelet still runs are
+    waited for."""
+    kubectl(bin_dir, "cordon", NODE_NAME, check=False)
+    kubectl(
+        bin_dir,
+        "drain",
+        NODE_NAME,
+        "--ignore-daemonsets",
+        "--delete-emptydir-data",
+        "--force",
+        "--disable-eviction",
+        f"--timeout={int(DRAIN_TIMEOUT)}s",
+        check=False,
+    )
+    wait_until(
+        "the real node's containers to stop",
+        lambda: not nodehost.cgroup_pids([f"{nodeconfig.CGROUP_ROOT}/kubepods"]),
+        timeout=DRAIN_TIMEOUT,
+    )

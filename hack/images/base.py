@@ -1,0 +1,148 @@
+"""The `base` image: Debian bookworm with Python 3.11, filed under the name the Dockerfile builds FROM.
+
+Why: the Dockerfile starts from `python:3.11-slim`, which lives on a registry this machine cannot
+reach. A Debian root filesystem with python3, python3-venv, python-is-python3 and ca-certificates
+(`debootstrap --variant=minbase`, from the mirror the machine's apt uses) does what the Dockerfile
+asks of it (`python -m venv`, pip, groupadd/useradd), so it stands in under that name, read from
+the Dockerfile's FROM lines. Its Python is Debian's 3.11, which is also what the trainer images
+need (their packages come from a Python 3.11 virtualenv).
+
+Outbound TLS on this machine is re-signed, so pip inside the image must trust the machine's extra
+CA certificates: they are copied into /usr/local/share/ca-certificates and `update-ca-certificates`
+runs in the root filesystem; the key covers them. The image is kept lean: no documentation, no apt
+lists or package caches, no logs, and neither the machine's resolv.conf nor its hostname.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Final
+
+from hack.images import apt_sources, dockerfile
+from hack.images.archive import RuntimeConfig, image_config
+from hack.images.keys import KeyInputs
+from hack.images.recipe import Build, Context, Recipe
+from hack.images.steps import unmount_all
+
+SUITE: Final = "bookworm"
+PYTHON_VERSION: Final = "3.11"  # bookworm's python3
+PACKAGES: Final = ("python3", "python3-venv", "python-is-python3", "ca-certificates")
+ENV: Final = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8")
+# What a lean image leaves out (globs in the root filesystem), except KEPT; under LOG_DIRECTORY only
+# files go, so the directories programs log into stay.
+REMOVED: Final = (
+    "usr/share/doc/*",
+    "usr/share/man/*",
+    "usr/share/info/*",
+    "usr/share/lintian/*",
+    "usr/share/locale/*",
+    "var/lib/apt/lists/*",
+    "var/cache/apt/*.bin",
+    "var/cache/apt/archives/*.deb",
+    "var/cache/debconf/*-old",
+    "tmp/*",
+)
+KEPT: Final = ("usr/share/locale/locale.alias", "var/lib/apt/lists/partial", "var/lib/apt/lists/lock")
+LOG_DIRECTORY: Final = "var/log"
+# Files the runtime provides in a container; the image keeps them empty.
+TRUNCATED: Final = ("etc/resolv.conf", "etc/hostname")
+
+
+def references(context: Context) -> tuple[str, ...]:
+    """The external images the Dockerfile's FROM lines name."""
+    return dockerfile.base_images((context.repo / "Dockerfile").read_text(encoding="utf-8"))
+
+
+def ca_certificates(context: Context) -> list[Path]:
+    return sorted(context.ca_dir.glob("*.crt")) if context.ca_dir.is_dir() else []
+
+
+def inputs(context: Context, keys: Mapping[str, str], into: KeyInputs) -> None:
+    into.text("suite", SUITE)
+    into.text("packages", " ".join(PACKAGES))
+    into.text("mirror", apt_sources.machine_mirror(SUITE, context.apt_dir))
+    for certificate in ca_certificates(context):
+        into.file(f"ca:{certificate.name}", certificate)
+
+
+def check_python_name(reference: str, python_version: str) -> None:
+    """A `python:X.Y...` reference must be filled with Python X.Y (a Dockerfile moving to another
+    Python needs another base recipe); ValueError otherwise."""
+    name, _, tag = reference.partition(":")
+    if name.rsplit("/", 1)[-1] == "python" and not (
+        tag == python_version or tag.startswith(python_version + "-")
+    ):
+        raise ValueError(
+            f"the Dockerfile builds from {reference}, but the base image has Python {python_version}"
+        )
+
+
+def slim(rootfs: Path) -> None:
+    """Leaves out what a container does not need: REMOVED (but KEPT), the logs, and the machine's
+    TRUNCATED files."""
+    for pattern in REMOVED:
+        for path in sorted(rootfs.glob(pattern)):
+            if path.relative_to(rootfs).as_posix() in KEPT:
+                continue
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+    for path in sorted((rootfs / LOG_DIRECTORY).rglob("*")):
+        if path.is_file() or path.is_symlink():
+            path.unlink()
+    for name in TRUNCATED:
+        path = rootfs / name
+        if path.is_symlink():
+            path.unlink()
+        path.write_bytes(b"")
+
+
+def build(build: Build) -> dict[str, object]:
+    rootfs = build.work / "rootfs"
+    mirror = apt_sources.machine_mirror(SUITE, build.context.apt_dir)
+    for reference in build.archive.references:
+        check_python_name(reference, PYTHON_VERSION)
+    command = [
+        "debootstrap",
+        "--variant=minbase",
+        f"--include={','.join(PACKAGES)}",
+        SUITE,
+        str(rootfs),
+        mirror,
+    ]
+    try:
+        build.steps.run(f"debootstrap {SUITE} ({', '.join(PACKAGES)})", command)
+    finally:
+        unmount_all(rootfs)
+    certificates = ca_certificates(build.context)
+    for certificate in certificates:
+        shutil.copy(certificate, rootfs / "usr/local/share/ca-certificates" / certificate.name)
+    build.steps.run(
+        f"update-ca-certificates in the root filesystem ({len(certificates)} extra)",
+        ["chroot", str(rootfs), "update-ca-certificates"],
+    )
+    shown = build.steps.output("python3 --version", ["chroot", str(rootfs), "python3", "--version"])
+    if not shown.split()[-1].startswith(PYTHON_VERSION + "."):
+        build.steps.fail(f"the root filesystem has {shown.strip()}, not Python {PYTHON_VERSION}")
+    slim(rootfs)
+    layer = build.archive.add_layer(lambda layer: layer.add_tree(rootfs))
+    created_by = (
+        f"debootstrap --variant=minbase {SUITE} with {' '.join(PACKAGES)}; the machine's CA certificates"
+    )
+    history = [{"created": build.created, "created_by": created_by}]
+    return image_config(RuntimeConfig(env=ENV, cmd=("python3",)), [layer.diff_id], history, build.created)
+
+
+RECIPE: Final = Recipe(
+    name="base",
+    summary=f"Debian {SUITE} minbase with Python {PYTHON_VERSION} (stands in for the Dockerfile's FROM)",
+    revision=1,
+    references=references,
+    inputs=inputs,
+    build=build,
+    tools=(("debootstrap", "debootstrap"),),
+    needs_root=True,
+)

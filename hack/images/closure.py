@@ -1,0 +1,110 @@
+"""The installed dependency closure of some distributions, as a virtualenv's interpreter sees it.
+
+Why: the trainer images carry the framework exactly as the tests use it, so their packages are the
+ones installed in the test virtualenv, not a fresh resolution. This file runs with that virtualenv's
+Python (`<venv>/bin/python hack/images/closure.py torch`): it starts from the named distributions,
+follows each one's requirements whose environment markers hold there (with the extras asked for,
+e.g. `cuda-toolkit[cublas,...]`), and prints one JSON object per distribution: name, version, its
+site-packages directory, the SHA-256 of its RECORD and the files RECORD lists (relative to
+site-packages; console scripts appear as `../../../bin/<name>`). A required distribution that is not
+installed is an error. Markers are evaluated with `packaging`, which every virtualenv with pip has
+(pip vendors it).
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import re
+import sys
+from collections.abc import Callable
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from packaging.requirements import Requirement
+
+
+def canonical(name: str) -> str:
+    """A distribution name as PEP 503 compares them."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def wanted(requirement: str, extras: frozenset[str]) -> tuple[str, frozenset[str]] | None:
+    """(name, its extras) if `requirement` applies here for a distribution installed with `extras`."""
+    parsed = Requirement(requirement)
+    if parsed.marker is not None:
+        contexts = [{"extra": extra} for extra in sorted(extras)] or [{"extra": ""}]
+        if not any(parsed.marker.evaluate(context) for context in contexts):
+            return None
+    return canonical(parsed.name), frozenset(parsed.extras)
+
+
+def closure(
+    roots: list[str], requires: Callable[[str], list[str]], installed: Callable[[str], bool]
+) -> list[str]:
+    """The canonical names of `roots` and everything they require here, transitively, in the order
+    found; ValueError naming a required distribution that is not installed."""
+    seen: dict[str, frozenset[str]] = {}
+    queue = [(canonical(root), frozenset[str]()) for root in roots]
+    while queue:
+        name, extras = queue.pop(0)
+        if name in seen and extras <= seen[name]:
+            continue
+        if not installed(name):
+            raise ValueError(f"{name} is required but not installed")
+        seen[name] = seen.get(name, frozenset()) | extras
+        for requirement in requires(name):
+            found = wanted(requirement, seen[name])
+            if found is not None:
+                queue.append(found)
+    return list(seen)
+
+
+def describe(distribution: metadata.Distribution) -> dict[str, Any]:
+    """What the image build needs to know of one installed distribution."""
+    record = distribution.read_text("RECORD") or ""
+    files = [row[0] for row in csv.reader(io.StringIO(record)) if row]
+    site_packages = distribution.locate_file("")
+    return {
+        "name": distribution.metadata["Name"],
+        "version": distribution.version,
+        "site_packages": str(site_packages),
+        "record_sha256": hashlib.sha256(record.encode()).hexdigest(),
+        "files": files,
+    }
+
+
+def installed_distributions() -> dict[str, Path]:
+    """Every distribution on sys.path (the first of a name wins, as for imports): canonical name to
+    its .dist-info directory, named `<name>-<version>.dist-info`, so no metadata is parsed here."""
+    found: dict[str, Path] = {}
+    for entry in sys.path:
+        directory = Path(entry or ".")
+        for info in sorted(directory.glob("*.dist-info")) if directory.is_dir() else []:
+            found.setdefault(canonical(info.name.removesuffix(".dist-info").rsplit("-", 1)[0]), info)
+    return found
+
+
+def main(roots: list[str]) -> int:
+    installed = installed_distributions()
+
+    def requires(name: str) -> list[str]:
+        return list(metadata.Distribution.at(installed[name]).requires or [])
+
+    try:
+        names = closure(roots, requires, lambda name: name in installed)
+    except ValueError as error:
+        print(f"closure of {' '.join(roots)}: {error}", file=sys.stderr)
+        return 1
+    distributions = [describe(metadata.Distribution.at(installed[name])) for name in names]
+    print(
+        json.dumps({"python": f"{sys.version_info[0]}.{sys.version_info[1]}", "distributions": distributions})
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

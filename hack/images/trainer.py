@@ -1,0 +1,264 @@
+"""The trainer images: the base image plus one layer with a framework as the test virtualenv has it.
+
+Why: a TrainingJob without spec.image runs its framework's public default image (and the examples
+name public PyTorch images), which this machine cannot pull. A trainer image stands in for them on the
+real node: Debian's Python 3.11 (the base image) and, in /usr/local/lib/python3.11/dist-packages, the
+framework's installed dependency closure copied from the test virtualenv (the same versions the tests
+use; hack/images/closure.py resolves it there). Console scripts go to /usr/local/bin with their
+`#!` line pointing at /usr/bin/python3. The virtualenv is TJ_TRAINER_VENV, else the repository's
+.venv, else the one this interpreter runs in.
+
+torch from PyPI is the CUDA build: `import torch` loads its CUDA libraries (the nvidia-* distributions)
+even on the CPU, and fails without them, so they are part of the closure and of the image.
+
+Each trainer is one `TrainerSpec` (image name, the spec.framework it serves, the distributions it
+starts from); a TensorFlow or JAX image is one more entry. References: `trainingjob-trainer:<tag
+prefix>-<version>`, the framework's default image (crd.contract.DEFAULT_IMAGES) and every public
+image an example TrainingJob of that framework names (examples whose pods pull with
+imagePullSecrets name a private image of the user's and are left out). These are stand-ins built
+here under the public names, not the upstream images.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Final
+
+from crd.contract import DEFAULT_IMAGES
+from crd.defaults import subschema
+from hack.common import ToolError
+from hack.images.archive import open_member, read_archive
+from hack.images.base import PYTHON_VERSION
+from hack.images.keys import KeyInputs
+from hack.images.layers import LayerWriter
+from hack.images.recipe import Build, Context, Recipe
+
+CLOSURE_SCRIPT: Final = Path(__file__).with_name("closure.py")
+DIST_PACKAGES: Final = f"usr/local/lib/python{PYTHON_VERSION}/dist-packages"
+IMAGE_PYTHON: Final = "/usr/bin/python3"
+
+
+@dataclass(frozen=True)
+class TrainerSpec:
+    """A trainer image: its name, the spec.framework whose images it stands in for, the distributions
+    it starts from (the first one's version names the image) and its tag's prefix."""
+
+    name: str
+    framework: str
+    distributions: tuple[str, ...]
+    tag_prefix: str
+
+
+TRAINERS: Final = (TrainerSpec("trainer-torch", "pytorch", ("torch",), "torch"),)
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """An installed distribution: its files are relative to `site_packages` (RECORD's paths)."""
+
+    name: str
+    version: str
+    site_packages: Path
+    record_sha256: str
+    files: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Closure:
+    python: str
+    distributions: tuple[Distribution, ...]
+
+
+_CLOSURES: dict[tuple[Path, tuple[str, ...], int], Closure] = {}
+
+
+def installed_closure(venv: Path, roots: tuple[str, ...]) -> Closure:
+    """The closure of `roots` installed in `venv` (remembered while its site-packages is unchanged)."""
+    site = sorted(venv.glob("lib/python*/site-packages"))
+    memo_key = (venv, roots, site[0].stat().st_mtime_ns if site else 0)
+    if memo_key not in _CLOSURES:
+        command = [str(venv / "bin" / "python"), str(CLOSURE_SCRIPT), *roots]
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            raise ToolError(f"the packages of {' '.join(roots)} in {venv}: {result.stderr.strip()}")
+        data = json.loads(result.stdout)
+        distributions = tuple(
+            Distribution(
+                item["name"],
+                item["version"],
+                Path(item["site_packages"]),
+                item["record_sha256"],
+                tuple(item["files"]),
+            )
+            for item in data["distributions"]
+        )
+        _CLOSURES[memo_key] = Closure(data["python"], distributions)
+    return _CLOSURES[memo_key]
+
+
+# ------------------------------------------------------------------------------------- references
+
+
+@dataclass(frozen=True)
+class ExampleJob:
+    """What a TrainingJob in an example file says about its image."""
+
+    framework: str | None
+    image: str | None
+    private: bool
+
+
+def _value(text: str) -> str:
+    return text.split(" #", 1)[0].strip().strip("'\"")
+
+
+def example_jobs(text: str) -> list[ExampleJob]:
+    """The TrainingJobs of a (multi-document) example file: spec.framework, spec.image, and whether
+    its pods pull with imagePullSecrets (a private image). Reads the plain block style the examples
+    use; tests check it against a YAML parser on every example."""
+    jobs: list[ExampleJob] = []
+    for document in re.split(r"^---[ \t]*$", text, flags=re.MULTILINE):
+        lines = [line for line in document.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+        if not any(re.fullmatch(r"kind:\s*TrainingJob\s*(#.*)?", line) for line in lines):
+            continue
+        in_spec, fields = False, {}
+        for line in lines:
+            if not line[0].isspace():
+                in_spec = line.startswith("spec:")
+            elif in_spec and (match := re.match(r"  (image|framework):\s*(.*)$", line)):
+                fields[match.group(1)] = _value(match.group(2))
+        private = re.search(r"^\s+imagePullSecrets:", document, flags=re.MULTILINE) is not None
+        jobs.append(ExampleJob(fields.get("framework"), fields.get("image"), private))
+    return jobs
+
+
+def tag_safe(version: str) -> str:
+    """A version as a tag may spell it (`2.15.0+cu132` -> `2.15.0-cu132`)."""
+    return re.sub(r"[^\w.-]", "-", version)
+
+
+def public_images(framework: str, default_framework: str, example_texts: list[str]) -> list[str]:
+    """The framework's default image, then the public images example jobs of that framework name."""
+    images = [DEFAULT_IMAGES[framework]]
+    for text in example_texts:
+        for job in example_jobs(text):
+            if (job.framework or default_framework) == framework and job.image and not job.private:
+                images.append(job.image)
+    return list(dict.fromkeys(images))
+
+
+def references(spec: TrainerSpec, context: Context) -> tuple[str, ...]:
+    closure = installed_closure(context.trainer_venv(), spec.distributions)
+    version = closure.distributions[0].version
+    examples = [
+        path.read_text(encoding="utf-8") for path in sorted((context.repo / "examples").glob("*.yaml"))
+    ]
+    default_framework = str(subschema("spec", "framework")["default"])
+    public = public_images(spec.framework, default_framework, examples)
+    return (f"trainingjob-trainer:{spec.tag_prefix}-{tag_safe(version)}", *public)
+
+
+# ------------------------------------------------------------------------------------------ inputs
+
+
+def closure_inputs(closure: Closure, into: KeyInputs) -> None:
+    """Every distribution's name, version and RECORD (the list of its files with their digests)."""
+    into.text("python", closure.python)
+    for distribution in closure.distributions:
+        into.text(f"dist:{distribution.name}", f"{distribution.version} {distribution.record_sha256}")
+
+
+def inputs(spec: TrainerSpec, context: Context, keys: Mapping[str, str], into: KeyInputs) -> None:
+    into.text("distributions", " ".join(spec.distributions))
+    closure_inputs(installed_closure(context.trainer_venv(), spec.distributions), into)
+
+
+# ------------------------------------------------------------------------------------------- build
+
+
+def environment_root(distribution: Distribution) -> Path:
+    """The virtualenv (or prefix) a distribution is installed in: site-packages is
+    <root>/lib/pythonX.Y/site-packages."""
+    return distribution.site_packages.parent.parent.parent
+
+
+def image_path(distribution: Distribution, relative: str) -> str | None:
+    """Where a RECORD path goes in the image: site-packages into dist-packages, the rest of the
+    virtualenv (bin/, share/) under /usr/local; None for a path outside the virtualenv."""
+    source = Path(os.path.normpath(distribution.site_packages / relative))
+    root = environment_root(distribution)
+    if source.is_relative_to(distribution.site_packages):
+        return f"{DIST_PACKAGES}/{source.relative_to(distribution.site_packages).as_posix()}"
+    if source.is_relative_to(root):
+        return f"usr/local/{source.relative_to(root).as_posix()}"
+    return None
+
+
+def script_for_image(data: bytes, root: Path) -> bytes | None:
+    """A console script's text with its `#!` line on the image's python; None if it is not a script
+    of the virtualenv at `root`."""
+    first, newline, rest = data.partition(b"\n")
+    if not first.startswith(b"#!") or f"{root}/bin/".encode() not in first:
+        return None
+    return b"#!" + IMAGE_PYTHON.encode() + newline + rest
+
+
+def _fill(layer: LayerWriter, closure: Closure) -> None:
+    written: set[str] = set()
+    for distribution in closure.distributions:
+        root = environment_root(distribution)
+        for relative in distribution.files:
+            source = Path(os.path.normpath(distribution.site_packages / relative))
+            target = image_path(distribution, relative)
+            if target is None or target in written or not (source.is_file() or source.is_symlink()):
+                continue
+            written.add(target)
+            is_script = target.startswith("usr/local/bin/")
+            script = script_for_image(source.read_bytes(), root) if is_script else None
+            if script is not None:
+                layer.add_bytes(target, script, 0o755)
+            else:
+                layer.add_file(source, target)
+
+
+def build(spec: TrainerSpec, build: Build) -> dict[str, object]:
+    venv = build.context.trainer_venv()
+    closure = installed_closure(venv, spec.distributions)
+    if closure.python != PYTHON_VERSION:
+        build.steps.fail(f"{venv} has Python {closure.python}; the base image has {PYTHON_VERSION}")
+    base = build.dependencies["base"]
+    contents = read_archive(base.archive)
+    for member, diff_id in zip(contents.layer_members, contents.config["rootfs"]["diff_ids"], strict=True):
+        with open_member(base.archive, member) as source:
+            build.archive.copy_layer(source, diff_id)
+    listed = ", ".join(f"{d.name} {d.version}" for d in closure.distributions)
+    build.say(f"{spec.name}: a layer of {len(closure.distributions)} distributions from {venv}: {listed}")
+    layer = build.archive.add_layer(partial(_fill, closure=closure))
+    config = dict(contents.config)
+    config["created"] = build.created
+    config["rootfs"] = {"type": "layers", "diff_ids": [*contents.config["rootfs"]["diff_ids"], layer.diff_id]}
+    created_by = f"{' '.join(spec.distributions)} and their dependencies from the test virtualenv"
+    config["history"] = [
+        *contents.config.get("history", []),
+        {"created": build.created, "created_by": created_by},
+    ]
+    return config
+
+
+def recipe(spec: TrainerSpec) -> Recipe:
+    return Recipe(
+        name=spec.name,
+        summary=f"the base image plus {' '.join(spec.distributions)} from the test virtualenv",
+        revision=1,
+        references=partial(references, spec),
+        inputs=partial(inputs, spec),
+        build=partial(build, spec),
+        depends=("base",),
+    )
