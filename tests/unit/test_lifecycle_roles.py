@@ -9,6 +9,7 @@ chief, 1 and 2 the workers, 3 the parameter server, 4 the evaluator.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -19,7 +20,7 @@ from controller.planner.model import Settings
 from crd import contract
 from crd.spec import parse
 from tests.unit.lifecycle_steps import assert_steady, created_pod_names
-from tests.unit.lifecycle_world import World, names, world
+from tests.unit.lifecycle_world import World, env_of, names, world
 
 ROLES = {
     "spec.framework": "tensorflow",
@@ -246,4 +247,23 @@ def test_completion_is_a_pure_function_of_the_spec_and_the_gang() -> None:
         "mnist-ps-0",
         "mnist-worker-0",
         "mnist-worker-1",
+    ]
+
+
+def test_scaling_the_workers_rebuilds_every_role_with_the_new_cluster() -> None:
+    """kubectl scale sets numWorkers: TF_CONFIG's cluster changes for every role, so the whole gang
+    (chief, parameter server and evaluator too) is replaced, counted against no limit."""
+    w = tf_world()
+    w.run_to_running()
+    w.update_spec(numWorkers=3)
+    w.step()
+    assert (w.state, w.status["lastRestartReason"]) == ("Restarting", "Resized")
+    assert w.status["restarts"] == {}
+    w.finish_terminating()
+    w.step()
+    w.settle()
+    assert sorted(w.pods) == sorted([*PODS, "mnist-worker-2"])
+    chief = env_of(w.pod(CHIEF))
+    assert json.loads(chief["TF_CONFIG"])["cluster"]["worker"] == [
+        f"mnist-worker-{i}.mnist-headless:29500" for i in range(3)
     ]
