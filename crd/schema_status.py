@@ -145,9 +145,10 @@ def status() -> Schema:
                     "time": _timestamp("When the latest checkpoint was written."),
                     "interrupted": string(
                         "Set when rank 0's trainer was killed at the end of its pod's grace period "
-                        "(terminationGracePeriodSeconds) after the pod's deletion began: a checkpoint it "
-                        "was saving on SIGTERM was not reported, and the job resumes from latest. "
-                        "Cleared when a newer checkpoint is reported.",
+                        "(terminationGracePeriodSeconds) after the pod's deletion began, without having "
+                        "reported a checkpoint since: a checkpoint it was saving on SIGTERM was not "
+                        "reported, and the job resumes from latest. Cleared when a newer checkpoint is "
+                        "reported.",
                         max_length=REASON_LENGTH,
                     ),
                 },

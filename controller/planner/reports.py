@@ -75,6 +75,9 @@ def interrupted_save(facts: Facts, status: Mapping[str, Any]) -> str | None:
     if finished is None or started is None or parse_time(finished) < started:
         return None
     checkpoint = dict(status.get("checkpoint") or {})
+    saved = checkpoint.get("time")
+    if saved and parse_time(str(saved)) >= started:
+        return None  # it reported a checkpoint saved after the signal: only its exit was cut short
     grace = pod.get("spec", {}).get("terminationGracePeriodSeconds")
     period = f"its {grace}s grace period" if grace is not None else "its grace period"
     latest = checkpoint.get("latest")

@@ -84,6 +84,15 @@ def tensorflow_job(kubectl: Kubectl, namespace: str, **spec: Any) -> str:
     return str(job["metadata"]["name"])
 
 
+def failing(task: str) -> list[JsonDict]:
+    """The example's environment, with the task `task` (a role, or <role>-<index>) exiting 1 at its
+    start in the job's first attempt (the program's TRAIN_FAIL_ROLE)."""
+    return [
+        {"name": "PYTHONPATH", "value": "/etc/trainingjob"},
+        {"name": "TRAIN_FAIL_ROLE", "value": task},
+    ]
+
+
 def test_multi_worker_mirrored_strategy_trains_across_pods_to_completed(
     real_node: Kubectl, namespace: str, start_operator: StartOperator
 ) -> None:
@@ -129,10 +138,7 @@ def test_an_evaluator_that_exits_1_does_not_fail_the_job(
         real_node,
         namespace,
         tensorflow={"chief": 1, "ps": 1, "evaluator": 1},
-        env=[
-            {"name": "PYTHONPATH", "value": "/etc/trainingjob"},
-            {"name": "TRAIN_FAIL_ROLE", "value": "evaluator"},
-        ],
+        env=failing("evaluator"),
     )
     done = wait_for_state(real_node, namespace, name, "Completed", timeout=DEADLINE)["status"]
     recorded = condition(done, "EvaluatorFailed")
@@ -151,10 +157,7 @@ def test_a_worker_that_exits_1_restarts_the_gang(
         namespace,
         numWorkers=2,
         tensorflow={},
-        env=[
-            {"name": "PYTHONPATH", "value": "/etc/trainingjob"},
-            {"name": "TRAIN_FAIL_ROLE", "value": "worker-1"},  # in the first attempt only
-        ],
+        env=failing("worker-1"),
         failurePolicy={"restartBackoff": {"initialDelaySeconds": 0}},
     )
     done = wait_for_state(real_node, namespace, name, "Completed", timeout=DEADLINE)["status"]

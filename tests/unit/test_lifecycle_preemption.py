@@ -115,6 +115,21 @@ def test_a_rank_zero_killed_at_the_end_of_its_grace_period_leaves_the_previous_c
     assert "interrupted" not in w.status["checkpoint"]
 
 
+def test_a_rank_zero_killed_after_it_reported_its_stop_checkpoint_lost_nothing() -> None:
+    w = running()
+    w.exit(1, 1)
+    w.step(1)
+    w.advance(5)
+    w.report(0, epoch=2, step=57, checkpoint=STOPPED, checkpointTime=rfc3339(w.now))
+    w.step()
+    assert w.status["checkpoint"]["latest"] == STOPPED
+    # Then it hangs on its way out, and SIGKILL ends it: the checkpoint was saved and reported.
+    w.exit(0, 137, finished_at=w.now + timedelta(seconds=55))
+    result = w.step(55)
+    assert "interrupted" not in w.status["checkpoint"]
+    assert "CheckpointInterrupted" not in [event.reason for event in result.events]
+
+
 def test_an_oom_kill_is_not_a_grace_period_overrun() -> None:
     w = running()
     w.exit(1, 1)
