@@ -125,21 +125,18 @@ def _step_within(config: Config, epoch: int, step: int) -> int:
 
 
 def _log_resume(config: Config, epoch: int, step: int, resumed: str) -> None:
+    """One line, the same for every checkpoint (log readers match it); a checkpoint saved mid-epoch
+    adds the step the run continues at."""
+    within = ""
     if step > epoch * config.steps_per_epoch:
-        log.info(
-            "resuming from epoch %d at step %d of %d (checkpoint %s)",
-            epoch,
-            step,
-            config.total_steps,
-            resumed,
-        )
-        return
+        within = f", at step {step} of {config.total_steps}"
     log.info(
-        "resuming from epoch %d (checkpoint %s): %d of %d epochs left",
+        "resuming from epoch %d (checkpoint %s): %d of %d epochs left%s",
         epoch,
         resumed,
         max(config.epochs - epoch, 0),
         config.epochs,
+        within,
     )
 
 

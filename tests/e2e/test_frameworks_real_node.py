@@ -243,12 +243,13 @@ def test_a_rank_evicted_mid_epoch_resumes_at_the_step_where_the_signal_came(
     assert status["checkpoint"]["latest"] == saved
     resumed = wait(
         "the new rank 0 resuming",
-        lambda: "resuming from epoch 1 at step" in logs(real_node, namespace, "preempted-worker-0"),
+        lambda: "resuming from epoch 1 (checkpoint" in logs(real_node, namespace, "preempted-worker-0"),
         timeout=300,
     )
     assert resumed
-    assert f"resuming from epoch 1 at step {step} of {3 * steps} (checkpoint {saved})" in logs(
-        real_node, namespace, "preempted-worker-0"
+    assert (
+        f"resuming from epoch 1 (checkpoint {saved}): 2 of 3 epochs left, at step {step} of {3 * steps}"
+        in logs(real_node, namespace, "preempted-worker-0")
     )
     done = wait_for_state(real_node, namespace, "preempted", "Completed", timeout=DEADLINE)["status"]
     assert done["restarts"] == {"disruption": 1}

@@ -115,7 +115,10 @@ def test_a_rank_told_to_stop_mid_epoch_saves_that_step_and_the_next_run_resumes_
     second = run_pods(job, tmp_path, api, attempt=1, resume_from=last.checkpoint, rendezvous=agent_store())
     assert second.codes == [0, 0], second.logs
     for rank, log in enumerate(second.logs):
-        assert f"resuming from epoch 1 at step {step} of {EPOCHS * STEPS} (checkpoint {saved})" in log
+        assert (
+            f"resuming from epoch 1 (checkpoint {saved}): 2 of {EPOCHS} epochs left, at step {step} of "
+            f"{EPOCHS * STEPS}"
+        ) in log
         assert epochs_logged(log, rank) == [f"epoch 2/{EPOCHS}", f"epoch 3/{EPOCHS}"], log
         assert f"training finished: {EPOCHS} epochs, {EPOCHS * STEPS} steps" in log
     final = reports(api, 0)[-1]
