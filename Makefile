@@ -122,7 +122,7 @@ lint: $(STAMP) ## ruff and mypy
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
-KUBECTL ?= $(if $(wildcard .dev/bin/kubectl),.dev/bin/kubectl,kubectl)
+KUBECTL ?= $(if $(wildcard $(DEV_DIR)/bin/kubectl),$(DEV_DIR)/bin/kubectl,kubectl)
 METRICS_ADDR ?= 127.0.0.1:8080
 RUN_ARGS ?=
 
@@ -203,11 +203,14 @@ generate-monitoring: $(STAMP) ## regenerate the PrometheusRule (kustomize) and t
 
 OVERLAY ?=
 IMAGE ?=
+NODE_SELECTOR ?=
+TOLERATE ?=
+DEPLOY_VARIABLES = OVERLAY="$(OVERLAY)" IMAGE="$(IMAGE)" NODE_SELECTOR="$(NODE_SELECTOR)" TOLERATE="$(TOLERATE)" KUBECTL="$(KUBECTL)"
 
 .PHONY: deploy
-deploy: ## install the operator into $KUBECONFIG's cluster (OVERLAY=monitoring|network-policy|single-namespace, IMAGE=ref)
-	OVERLAY="$(OVERLAY)" IMAGE="$(IMAGE)" KUBECTL="$(KUBECTL)" hack/deploy.sh apply
+deploy: ## install the operator into $KUBECONFIG's cluster (OVERLAY=monitoring|network-policy|single-namespace, IMAGE=ref, NODE_SELECTOR=key=value,... TOLERATE=key=value:Effect,...)
+	$(DEPLOY_VARIABLES) hack/deploy.sh apply
 
 .PHONY: undeploy
 undeploy: ## remove the operator (the CRD and jobs stay unless DELETE_CRD=1)
-	OVERLAY="$(OVERLAY)" IMAGE="$(IMAGE)" KUBECTL="$(KUBECTL)" hack/deploy.sh delete
+	$(DEPLOY_VARIABLES) hack/deploy.sh delete

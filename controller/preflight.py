@@ -44,5 +44,5 @@ def missing_trainer_policy(client: KubeClient) -> str | None:
         return None
     return (
         f"{' and '.join(missing)} not installed: without it trainers could patch any pod of their "
-        "namespace; apply crd/ (kubectl apply --server-side -f crd/), which make deploy and the Helm chart do"
+        "namespace; apply crd/ (kubectl apply --server-side -k crd/), which make deploy and the Helm chart do"
     )

@@ -1,6 +1,6 @@
 """What every program in hack/ needs: the repository's paths, progress lines, ports, processes, waiting.
 
-Why one module: the dev cluster, the local kubelet, the demo and the bench each need a free port on
+Why one module: the dev cluster, the images, the demo and the bench each need a free port on
 127.0.0.1, the kernel's start time of a process (a pid alone may be reused), a wait with a deadline, a
 progress line with the elapsed time and a process started with its output in a log. Each used to carry
 its own copy of these; one copy is what they share now.
@@ -13,6 +13,7 @@ is installed. The programs run as modules from the repository (`python -m hack.<
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -115,6 +116,28 @@ def start_logged(
             cwd=cwd,
             env=None if env is None else dict(env),
         )
+
+
+def in_private_mounts(setup: str, *command: str) -> list[str]:
+    """`command` in a private mount namespace (`unshare`; a user namespace too when not run as root)
+    after the shell snippet `setup` mounted what only it may see (a certificate over /etc, a private
+    /tmp or /var/lib): nothing of it reaches the machine. `setup` gets the rest as "$@" and ends by
+    running it (`exec "$@"`); a value it needs comes first, as "$1", and is `shift`ed off."""
+    unshare = shutil.which("unshare") or "/usr/bin/unshare"
+    user_namespace = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
+    return [
+        unshare,
+        *user_namespace,
+        "--mount",
+        "--propagation",
+        "private",
+        "--",
+        "sh",
+        "-c",
+        setup,
+        "sh",
+        *command,
+    ]
 
 
 def tail(path: Path, lines: int = 15) -> str:

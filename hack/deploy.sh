@@ -1,28 +1,38 @@
 #!/usr/bin/env bash
 # Installs or removes the operator in the cluster $KUBECONFIG points at (make deploy / make undeploy).
 #
-#   hack/deploy.sh apply|delete      OVERLAY=monitoring|network-policy|single-namespace  IMAGE=<ref>
+#   hack/deploy.sh apply|delete|render   OVERLAY=monitoring|network-policy|single-namespace  IMAGE=<ref>
+#                                        NODE_SELECTOR=key=value,...  TOLERATE=key=value:Effect,...
 #
 # Why a script: before touching the cluster it checks that kubectl exists and the cluster answers,
-# renders the kustomization (with IMAGE, if given) and validates every object with a server-side dry
-# run, so a mistake is reported with nothing half-installed. `delete` keeps the CRD (deleting it
-# deletes every TrainingJob) unless DELETE_CRD=1, which deletes the jobs first, while the operator
-# still runs to let their pods go.
+# renders the kustomization (with IMAGE, NODE_SELECTOR and TOLERATE, if given) and validates every
+# object with a server-side dry run, so a mistake is reported with nothing half-installed. `delete`
+# keeps crd/'s objects, the CRD (deleting it deletes every TrainingJob) and the trainers' admission
+# policy, unless DELETE_CRD=1, which deletes the jobs first, while the operator still runs to let
+# their pods go. `render` prints what `apply` would send, without a cluster.
+#
+# NODE_SELECTOR and TOLERATE place the operator's pods on a dedicated, tainted node pool:
+# NODE_SELECTOR adds node labels to the pods' nodeSelector (beside kubernetes.io/os: linux), TOLERATE
+# lists taints the pods tolerate as `kubectl taint` writes them: key=value:Effect, key:Effect (any
+# value), key=value (any effect), key (any value, any effect).
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 ACTION=${1:-}
 OVERLAY=${OVERLAY:-}
 IMAGE=${IMAGE:-}
+NODE_SELECTOR=${NODE_SELECTOR:-}
+TOLERATE=${TOLERATE:-}
 KUBECTL=${KUBECTL:-kubectl}
-[[ -x "$REPO/.dev/bin/kubectl" && "$KUBECTL" == kubectl ]] && KUBECTL="$REPO/.dev/bin/kubectl"
+DEV=${TJ_DEV_DIR:-$REPO/.dev}
+[[ -x "$DEV/bin/kubectl" && "$KUBECTL" == kubectl ]] && KUBECTL="$DEV/bin/kubectl"
 
 fail() { echo "deploy: $*" >&2; exit 1; }
 
-case "$ACTION" in apply | delete) ;; *) fail "usage: hack/deploy.sh apply|delete" ;; esac
+case "$ACTION" in apply | delete | render) ;; *) fail "usage: hack/deploy.sh apply|delete|render" ;; esac
 command -v "$KUBECTL" >/dev/null 2>&1 ||
   fail "kubectl not found. 'make dev-cluster' builds one (.dev/bin/kubectl), or install kubectl 1.34+."
-if ! "$KUBECTL" version --request-timeout=5s >/dev/null 2>&1; then
+if [[ "$ACTION" != render ]] && ! "$KUBECTL" version --request-timeout=5s >/dev/null 2>&1; then
   fail "no reachable cluster (KUBECONFIG=${KUBECONFIG:-~/.kube/config}). Point KUBECONFIG at a cluster," \
     "or start the local one: make dev-cluster && eval \"\$(hack/dev-cluster.sh env)\""
 fi
@@ -32,22 +42,76 @@ if [[ -n "$OVERLAY" ]]; then
   [[ -d "$REPO/$source_dir" ]] || fail "no overlay '$OVERLAY'; one of: $(ls "$REPO/deploy/overlays" | tr '\n' ' ')"
 fi
 
+# Label keys and values as the API server takes them (it checks the lengths); effects of a taint.
+label_key='([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?'
+label_value='([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?'
+effect='NoSchedule|PreferNoSchedule|NoExecute'
+
+# NODE_SELECTOR as the members of a JSON object ("key": "value", ...), checked here in the script's own
+# shell so that a bad one stops it.
+selector_members=""
+IFS=, read -ra items <<<"$NODE_SELECTOR"
+for item in "${items[@]}"; do
+  [[ "$item" =~ ^($label_key)=($label_value)$ ]] ||
+    fail "NODE_SELECTOR: '$item' is not a node label key=value (e.g. NODE_SELECTOR=pool=system,zone=a)"
+  selector_members+="${selector_members:+, }\"${item%%=*}\": \"${item#*=}\""
+done
+
+# TOLERATE as the items of a JSON array, one toleration per taint.
+toleration_items=""
+IFS=, read -ra items <<<"$TOLERATE"
+for item in "${items[@]}"; do
+  [[ "$item" =~ ^($label_key)(=($label_value))?(:($effect))?$ ]] ||
+    fail "TOLERATE: '$item' is not a taint key[=value][:Effect] with Effect one of ${effect//|/, }" \
+      "(e.g. TOLERATE=dedicated=system:NoSchedule)"
+  taint=${item%%:*}
+  effect_field=""
+  [[ "$item" == *:* ]] && effect_field=", \"effect\": \"${item#*:}\""
+  if [[ "$taint" == *=* ]]; then
+    toleration="{\"key\": \"${taint%%=*}\", \"operator\": \"Equal\", \"value\": \"${taint#*=}\"$effect_field}"
+  else
+    toleration="{\"key\": \"$taint\", \"operator\": \"Exists\"$effect_field}"
+  fi
+  toleration_items+="${toleration_items:+, }$toleration"
+done
+
+# The throwaway kustomization's additions to the chosen one: the image, and the pods' placement as a
+# strategic merge patch of the Deployment (JSON, which is YAML).
+customizations() {
+  if [[ -n "$IMAGE" ]]; then
+    local name=${IMAGE%:*} tag=${IMAGE##*:}
+    [[ "$IMAGE" == *:* && "$tag" != */* ]] || { name=$IMAGE; tag=latest; }
+    printf 'images:\n  - name: trainingjob-operator\n    newName: "%s"\n    newTag: "%s"\n' "$name" "$tag"
+  fi
+  if [[ -n "$selector_members$toleration_items" ]]; then
+    local pod_spec=""
+    [[ -z "$selector_members" ]] || pod_spec="\"nodeSelector\": {$selector_members}"
+    [[ -z "$toleration_items" ]] || pod_spec+="${pod_spec:+, }\"tolerations\": [$toleration_items]"
+    printf 'patches:\n  - target:\n      kind: Deployment\n      name: trainingjob-operator\n    patch: |-\n'
+    printf '      {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "trainingjob-operator"},\n'
+    printf '       "spec": {"template": {"spec": {%s}}}}\n' "$pod_spec"
+  fi
+}
+
 work=$(mktemp -d "${TMPDIR:-/tmp}/trainingjob-deploy.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 rendered=$work/rendered.yaml
-if [[ -n "$IMAGE" ]]; then
-  # A throwaway kustomization on top of the chosen one, setting the image; it lives inside the repo
-  # because kustomize loads other kustomizations by relative path.
+additions=$(customizations)
+if [[ -n "$additions" ]]; then
+  # A throwaway kustomization on top of the chosen one; it lives inside the repo because kustomize
+  # loads other kustomizations by relative path.
   overlay_dir=$(mktemp -d "$REPO/.dev-deploy.XXXXXX")
   trap 'rm -rf "$work" "$overlay_dir"' EXIT
-  name=${IMAGE%:*}
-  tag=${IMAGE##*:}
-  [[ "$IMAGE" == *:* && "$tag" != */* ]] || { name=$IMAGE; tag=latest; }
-  printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - ../%s\nimages:\n  - name: trainingjob-operator\n    newName: "%s"\n    newTag: "%s"\n' \
-    "$source_dir" "$name" "$tag" >"$overlay_dir/kustomization.yaml"
+  printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - ../%s\n%s\n' \
+    "$source_dir" "$additions" >"$overlay_dir/kustomization.yaml"
   "$KUBECTL" kustomize "$overlay_dir" >"$rendered"
 else
   "$KUBECTL" kustomize "$REPO/$source_dir" >"$rendered"
+fi
+
+if [[ "$ACTION" == render ]]; then
+  cat "$rendered"
+  exit 0
 fi
 
 if [[ "$ACTION" == delete ]]; then
@@ -73,12 +137,16 @@ if [[ "$ACTION" == delete ]]; then
     "$KUBECTL" delete --ignore-not-found -f "$rendered"
     echo "deploy: removed the operator and the TrainingJob CRD"
   else
-    # Every rendered document except the CRD (kustomize separates documents with '---' lines).
-    awk 'function flush() { if (doc !~ /\nkind: CustomResourceDefinition\n/) printf "%s", doc; doc = "" }
+    # Every rendered document except crd/'s (kustomize separates documents with '---' lines): the CRD,
+    # and the trainers' admission policy and its binding, which guard the trainers of the jobs that
+    # remain (their Role lets them patch pods; the policy narrows it to their own progress).
+    awk 'function flush() { if (doc !~ crd_kinds) printf "%s", doc; doc = "" }
          /^---$/ { flush(); print; next } { doc = doc $0 "\n" } END { flush() }' \
+      crd_kinds='\nkind: (CustomResourceDefinition|ValidatingAdmissionPolicy|ValidatingAdmissionPolicyBinding)\n' \
       "$rendered" >"$work/without-crd.yaml"
     "$KUBECTL" delete --ignore-not-found -f "$work/without-crd.yaml"
-    echo "deploy: removed the operator; the TrainingJob CRD and the jobs remain (DELETE_CRD=1 removes them too)"
+    echo "deploy: removed the operator; the TrainingJob CRD, the trainers' admission policy and the jobs remain" \
+      "(DELETE_CRD=1 removes them too)"
   fi
   exit 0
 fi

@@ -1,11 +1,11 @@
-"""What a kubelet writes into a Pod's status when its containers end: shared by the local kubelet
-(hack/local_kubelet), which reports real process exits, and the tests (tests/cluster.py `end_pod`),
-which end pods on kwok nodes by hand.
+"""What a kubelet writes into a Pod's status when its containers end: for the tests (tests/cluster.py
+`end_pod`), the chaos run and the soak, which end pods on kwok's nodes by hand.
 
 Why one module: the operator classifies a worker's end from exactly these fields (phase, each
-container's terminated state with exit code and reason, the DisruptionTarget condition), so the two
-stand-ins must write the same thing a kubelet does. Standard library only and pure: callers fetch the
-Pod and send the patch with their own client (kubectl, or the project's REST client).
+container's terminated state with exit code and reason, the DisruptionTarget condition), so whatever
+ends a pod in a kubelet's place must write the same thing a kubelet does. Standard library only and
+pure: callers fetch the Pod and send the patch with their own client (kubectl, or the project's REST
+client).
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@
 #
 #   hack/preflight.sh
 #
-# Reads PYTHON (default python3), DEMO_METRICS_PORT (default 8080), TJ_DEV_DIR and TJ_CACHE_DIR.
+# Reads PYTHON (default python3), DEMO_METRICS_PORT (default 8080), TJ_DEV_DIR, TJ_CACHE_DIR and
+# TJ_CGROUP_FS (where the cgroup hierarchies are mounted, default /sys/fs/cgroup).
 # Needed: Python 3.11+ with venv, make, openssl, a free 127.0.0.1 port for the operator's metrics,
 # Go 1.24+ when the control plane has to be built (without Go, hack/kube-bins.sh uses a cached build
 # of the pinned versions, whatever Go made it), and for the real node the job runs on: root, cgroup v1
@@ -17,6 +18,7 @@ REPO=$(dirname "$HACK_DIR")
 PYTHON=${PYTHON:-python3}
 PORT=${DEMO_METRICS_PORT:-8080}
 DEV_DIR=${TJ_DEV_DIR:-$REPO/.dev}
+CGROUP_FS=${TJ_CGROUP_FS:-/sys/fs/cgroup}
 MIN_GO=1.24
 
 problems=()
@@ -101,14 +103,15 @@ if [[ $(id -u) != 0 ]]; then
   problem "the demo runs its job in containers on a real node (kubelet, containerd), which needs root:
       a network namespace, cgroups and mounts. Run make demo as root (e.g. in a VM or container host)."
 fi
-if [[ ! -e /sys/fs/cgroup/memory/cgroup.procs || ! -d /sys/fs/cgroup/cpu ]]; then
-  problem "no cgroup v1 memory and cpu hierarchies under /sys/fs/cgroup: the real node's kubelet is set up
+if [[ ! -e $CGROUP_FS/memory/cgroup.procs || ! -d $CGROUP_FS/cpu ]]; then
+  problem "no cgroup v1 memory and cpu hierarchies under $CGROUP_FS: the real node's kubelet is set up
       for cgroup v1 (hack/README.md, \"The real node\")"
 fi
 for package in runc containernetworking-plugins iptables debootstrap buildah busybox-static; do
   if ! dpkg-query -W -f='${Status}\n' "$package" 2>/dev/null | grep -q ' installed$'; then
     if ! command -v apt-get >/dev/null 2>&1; then
-      problem "the Debian package $package is missing and there is no apt-get to install it"
+      problem "the Debian package $package is missing and there is no apt-get to install it: the real
+      node needs runc, containernetworking-plugins, iptables, debootstrap, buildah and busybox-static"
     fi
     break
   fi

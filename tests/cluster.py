@@ -204,7 +204,7 @@ def end_pod(
     condition with that reason (PreemptionByScheduler, EvictionByEvictionAPI, DeletionByTaintManager,
     TerminationByKubelet). `container` ends only that container's state (the others keep theirs); by
     default every container ends with the same code. The patch is hack/podstatus.py's, which the
-    local kubelet (hack/local_kubelet) sends too when a real process exits.
+    chaos run and the soak send too.
     """
     pod = kubectl.get_json("pod", name, "-n", namespace)
     patch = terminated_status_patch(

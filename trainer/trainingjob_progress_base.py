@@ -22,10 +22,10 @@ DEFAULT_ANNOTATION: Final = "ml.example.com/progress"
 GPU_UTILIZATION: Final = "gpu_utilization"
 SERVICE_ACCOUNT_DIR: Final = "/var/run/secrets/kubernetes.io/serviceaccount"
 # Local runs and tests only: where to report instead of the in-cluster API, and with which
-# credentials. The API's base URL: https://host:port (e.g. the local control plane, as the local
-# kubelet hack/local_kubelet.py sets it) or plain http:// (`kubectl proxy`, tests). The token file
-# (re-read for every request, like the mounted one) and the CA bundle that verifies an https API
-# replace the service-account directory's `token` and `ca.crt`. The TRAININGJOB_ prefix is reserved at
+# credentials. The API's base URL: https://host:port (e.g. the local control plane, for a trainer run
+# by hand) or plain http:// (`kubectl proxy`, tests). The token file (re-read for every request, like
+# the mounted one) and the CA bundle that verifies an https API replace the service-account
+# directory's `token` and `ca.crt`. The TRAININGJOB_ prefix is reserved at
 # admission, so a job's spec.env can never set them: inside a pod the reporter always talks to the
 # in-cluster API with the pod's own service-account token.
 API_URL_ENV: Final = "TRAININGJOB_PROGRESS_API_URL"

@@ -96,10 +96,11 @@ class Gang:
 
     @property
     def holding(self) -> list[JsonDict]:
-        """The live pods still running or about to (they hold nodes and GPUs), by the pod's own phase: a
-        pod whose trainer is done but whose sidecar still runs holds its node too. Finished ones are kept
-        for inspection unless cleanPodPolicy says otherwise."""
-        return [pod for pod in self.live if podstate.phase(pod) in ("Pending", "Running", "Unknown")]
+        """The live pods still running or about to (they hold nodes and GPUs, podstate.holds_node): a
+        pod whose trainer is done but whose sidecar still runs holds its node too, one whose containers
+        have all ended does not. Finished ones are kept for inspection unless cleanPodPolicy says
+        otherwise."""
+        return [pod for pod in self.live if podstate.holds_node(pod)]
 
     @property
     def allocated(self) -> int:

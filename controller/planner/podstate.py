@@ -187,6 +187,22 @@ def worker_phase(pod: Mapping[str, Any]) -> str:
     return phase(pod)
 
 
+def holds_node(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod holds a node's resources until it is stopped, or may get them: Pending, Running or
+    Unknown, but not a Running pod all of whose containers (native sidecars included) have terminated.
+    The kubelet reports each container's end at once and the pod's terminal phase only after it has
+    torn the pod down, so for a moment a finished pod still says Running while it frees its node by
+    itself. A pod whose trainer is done but whose sidecar still runs does hold its node."""
+    if phase(pod) not in ("Pending", "Running", "Unknown"):
+        return False
+    status = pod.get("status") or {}
+    containers = [*(status.get("containerStatuses") or []), *(status.get("initContainerStatuses") or [])]
+    ended = bool(status.get("containerStatuses")) and all(
+        "terminated" in (entry.get("state") or {}) for entry in containers
+    )
+    return not (phase(pod) == "Running" and ended)
+
+
 # Waiting reasons of a container that is on its way: anything else (ErrImagePull, ImagePullBackOff,
 # CreateContainerConfigError, InvalidImageName, CrashLoopBackOff, ...) is a problem someone must fix.
 STARTING_REASONS = ("ContainerCreating", "PodInitializing")

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 from pathlib import Path
 from typing import Final
 
@@ -31,7 +30,7 @@ from controller.resources import CRDS, NAMESPACES, SECRETS, Resource
 from controller.runtime.client import KubeClient
 from controller.runtime.errors import AlreadyExists
 from hack.bench.operator import Operator
-from hack.common import JsonDict, free_port
+from hack.common import JsonDict, free_port, in_private_mounts
 from hack.devcluster.pki import openssl
 from hack.kube_bins import ensure
 
@@ -116,20 +115,9 @@ class KubeflowOperator(Operator):
     def build_command(self, kubeconfig: Path, extra: tuple[str, ...]) -> list[str]:
         private_tmp = self.work / "tmp"
         template = self.work / "init-containers.yaml"
-        unshare = shutil.which("unshare") or "/usr/bin/unshare"
-        user_namespace = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
         script = 'mount --bind "$1" /tmp && shift && exec "$@"'
-        return [
-            unshare,
-            *user_namespace,
-            "--mount",
-            "--propagation",
-            "private",
-            "--",
-            "sh",
-            "-c",
+        return in_private_mounts(
             script,
-            "sh",
             str(private_tmp),
             str(self.binary),
             f"--kubeconfig={kubeconfig}",
@@ -140,7 +128,7 @@ class KubeflowOperator(Operator):
             f"--pytorch-init-container-template-file={template}",
             "--zap-log-level=info",
             *extra,
-        ]
+        )
 
     def prepare(self) -> None:
         """The private /tmp with a self-signed serving certificate, and the empty init-container list."""

@@ -3,8 +3,8 @@ injects the way the scheduler, a kubelet or a user would, a node's loss, and an 
 every job's status and every pod it sees.
 
 The faults are API writes a real cluster makes: a pod's status as a kubelet reports it (hack/podstatus.py,
-as the local kubelet and the tests send it), the DisruptionTarget condition the scheduler or the
-eviction API adds before deleting, a delete (also with grace period 0).
+as the tests send it), the DisruptionTarget condition the scheduler or the eviction API adds before
+deleting, a delete (also with grace period 0).
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ must not end a test's outage early) instead of rebuilding the whole cluster, unl
 than STOP_EXPIRY (whoever stopped it is gone): then `up` starts it again.
 
 `run <name> -- <command...>` starts a long-lived development process that belongs with the cluster
-(the demo's operator and local kubelet): recorded in state.json by pid and kernel start time, its
+(the demo's operator): recorded in state.json by pid and kernel start time, its
 output in .dev/logs/<name>.log, stopped by `stop <name>` and, before the components, by `down`. A
 second `run` of the same name and command while it runs is a no-op, so scripts can call it again.
 """

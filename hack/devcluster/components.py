@@ -31,9 +31,6 @@ class Ports:
     controller_manager: int
     scheduler: int
     kwok: int
-    # The kubelet endpoint every fake node names in its status (daemonEndpoints): where the API server
-    # asks for container logs. kwok writes it; the local kubelet serves it (hack/local_kubelet).
-    kubelet: int
 
     def by_component(self) -> dict[str, int]:
         """As state.json records them."""
@@ -44,7 +41,6 @@ class Ports:
             "kube-controller-manager": self.controller_manager,
             "kube-scheduler": self.scheduler,
             "kwok": self.kwok,
-            "kubelet": self.kubelet,
         }
 
 
@@ -151,10 +147,10 @@ def kwok_args(ports: Ports) -> list[str]:
         f"--config={STAGES}",
         f"--config={KWOK_CONFIG}",
         f"--cidr={POD_CIDR}",
-        # Every node's InternalIP and kubelet port in its status (the node stage writes both): the
-        # address the API server dials for `kubectl logs`, where the local kubelet listens.
+        # Every fake node's InternalIP in its status (the node stage writes it): the address the API
+        # server would dial for a kwok pod's logs, so that nothing but loopback is ever dialled (kwok's
+        # nodes serve no logs: nothing answers there).
         "--node-ip=127.0.0.1",
-        f"--node-port={ports.kubelet}",
         "--node-lease-duration-seconds=40",
         f"--server-address=127.0.0.1:{ports.kwok}",
     ]

@@ -1,7 +1,7 @@
 """Dev processes that belong with the cluster: `run <name> -- <command...>` and `stop <name>`.
 
-Why: the demo's operator and local kubelet must outlive the command that started them, yet never
-outlive the cluster. `run` records them in state.json by pid and kernel start time (their output in
+Why: the demo's operator must outlive the command that started it, yet never outlive the cluster.
+`run` records such processes in state.json by pid and kernel start time (their output in
 `.dev/logs/<name>.log`), `down` stops them before the components, and running the same name and
 command again while it runs is a no-op, so scripts can call it again.
 """

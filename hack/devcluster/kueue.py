@@ -28,11 +28,10 @@ name. Here the manager is a process on 127.0.0.1, so:
 from __future__ import annotations
 
 import base64
-import os
-import shutil
 from pathlib import Path
 from typing import Any, Final
 
+from hack.common import in_private_mounts
 from hack.devcluster.state import KUBECONFIG
 
 NAME: Final = "kueue"
@@ -122,11 +121,9 @@ def webhook_configurations(
 
 def private_etc_command(layer: Path, binary: Path, args: list[str]) -> tuple[Path, list[str]]:
     """`binary args` in a private mount namespace whose /etc shows `layer` over the real /etc."""
-    unshare = shutil.which("unshare") or "/usr/bin/unshare"
-    user_namespace = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
     script = 'mount -t overlay overlay -o "lowerdir=$1:/etc" /etc && shift && exec "$@"'
-    wrapper = [*user_namespace, "--mount", "--propagation", "private", "--", "sh", "-c", script, "sh"]
-    return Path(unshare), [*wrapper, str(layer), str(binary), *args]
+    unshare, *wrapped = in_private_mounts(script, str(layer), str(binary), *args)
+    return Path(unshare), wrapped
 
 
 def manager_args(config: Path) -> list[str]:

@@ -52,7 +52,7 @@ from hack.devcluster.state import (
 # etcd keeps its data on tmpfs (in a fresh private directory) for speed; the cluster is disposable.
 SHM: Final = Path("/dev/shm")  # noqa: S108
 CRD_DIR: Final = REPO / "crd"
-# Extra processes get longer: the local kubelet stops its trainers and reports their pods first.
+# Extra processes (the demo's operator) get longer than the components to finish their work on SIGTERM.
 EXTRA_STOP_TIMEOUT: Final = 30.0
 
 
@@ -101,7 +101,7 @@ def start(bin_dir: Path, shape: NodeShape, optional_builds: dict[str, Path] | No
     say(f"starting the control plane from {bin_dir}")
     RUN.mkdir(parents=True)
     etcd_data = Path(tempfile.mkdtemp(prefix="trainingjob-etcd-", dir=SHM if SHM.is_dir() else None))
-    ports = Ports(*free_ports(7))
+    ports = Ports(*free_ports(6))
     server = f"https://127.0.0.1:{ports.apiserver}"
     state = {
         "server": server,

@@ -120,8 +120,11 @@ def add(state: dict[str, Any], build_dirs: dict[str, Path], *, crds_installed: b
 
 
 def add_real_node(state: dict[str, Any]) -> None:
+    """Starts the real node; on a node that runs already, imports the images whose build changed since
+    (the operator's image follows the operator's code), so the node runs what the tree builds."""
     if state.get("real_node"):
         say(f"{REAL_NODE} is already running")
+        realnode.import_images(realnode.build())
         return
     realnode.add(state, realnode.build())
     state.setdefault("versions", {}).update(realnode.versions())

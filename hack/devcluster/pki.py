@@ -2,10 +2,10 @@
 
 Why: the API server serves TLS and authenticates clients by certificate, like any real cluster, so
 the operator's client, kubectl and the components talk to it the way they would in production. The
-same holds between the API server and the kubelet API (`kubectl logs`): the local kubelet serves a
-certificate of the cluster's CA for 127.0.0.1, and the API server presents its own client
-certificate, which RBAC lets use the kubelet API (`KUBELET_CLIENT_BINDING`). The CA is new for every
-cluster; nothing outlives `down`.
+same holds between the API server and the kubelet API (`kubectl logs`, `exec`): the real node's kubelet
+serves a certificate of the cluster's CA (hack/devcluster/realnode.py), and the API server presents
+its own client certificate, which RBAC lets use the kubelet API (`KUBELET_CLIENT_BINDING`). The CA
+is new for every cluster; nothing outlives `down`.
 """
 
 from __future__ import annotations
@@ -51,8 +51,8 @@ def openssl(*args: str, cwd: Path) -> None:
 
 def make_pki(pki: Path) -> None:
     """A CA per cluster, a serving certificate for 127.0.0.1, an admin client certificate, the
-    service-account token signing key pair, and the kubelet API's pair: the kubelet's serving
-    certificate for 127.0.0.1 and the API server's client certificate for calling it."""
+    service-account token signing key pair, and the API server's client certificate for calling the
+    kubelet API."""
     pki.mkdir(parents=True)
     openssl(
         *("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt"),
@@ -61,12 +61,6 @@ def make_pki(pki: Path) -> None:
     )
     issue(pki, "apiserver", "/CN=kube-apiserver", f"{APISERVER_SANS}\nextendedKeyUsage=serverAuth,clientAuth")
     issue(pki, "admin", "/O=system:masters/CN=dev-admin", "extendedKeyUsage=clientAuth")
-    issue(
-        pki,
-        "kubelet",
-        "/CN=local-kubelet",
-        "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth",
-    )
     issue(pki, "apiserver-kubelet-client", f"/CN={KUBELET_CLIENT_USER}", "extendedKeyUsage=clientAuth")
     openssl("genrsa", "-out", "sa.key", "2048", cwd=pki)
     openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=pki)

@@ -25,13 +25,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
+from hack.common import in_private_mounts
 from hack.images import dockerfile
 from hack.images.keys import KeyInputs
 from hack.images.recipe import Build, Context, Recipe
 from hack.images.steps import Steps, mounts_under
 
 POLICY: Final = {"default": [{"type": "insecureAcceptAnything"}]}
-# Run as `sh -c PRIVATE_VAR_LIB name buildah ...` inside `unshare --mount`: see the docstring.
+# What buildah runs after, in a mount namespace of its own (hack.common.in_private_mounts): see the docstring.
 PRIVATE_VAR_LIB: Final = 'mount -t tmpfs -o size=16m,mode=0755 buildah-var-lib /var/lib && exec "$@"'
 GZIP_LAYER: Final = "application/vnd.oci.image.layer.v1.tar+gzip"
 
@@ -74,17 +75,6 @@ class Buildah:
         )
 
     def command(self, *arguments: str) -> list[str]:
-        private = [
-            "unshare",
-            "--mount",
-            "--propagation",
-            "private",
-            "--",
-            "sh",
-            "-c",
-            PRIVATE_VAR_LIB,
-            "buildah",
-        ]
         storage = [
             "--root",
             str(self.root / "storage"),
@@ -93,7 +83,7 @@ class Buildah:
             "--storage-driver",
             "vfs",
         ]
-        return [*private, "buildah", *storage, *arguments]
+        return in_private_mounts(PRIVATE_VAR_LIB, "buildah", *storage, *arguments)
 
     def run(self, steps: Steps, what: str, command: str, *arguments: str) -> None:
         """`buildah COMMAND ARGUMENTS...` as a step of the build; the commands that copy images get

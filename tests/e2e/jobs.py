@@ -327,8 +327,8 @@ def persistent_volume(
     modes: Sequence[str] = ("ReadWriteMany",),
 ) -> Iterator[str]:
     """A PersistentVolume bound ahead to the claim `claim` of `namespace` (made by an example or the
-    operator): the local cluster has no provisioner. Deleted afterwards; yields its name. Its hostPath
-    is never touched: the local kubelet keeps a claim's files in its own state directory."""
+    operator), for pods on kwok's nodes (the provisioner serves the real node only). Deleted
+    afterwards; yields its name. Its hostPath is never touched: kwok's nodes mount nothing."""
     name = f"{namespace}-{claim}"[:253]
     manifest = {
         "apiVersion": "v1",

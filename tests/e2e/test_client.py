@@ -3,14 +3,14 @@ and one typed exception with one clear sentence for each kind of bad input.
 
 The happy path, a notebook's session from submit to Completed, is here as one script (submit, wait
 with progress, follow rank 0's log while it trains, see it Completed) and in
-tests/e2e/test_client_docs.py (docs/client.md run as written). The local kubelet runs the reference
-trainer, and serves its output to the API server as a kubelet does.
+tests/e2e/test_client_docs.py (docs/client.md run as written). That job runs on the local cluster's
+real node (hack/devcluster/realnode.py): the reference trainer with real torch in a container, its
+output read through the API server from the node's kubelet.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,8 +18,8 @@ import pytest
 from tests.cluster import DEV, Kubectl, end_pod, wait_for
 from tests.e2e.conftest import StartOperator
 from tests.e2e.jobs import job_manifest, kubeconfig_to_nowhere, pods_of, wait, wait_for_state
-from tests.e2e.localkubelet import LocalKubelet, local_kubelet, wait_for_trainers
 from tests.e2e.operator import OperatorProcess
+from tests.e2e.realnode import PACE, on_node
 from trainingjob_client import (
     ClusterUnreachable,
     JobEnded,
@@ -30,8 +30,6 @@ from trainingjob_client import (
     WaitTimeout,
 )
 
-__all__ = ["local_kubelet"]  # the fixture
-
 
 @pytest.fixture
 def client(namespace: str) -> TrainingJobClient:
@@ -39,14 +37,12 @@ def client(namespace: str) -> TrainingJobClient:
 
 
 def test_a_notebook_submits_waits_with_progress_and_follows_rank_0s_log_to_completed(
-    namespace: str,
+    real_node: Kubectl,
     start_operator: StartOperator,
-    local_kubelet: Callable[[], LocalKubelet],
     client: TrainingJobClient,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     start_operator("--progress-interval=0")
-    local_kubelet()
     client.submit(
         "nb",
         model="cnn",
@@ -54,11 +50,11 @@ def test_a_notebook_submits_waits_with_progress_and_follows_rank_0s_log_to_compl
         num_workers=2,
         gpus_per_worker=0,
         epochs=4,
-        env={"TRAIN_STEP_SECONDS": "0.2", "TRAIN_STEPS_PER_EPOCH": "5", "TRAIN_PROGRESS_INTERVAL": "0"},
+        env=PACE,
+        spec=on_node(),  # on the real node: its scheduling and resources
     )
-    running = client.wait("nb", for_state="Running", timeout=120)
+    running = client.wait("nb", for_state="Running", timeout=180)
     assert running.status.workers.active == 2
-    wait_for_trainers(namespace, 2)  # the local kubelet started them: their logs exist
     # Follow rank 0 while it trains: lines arrive as the trainer writes them, and the iteration ends
     # when its container does.
     lines: list[str] = []
@@ -75,11 +71,11 @@ def test_a_notebook_submits_waits_with_progress_and_follows_rank_0s_log_to_compl
     wait_for(
         "rank 0's first epoch in the followed log",
         lambda: failures or any("epoch 1/4:" in x for x in lines),
-        90,
+        180,
     )
     assert not failures
     assert not any("training finished" in line for line in lines)  # still training: it was followed
-    done = client.wait("nb", for_state="Completed", timeout=180, progress=True)
+    done = client.wait("nb", for_state="Completed", timeout=240, progress=True)
     follower.join(60)
     assert not follower.is_alive()
     assert not failures

@@ -2,10 +2,13 @@
 
 Why: the page is the client's tutorial, so each example has to work as written. The Python blocks
 share one namespace of variables, like the cells of a notebook, against the local cluster with the
-real operator and the local kubelet running the reference trainer (so `wait(progress=True)` sees a
-real run to Completed, and `logs()` reads the trainer's real output through the API server and the
-kubelet API). The shell blocks run `kubectl trainingjob ...` through the built kubectl, with the
-plugin on PATH.
+real operator. The job the page trains, mnist-notebook, runs on the local cluster's real node
+(hack/devcluster/realnode.py): the reference trainer with real torch in containers, so
+`wait(progress=True)` sees a real run to Completed and `logs()` reads the trainer's real output
+through the API server from the node's kubelet. The page's code does not place it there (nor should
+it): a mutating webhook of the test's (tests/e2e/node_webhook.py) adds the node's toleration and
+selector to that job's pods, as a platform's admission sends a team's pods to its node pool. The
+shell blocks run `kubectl trainingjob ...` through the built kubectl, with the plugin on PATH.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,10 +28,11 @@ import yaml
 
 from tests.cluster import DEV, REPO, Kubectl
 from tests.e2e.conftest import StartOperator
-from tests.e2e.localkubelet import LocalKubelet, local_kubelet
+from tests.e2e.node_webhook import job_pods_on_node
+from tests.e2e.realnode import NODE
 
 DOC = REPO / "docs" / "client.md"
-__all__ = ["local_kubelet"]  # the fixture
+TRAINED_JOB = "mnist-notebook"  # the page's job that trains
 
 
 @dataclass(frozen=True)
@@ -82,20 +86,21 @@ def run_shell(block: Block, env: dict[str, str]) -> str:
 
 @pytest.fixture
 def notebook_kubeconfig(
+    real_node: Kubectl,
     namespace: str,
     start_operator: StartOperator,
-    local_kubelet: Callable[[], LocalKubelet],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-) -> Path:
-    """The operator and the local kubelet for the namespace, $KUBECONFIG with it as the context's
-    namespace, and the repository as the working directory (the examples name examples/...)."""
+) -> Iterator[Path]:
+    """The operator for the namespace, the trained job's pods sent to the real node, $KUBECONFIG
+    with the namespace as its context's, and the repository as the working directory (the examples
+    name examples/...)."""
     start_operator("--progress-interval=0")
-    local_kubelet()
     kubeconfig = kubeconfig_in(namespace, tmp_path / "kubeconfig")
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
     monkeypatch.chdir(REPO)
-    return kubeconfig
+    with job_pods_on_node(real_node, namespace, TRAINED_JOB, tmp_path / "webhook"):
+        yield kubeconfig
 
 
 @pytest.mark.slow
@@ -121,7 +126,7 @@ def test_every_example_of_the_client_page_runs(
     assert re.search(r"Condition\(type='Succeeded', status='True'", output)
     assert "Completed     epoch 3/3  progress 100%" in output  # watch: the finished job, once
     assert "Normal Running Running: 2/2 workers running" in output  # events
-    assert re.search(r"^0 mnist-notebook-worker-0 gpu-node-\d \w+", output, re.MULTILINE)  # ranks
+    assert re.search(rf"^0 mnist-notebook-worker-0 {NODE} \w+", output, re.MULTILINE)  # ranks
     # logs: rank 0's tail, then rank 1 followed to the end of its container, the trainers' real output
     logs = output[output.index("rank=0 INFO") :]
     assert re.search(r"rank=0 INFO train: training finished: 3 epochs.*\n\n.*rank=1 INFO", logs, re.DOTALL)

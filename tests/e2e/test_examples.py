@@ -1,22 +1,23 @@
 """Every example in examples/ applies cleanly and runs on the local cluster, as a user would run it.
 
-The examples are applied unchanged with `kubectl apply -n <namespace> -f examples/<file>`. Those the
-local kubelet can run (their trainer is `python SCRIPT` from a volume) train to Completed there and
-do what their comments say: the resume example continues from the checkpoints an earlier job left on
-its retained claim, the bring-your-own example trains its own code from a ConfigMap on a dataset
-from a claim. The others reach Running on kwok with one Running pod per worker, their pods carrying
-what the example asks for. The advanced example asks for what the dev cluster does not have: a
-PriorityClass `high-priority`, eight nodes labelled node-type=gpu-large (its nodeSelector) with four
-free GPUs each, one worker per node (its hostname anti-affinity), and a volume for its checkpoint
-claim. The test adds them and removes them afterwards; the extra nodes carry the nvidia.com/gpu
-NoSchedule taint the example tolerates, so no other test's pod lands on them. The local cluster has
-no volume provisioner, so each claim gets a PersistentVolume made for it.
+The examples are applied with `kubectl apply -n <namespace>`. Those whose comments promise a
+training result train to Completed on the local cluster's real node (hack/devcluster/realnode.py:
+real torch in containers, claims of the local-path provisioner), placed there and made to fit the
+machine by tests/e2e/realnode.py's `job_on_node`: the resume example continues from the checkpoints
+an earlier job left on its retained claim, the bring-your-own example trains its own code from a
+ConfigMap on a dataset from a claim. The others reach Running on kwok with one Running pod per worker,
+their pods carrying what the example asks for. The advanced example asks for what the dev cluster does
+not have: a PriorityClass `high-priority`, eight nodes labelled node-type=gpu-large (its nodeSelector)
+with four free GPUs each, one worker per node (its hostname anti-affinity), and a volume for its
+checkpoint claim. The test adds them and removes them afterwards; the extra nodes carry the
+nvidia.com/gpu NoSchedule taint the example tolerates, so no other test's pod lands on them. Its
+claim gets a PersistentVolume made for it (kwok's nodes run no provisioner).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +40,8 @@ from tests.e2e.jobs import (
     wait,
     wait_for_state,
 )
-from tests.e2e.localkubelet import FAST_EPOCHS, LocalKubelet, local_kubelet
 from tests.e2e.operator import OperatorProcess
+from tests.e2e.realnode import PACE, PYTHON_IMAGE, claim_directory, job_on_node
 
 EXAMPLES = REPO / "examples"
 SIMPLE_EXAMPLES = [
@@ -58,8 +59,7 @@ SIMPLE_EXAMPLES = [
 TENSORFLOW_EXAMPLE = "trainingjob-tensorflow.yaml"
 # Run in a namespace enforcing the "restricted" Pod Security Standard by tests/e2e/test_pod_security.py.
 RESTRICTED_EXAMPLE = "trainingjob-restricted.yaml"
-__all__ = ["local_kubelet"]  # the fixture
-# Trained to Completed by the local kubelet, below.
+# Trained to Completed on the real node, below.
 TRAINED_EXAMPLES = ["trainingjob-resume.yaml", "trainingjob-byo.yaml"]
 
 
@@ -221,86 +221,106 @@ def test_advanced_example_runs(
 
 
 # ---------------------------------------------------------------------------------------------------
-# Trained to Completed by the local kubelet
+# Trained to Completed on the real node
+
+
+def applied(kubectl: Kubectl, namespace: str, documents: list[dict[str, Any]]) -> list[str]:
+    """`kubectl apply` of the documents as one multi-document YAML; the lines it printed."""
+    result = kubectl.attempt("apply", "-n", namespace, "-f", "-", stdin=yaml.safe_dump_all(documents))
+    assert (result.returncode, result.stderr) == (0, "")
+    return result.stdout.splitlines()
 
 
 def test_the_resume_example_continues_from_the_claim_an_earlier_job_retained(
-    kubectl: Kubectl, namespace: str, start_operator: StartOperator, local_kubelet: Callable[[], LocalKubelet]
+    real_node: Kubectl, namespace: str, start_operator: StartOperator
 ) -> None:
+    kubectl = PatientKubectl.of(real_node)
     start_operator("--progress-interval=0")
-    kubelet = local_kubelet()
     claim = "gpt-training-checkpoints"
-    claim_dir = kubelet.claim_dir(claim)
-    with persistent_volume(kubectl, namespace, claim, size="10Gi"):
-        # The earlier job: checkpoints on the claim the operator creates for it (retained by default).
-        earlier = job_manifest(
-            "gpt-training",
-            hyperparameters={"epochs": 3},
-            checkpoint={"enabled": True},
-            env=[{"name": key, "value": value} for key, value in FAST_EPOCHS.items()],
-        )
-        kubectl.apply(earlier, "-n", namespace)
-        done = wait_for_state(kubectl, namespace, "gpt-training", "Completed", timeout=180)
-        assert done["status"]["checkpoint"]["latest"] == str(claim_dir / "epoch-3")
-        created = kubectl.get_json("pvc", claim, "-n", namespace)
-        assert "ownerReferences" not in created["metadata"]
+    # The earlier job: checkpoints on the claim the operator creates for it (retained by default).
+    earlier = job_manifest(
+        "gpt-training",
+        hyperparameters={"epochs": 3},
+        checkpoint={"enabled": True},
+        env=[{"name": key, "value": value} for key, value in PACE.items()],
+    )
+    kubectl.apply(job_on_node(earlier), "-n", namespace)
+    done = wait_for_state(kubectl, namespace, "gpt-training", "Completed", timeout=240)
+    assert done["status"]["checkpoint"]["latest"] == "/checkpoints/epoch-3"
+    created = kubectl.get_json("pvc", claim, "-n", namespace)
+    assert "ownerReferences" not in created["metadata"]
+    stored = claim_directory(kubectl, namespace, claim)
 
-        kubectl.run("delete", "trainingjob", "gpt-training", "-n", namespace)
+    kubectl.run("delete", "trainingjob", "gpt-training", "-n", namespace)
 
-        def collected() -> bool:
-            # The garbage collector deleted what the job owned (its pods, its Services)...
-            gone = kubectl.get_or_none("service", "gpt-training-headless", "-n", namespace) is None
-            return gone and not pods_of(kubectl, namespace, "gpt-training")
+    def collected() -> bool:
+        # The garbage collector deleted what the job owned (its pods, its Services)...
+        gone = kubectl.get_or_none("service", "gpt-training-headless", "-n", namespace) is None
+        return gone and not pods_of(kubectl, namespace, "gpt-training")
 
-        wait("the deleted job's objects collected", collected, 60)
-        # ... and left the claim alone.
-        kept = kubectl.get_json("pvc", claim, "-n", namespace)
-        assert kept["metadata"]["uid"] == created["metadata"]["uid"]
-        assert "deletionTimestamp" not in kept["metadata"]
+    wait("the deleted job's objects collected", collected, 120)
+    # ... and left the claim alone.
+    kept = kubectl.get_json("pvc", claim, "-n", namespace)
+    assert kept["metadata"]["uid"] == created["metadata"]["uid"]
+    assert "deletionTimestamp" not in kept["metadata"]
 
-        result = kubectl.attempt("apply", "-n", namespace, "-f", str(EXAMPLES / "trainingjob-resume.yaml"))
-        assert (result.returncode, result.stderr) == (0, "")
-        job = wait_for_state(kubectl, namespace, "gpt-resume", "Completed", timeout=180)
-        status = job["status"]
-        assert (status["currentEpoch"], status["totalEpochs"]) == (6, 6)
-        assert status["checkpoint"]["latest"] == str(claim_dir / "epoch-6")
-        log = kubectl.run("logs", "gpt-resume-worker-0", "-n", namespace)
-        # The new job read the checkpoint the earlier one wrote, and trained only what was left.
-        assert f"resuming from epoch 3 (checkpoint {claim_dir / 'epoch-3'}): 3 of 6 epochs left" in log
-        assert "epoch 3/6" not in log
-        assert "epoch 4/6" in log
-        # Every 2 epochs (and the last), 3 kept: what is left of the earlier job's, then the new ones.
-        assert sorted(path.name for path in claim_dir.glob("epoch-*")) == ["epoch-3", "epoch-4", "epoch-6"]
+    # The example as it is, placed on the node and paced like the earlier job.
+    resume = job_on_node(load(EXAMPLES / "trainingjob-resume.yaml"))
+    resume["spec"]["env"] = [{"name": key, "value": value} for key, value in PACE.items()]
+    assert applied(kubectl, namespace, [resume]) == [f"trainingjob.{contract.GROUP}/gpt-resume created"]
+    job = wait_for_state(kubectl, namespace, "gpt-resume", "Completed", timeout=240)
+    status = job["status"]
+    assert (status["currentEpoch"], status["totalEpochs"]) == (6, 6)
+    assert status["checkpoint"]["latest"] == "/checkpoints/epoch-6"
+    log = kubectl.run("logs", "gpt-resume-worker-0", "-n", namespace)
+    # The new job read the checkpoint the earlier one wrote, and trained only what was left.
+    assert "resuming from epoch 3 (checkpoint /checkpoints/epoch-3): 3 of 6 epochs left" in log
+    assert "epoch 3/6" not in log
+    assert "epoch 4/6" in log
+    # Every 2 epochs (and the last), 3 kept: what is left of the earlier job's, then the new ones.
+    assert sorted(path.name for path in stored.glob("epoch-*")) == ["epoch-3", "epoch-4", "epoch-6"]
 
 
 def test_the_byo_example_trains_its_own_code_on_its_dataset_to_completed(
-    kubectl: Kubectl, namespace: str, start_operator: StartOperator, local_kubelet: Callable[[], LocalKubelet]
+    real_node: Kubectl, namespace: str, start_operator: StartOperator
 ) -> None:
+    """The example as it is, but for its images: `myteam/trainer:1.0` is a private image its
+    imagePullSecrets would pull from the user's registry, and `python:3.12-slim` (the init container's)
+    is not on this machine either. Both become the base image the node has (`python:3.11-slim`,
+    hack/images: Debian's Python, all the example's plain-Python code needs). The pull Secret, the code
+    from a ConfigMap, the dataset prepared on a claim and the job are the example's."""
+    kubectl = PatientKubectl.of(real_node)
     start_operator("--progress-interval=0")
-    kubelet = local_kubelet()
-    with persistent_volume(kubectl, namespace, "byo-dataset"):
-        result = kubectl.attempt("apply", "-n", namespace, "-f", str(EXAMPLES / "trainingjob-byo.yaml"))
-        assert (result.returncode, result.stderr) == (0, "")
-        assert result.stdout.splitlines() == [
-            "secret/registry-credentials created",
-            "configmap/byo-training-code created",
-            "persistentvolumeclaim/byo-dataset created",
-            f"trainingjob.{contract.GROUP}/byo-training created",
-        ]
-        job = wait_for_state(kubectl, namespace, "byo-training", "Completed", timeout=180)
-        status = job["status"]
-        assert (status["currentEpoch"], status["totalEpochs"], status["progress"]) == (5, 5, "100%")
-        assert status["metrics"]["accuracy"] > 0.9
+    documents = [doc for doc in yaml.safe_load_all((EXAMPLES / "trainingjob-byo.yaml").read_text()) if doc]
+    [job] = [doc for doc in documents if doc["kind"] == contract.KIND]
+    assert job["spec"]["image"] == "myteam/trainer:1.0"
+    job["spec"]["image"] = PYTHON_IMAGE
+    [prepare] = job["spec"]["podTemplate"]["spec"]["initContainers"]
+    assert prepare["image"] == "python:3.12-slim"
+    prepare["image"] = PYTHON_IMAGE
+    documents[documents.index(job)] = job_on_node(job, memory="128Mi")
+    assert applied(kubectl, namespace, documents) == [
+        "secret/registry-credentials created",
+        "configmap/byo-training-code created",
+        "persistentvolumeclaim/byo-dataset created",
+        f"trainingjob.{contract.GROUP}/byo-training created",
+    ]
+    done = wait_for_state(kubectl, namespace, "byo-training", "Completed", timeout=240)
+    status = done["status"]
+    assert (status["currentEpoch"], status["totalEpochs"], status["progress"]) == (5, 5, "100%")
+    assert status["metrics"]["accuracy"] > 0.9
 
-        dataset = kubelet.claim_dir("byo-dataset") / "points.csv"
-        assert len(dataset.read_text().splitlines()) == 400  # prepared on the claim once
+    dataset = claim_directory(kubectl, namespace, "byo-dataset") / "points.csv"
+    assert len(dataset.read_text().splitlines()) == 400  # prepared on the claim once
+
+    def succeeded() -> list[dict[str, Any]] | None:
         pods = pods_of(kubectl, namespace, "byo-training")
-        assert [pod["status"]["phase"] for pod in pods] == ["Succeeded", "Succeeded"]
-        for pod in pods:
-            assert pod["spec"]["imagePullSecrets"] == [{"name": "registry-credentials"}]
-            assert pod["spec"]["containers"][0]["image"] == "myteam/trainer:1.0"
-        prepared = kubectl.run("logs", "byo-training-worker-0", "-n", namespace, "-c", "prepare-data")
-        assert prepared.startswith(f"dataset {dataset}")
-        log = kubectl.run("logs", "byo-training-worker-0", "-n", namespace)
-        assert log.splitlines()[0] == f"rank 0/2: 200 of 400 rows from {dataset}"
-        assert "epoch 5/5: loss=" in log
+        return pods if [pod["status"]["phase"] for pod in pods] == ["Succeeded", "Succeeded"] else None
+
+    for pod in wait("both pods Succeeded (kept by cleanPodPolicy Running)", succeeded, 60):
+        assert pod["spec"]["imagePullSecrets"] == [{"name": "registry-credentials"}]
+    prepared = kubectl.run("logs", "byo-training-worker-0", "-n", namespace, "-c", "prepare-data")
+    assert prepared.startswith("dataset /data/points.csv")
+    log = kubectl.run("logs", "byo-training-worker-0", "-n", namespace)
+    assert log.splitlines()[0] == "rank 0/2: 200 of 400 rows from /data/points.csv"
+    assert "epoch 5/5: loss=" in log

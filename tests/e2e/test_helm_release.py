@@ -234,7 +234,7 @@ def test_install_upgrade_uninstall(site: Site) -> None:
     assert can_i(identity, "list", "nodes")
     the_deployed_operator_works(site, "single-namespace", workers=6)
 
-    # Uninstall: everything goes but the CRD and the TrainingJobs (crds.keep).
+    # Uninstall: everything goes but crd/'s objects and the TrainingJobs (crds.keep).
     result = helm.run("uninstall", RELEASE, "--namespace", NAMESPACE, "--wait", "--timeout=3m")
     assert "kept due to the resource policy" in result, result
     assert CRD_NAME in result
@@ -242,6 +242,9 @@ def test_install_upgrade_uninstall(site: Site) -> None:
         assert gone(site, kind, name, namespace), f"{kind} {name} left after helm uninstall --wait"
     assert release_secrets(site) == []
     assert not gone(site, "customresourcedefinition", CRD_NAME, "")
+    # The trainers' admission policy stays with the CRD: it guards the trainers of the jobs kept.
+    for kind in ("validatingadmissionpolicy", "validatingadmissionpolicybinding"):
+        assert not gone(site, kind, contract.TRAINER_POLICY, ""), kind
     jobs = [job["metadata"]["name"] for job in cluster.items("trainingjobs", "-n", JOBS_NAMESPACE)]
     assert sorted(jobs) == ["after-install", "after-upgrade", "single-namespace"]
 

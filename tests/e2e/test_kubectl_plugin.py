@@ -3,8 +3,9 @@
 The built kubectl finds the console script `kubectl-trainingjob` on PATH and runs it with the
 arguments after the plugin's name and its own environment ($KUBECONFIG); nothing here calls the
 plugin directly. The operator runs for the test's namespace; pods end the way tests/cluster.py ends
-them, except in the logs test, where the local kubelet runs the reference trainer and serves its
-output to the API server as a kubelet does.
+them, except in the logs test, whose job runs on the local cluster's real node
+(hack/devcluster/realnode.py): the reference trainer with real torch in a container, its output read
+through the API server from the node's kubelet.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import subprocess
 import sys
 import termios
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -27,10 +27,8 @@ import yaml
 from tests.cluster import DEV, Kubectl, end_pod
 from tests.e2e.conftest import StartOperator
 from tests.e2e.jobs import job_manifest, kubeconfig_to_nowhere, pods_of, wait, wait_for_state
-from tests.e2e.localkubelet import LocalKubelet, alive, local_kubelet, training_job, wait_for_trainers
 from tests.e2e.operator import OperatorProcess
-
-__all__ = ["local_kubelet"]  # the fixture
+from tests.e2e.realnode import terminated, training_job, wait_running
 
 KUBECTL = DEV / "bin" / "kubectl"
 PLUGIN_DIR = Path(sys.executable).parent
@@ -190,15 +188,12 @@ def test_watch_exit_codes_for_a_timeout_and_a_failure(
 
 
 def test_logs_follow_rank_0s_real_log_to_the_end_of_its_container(
-    kubectl: Kubectl,
-    namespace: str,
-    start_operator: StartOperator,
-    local_kubelet: Callable[[], LocalKubelet],
+    real_node: Kubectl, namespace: str, start_operator: StartOperator
 ) -> None:
+    kubectl = real_node
     start_operator("--progress-interval=0")
-    local_kubelet()
     kubectl.apply(training_job("lg", epochs=8), "-n", namespace)
-    rank0 = wait_for_trainers(namespace, 2)["lg-worker-0"]
+    wait_running(kubectl, namespace, "lg-worker-0", timeout=180)
     follow = subprocess.Popen(
         [str(KUBECTL), "trainingjob", "logs", "lg", "-f", "-n", namespace],
         stdout=subprocess.PIPE,
@@ -214,7 +209,7 @@ def test_logs_follow_rank_0s_real_log_to_the_end_of_its_container(
             if "epoch 1/8:" in line:
                 break
         # The first epoch's line arrived while rank 0 still had seven epochs to train: it was followed.
-        assert alive(rank0.pid), seen
+        assert terminated(kubectl.get_json("pod", "lg-worker-0", "-n", namespace), "trainer") is None, seen
         rest = follow.stdout.read()  # to the end (not communicate(): it would skip what was buffered)
         assert follow.stderr is not None
         err = follow.stderr.read()
@@ -225,7 +220,7 @@ def test_logs_follow_rank_0s_real_log_to_the_end_of_its_container(
     output = "".join(seen) + rest
     assert [int(n) for n in re.findall(r"rank=0 INFO train: epoch (\d)/8:", output)] == list(range(1, 9))
     assert output.rstrip().splitlines()[-1].endswith("training finished: 8 epochs, 40 steps")
-    wait_for_state(kubectl, namespace, "lg", "Completed", timeout=120)
+    wait_for_state(kubectl, namespace, "lg", "Completed", timeout=180)
     tail = kubectl_trainingjob("logs", "lg", "--rank", "1", "--tail", "2", "-n", namespace)
     assert tail.returncode == 0, tail.stderr
     assert len(tail.stdout.splitlines()) == 2

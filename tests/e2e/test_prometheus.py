@@ -7,11 +7,6 @@ following a TrainingJob from Pending to Running.
 
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,74 +16,16 @@ import pytest
 from hack.common import free_port
 from tests.cluster import Kubectl, wait_for
 from tests.e2e.operator import OperatorProcess
+from tests.e2e.prometheus import PROMETHEUS, Prometheus, running_prometheus, scrape_config
 
-PROMETHEUS = shutil.which("prometheus")
 pytestmark = pytest.mark.skipif(PROMETHEUS is None, reason="Debian's prometheus package is not installed")
-
-
-class Prometheus:
-    def __init__(self, port: int, process: subprocess.Popen[bytes], log: Path) -> None:
-        self.port = port
-        self.process = process
-        self.log = log
-
-    def api(self, path: str, **params: str) -> dict[str, Any]:
-        url = f"http://127.0.0.1:{self.port}/api/v1/{path}?{urllib.parse.urlencode(params)}"
-        with urllib.request.urlopen(url, timeout=5) as response:
-            body = json.loads(response.read())
-        assert body["status"] == "success", body
-        data = body["data"]
-        assert isinstance(data, dict)
-        return data
-
-    def query(self, expression: str) -> list[dict[str, Any]]:
-        result = self.api("query", query=expression)["result"]
-        assert isinstance(result, list)
-        return result
-
-    def ready(self) -> bool:
-        assert self.process.poll() is None, self.log.read_text()[-2000:]
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/-/ready", timeout=2) as response:
-                return bool(response.status == 200)
-        except OSError:
-            return False
 
 
 @pytest.fixture
 def prometheus(operator: OperatorProcess, tmp_path: Path) -> Iterator[Prometheus]:
-    assert PROMETHEUS is not None
-    config = tmp_path / "prometheus.yml"
-    config.write_text(
-        "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
-        "scrape_configs:\n  - job_name: trainingjob-operator\n"
-        f"    static_configs:\n      - targets: ['127.0.0.1:{operator.port}']\n"
-    )
-    port = free_port()
-    log = tmp_path / "prometheus.log"
-    with log.open("wb") as output:
-        process = subprocess.Popen(
-            [
-                PROMETHEUS,
-                f"--config.file={config}",
-                f"--storage.tsdb.path={tmp_path / 'data'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-                "--web.enable-lifecycle",
-            ],
-            stdout=output,
-            stderr=subprocess.STDOUT,
-        )
-    server = Prometheus(port, process, log)
-    try:
-        wait_for("prometheus ready", server.ready, timeout=60)
+    config = scrape_config("trainingjob-operator", [f"127.0.0.1:{operator.port}"])
+    with running_prometheus(config, tmp_path, host="127.0.0.1", port=free_port()) as server:
         yield server
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
 
 
 def simple_job(namespace: str) -> dict[str, Any]:
@@ -104,8 +41,7 @@ def test_prometheus_scrapes_the_operator(
     cluster: Kubectl, namespace: str, operator: OperatorProcess, prometheus: Prometheus
 ) -> None:
     def target_up() -> bool:
-        targets = prometheus.api("targets")["activeTargets"]
-        return any(target["health"] == "up" for target in targets)
+        return any(target["health"] == "up" for target in prometheus.targets())
 
     wait_for("the operator's target is up", target_up, timeout=60)
 
@@ -118,10 +54,9 @@ def test_prometheus_scrapes_the_operator(
     )
     assert result[0]["metric"]["job"] == "trainingjob-operator"
 
-    workers = prometheus.query('controller_runtime_max_concurrent_reconciles{controller="trainingjob"}')
-    assert [float(sample["value"][1]) for sample in workers] == [4.0]
-    leader = prometheus.query("leader_election_master_status")
-    assert [float(sample["value"][1]) for sample in leader] == [1.0]
+    workers = prometheus.values('controller_runtime_max_concurrent_reconciles{controller="trainingjob"}')
+    assert workers == [4.0]
+    assert prometheus.values("leader_election_master_status") == [1.0]
     created = wait_for(
         "pod creations counted",
         lambda: prometheus.query('sum(rest_client_requests_total{method="POST"})'),

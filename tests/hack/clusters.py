@@ -40,8 +40,10 @@ def read_state(dev_dir: Path) -> dict[str, Any]:
     return state
 
 
-def listening_addresses(pid: int) -> set[tuple[str, int]]:
-    """(address, port) of every TCP socket `pid` listens on, read from /proc (no external tools)."""
+def listening_addresses(pid: int, *, also_in_netns_of: int | None = None) -> set[tuple[str, int]]:
+    """(address, port) of every TCP socket `pid` listens on, read from /proc (no external tools): in
+    its own network namespace, and in that of `also_in_netns_of` (a process may hold a socket it made
+    in another namespace, as the real node's API relay does)."""
     inodes = set()
     for fd in Path(f"/proc/{pid}/fd").iterdir():
         try:
@@ -51,7 +53,11 @@ def listening_addresses(pid: int) -> set[tuple[str, int]]:
         if target.startswith("socket:["):
             inodes.add(target[8:-1])
     found = set()
-    for table, width in (("/proc/net/tcp", 8), ("/proc/net/tcp6", 32)):
+    owners = [pid] if also_in_netns_of is None else [pid, also_in_netns_of]
+    tables = [
+        (f"/proc/{owner}/net/{name}", width) for owner in owners for name, width in (("tcp", 8), ("tcp6", 32))
+    ]
+    for table, width in tables:
         for line in Path(table).read_text().splitlines()[1:]:
             fields = line.split()
             local, state, inode = fields[1], fields[3], fields[9]

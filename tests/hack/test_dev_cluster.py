@@ -18,7 +18,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from hack.devcluster.nodes import NodeShape, node_manifest
+from hack.devcluster import nodeconfig
+from hack.devcluster.nodes import KWOK_NODE_LABEL
+from hack.devcluster.state import NODE_COMPONENTS
 from tests.cluster import (
     DEV,
     REPO,
@@ -55,44 +57,17 @@ def test_four_ready_gpu_nodes(cluster: Kubectl) -> None:
         assert not [t for t in node["spec"].get("taints", []) if t["key"] == "node.kubernetes.io/not-ready"]
 
 
-def kubelet_endpoint(node: dict[str, Any]) -> tuple[list[str], int | None]:
-    status = node["status"]
-    addresses = [a["address"] for a in status.get("addresses", []) if a["type"] == "InternalIP"]
-    return addresses, status.get("daemonEndpoints", {}).get("kubeletEndpoint", {}).get("Port")
-
-
-def test_nodes_name_the_local_kubelet_endpoint_and_kwok_keeps_it(cluster: Kubectl) -> None:
-    """Where the API server asks for container logs: 127.0.0.1 and the cluster's kubelet port, written
-    again by kwok whenever it makes a node Ready (here after a status that says otherwise)."""
-    port = read_state(DEV)["ports"]["kubelet"]
-    for node in cluster.items("nodes")[:4]:
-        assert kubelet_endpoint(node) == (["127.0.0.1"], port)
-    name = f"endpoint-node-{uuid.uuid4().hex[:6]}"  # a node of its own: the others stay Ready
-    node = node_manifest(name, NodeShape(1, 1, "1", "1Gi", "A100-SXM4-80GB"))
-    node["spec"] = {"taints": [{"key": "tj-test", "value": "endpoint", "effect": "NoSchedule"}]}
-    cluster.run("create", "-f", "-", stdin=json.dumps(node))
-
-    def ready_at_the_endpoint() -> bool:
-        current = cluster.get_json("node", name)
-        conditions = current["status"].get("conditions", [])
-        ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
-        return ready and kubelet_endpoint(current) == (["127.0.0.1"], port)
-
-    try:
-        wait_for(f"{name} Ready at the kubelet endpoint", ready_at_the_endpoint)
-        changed = {
-            "status": {
-                "addresses": [{"type": "InternalIP", "address": "10.9.9.9"}],
-                "daemonEndpoints": {"kubeletEndpoint": {"Port": 1}},
-                "conditions": [{"type": "Ready", "status": "False", "reason": "Test", "message": "test"}],
-            }
-        }
-        patch = ("--subresource=status", "--type=merge", "-p", json.dumps(changed), "-o", "json")
-        patched = json.loads(cluster.run("patch", "node", name, *patch))
-        assert kubelet_endpoint(patched) == (["10.9.9.9"], 1)
-        wait_for(f"kwok to make {name} Ready again at the kubelet endpoint", ready_at_the_endpoint)
-    finally:
-        cluster.run("delete", "node", name, "--wait=false")
+def test_fake_nodes_are_at_loopback_and_the_api_server_calls_kubelets_with_its_certificate(
+    cluster: Kubectl,
+) -> None:
+    """kwok's nodes name 127.0.0.1 as their address, so a request for a kwok pod's logs would dial
+    nothing but loopback; the API server reaches a kubelet (the real node's) at its InternalIP, checks
+    it with the cluster's CA and presents its own client certificate."""
+    nodes = cluster.items("nodes", "-l", f"{KWOK_NODE_LABEL}=true")
+    assert len(nodes) >= 4
+    for node in nodes:
+        addresses = [a["address"] for a in node["status"]["addresses"] if a["type"] == "InternalIP"]
+        assert addresses == ["127.0.0.1"], node["metadata"]["name"]
     flags = read_state(DEV)["processes"]["kube-apiserver"]["args"]
     assert "--kubelet-preferred-address-types=InternalIP" in flags
     assert any(flag.startswith("--kubelet-certificate-authority=") for flag in flags)
@@ -231,18 +206,28 @@ def test_lost_node_keeps_deleted_pods_terminating(cluster: Kubectl, namespace: s
 
 
 def test_everything_listens_on_loopback_only(cluster: Kubectl) -> None:
-    state = (
-        read_state(REPO / ".dev")
-        if not os.environ.get("TJ_DEV_DIR")
-        else read_state(Path(os.environ["TJ_DEV_DIR"]))
-    )
+    """Every component listens on 127.0.0.1; the real node's, when it runs, inside its own network
+    namespace, on its loopback or the node's address (the API relay too, though its process is on the
+    machine); the local-path provisioner and containerd's API (a unix socket) listen on no port."""
+    state = read_state(DEV)
+    processes = state["processes"]
+    node = processes.get("kubelet")
+    node_namespace = Path("/run/netns", nodeconfig.NETNS)
     seen = 0
-    for name, process in state["processes"].items():
-        addresses = listening_addresses(process["pid"])
-        assert addresses, f"{name} listens on nothing?"
+    for name, process in processes.items():
+        in_node = name in NODE_COMPONENTS
+        addresses = listening_addresses(
+            process["pid"], also_in_netns_of=node["pid"] if in_node and node else None
+        )
+        if name != "local-path-provisioner":
+            assert addresses, f"{name} listens on nothing?"
+        allowed = {"127.0.0.1", "::ffff:127.0.0.1"} | ({nodeconfig.NODE_IP} if in_node else set())
         for address, port in addresses:
-            assert address in ("127.0.0.1", "::ffff:127.0.0.1"), f"{name} listens on {address}:{port}"
+            assert address in allowed, f"{name} listens on {address}:{port}"
             seen += 1
+        if in_node and name not in ("node-api", "local-path-provisioner"):
+            namespace = os.stat(f"/proc/{process['pid']}/ns/net").st_ino
+            assert namespace == os.stat(node_namespace).st_ino, f"{name} is not in the node's namespace"
     assert seen >= 5
 
 
@@ -257,10 +242,10 @@ def test_status_names_versions_and_logs(cluster: Kubectl) -> None:
 
 
 def test_second_up_returns_at_once(cluster: Kubectl) -> None:
-    before = read_state(REPO / ".dev")
+    before = read_state(DEV)
     result = dev_cluster("up")
     assert "already running" in result.stderr
-    assert read_state(REPO / ".dev")["processes"] == before["processes"]
+    assert read_state(DEV)["processes"] == before["processes"]
 
 
 def test_env_prints_exports(cluster: Kubectl) -> None:

@@ -187,16 +187,21 @@ def test_components_are_asked_for_by_name(tmp_path: Path) -> None:
     listed = kube_bins("components")
     assert listed.returncode == 0, listed.stderr
     assert listed.stdout.splitlines() == [
+        f"containerd github.com/containerd/containerd/v2 {pinned('CONTAINERD_VERSION')}",
+        f"coredns github.com/coredns/coredns {pinned('COREDNS_VERSION')}",
         f"helm helm.sh/helm/v3 {pinned('HELM_VERSION')}",
+        f"kubelet k8s.io/kubernetes {pinned('KUBE_VERSION')}",
         f"kueue sigs.k8s.io/kueue {pinned('KUEUE_VERSION')}",
+        "local-path-provisioner github.com/rancher/local-path-provisioner "
+        + pinned("LOCAL_PATH_PROVISIONER_VERSION"),
         f"scheduler-plugins sigs.k8s.io/scheduler-plugins {pinned('SCHEDULER_PLUGINS_VERSION')}",
         f"training-operator github.com/kubeflow/training-operator {pinned('TRAINING_OPERATOR_VERSION')}",
     ]
     unknown = kube_bins("ensure", "no-such-component", env=dict(os.environ, TJ_CACHE_DIR=str(tmp_path)))
     assert unknown.returncode == 2
     assert (
-        "unknown component 'no-such-component'; one of: helm kueue scheduler-plugins training-operator"
-        in unknown.stderr
+        "unknown component 'no-such-component'; one of: containerd coredns helm kubelet kueue "
+        "local-path-provisioner scheduler-plugins training-operator" in unknown.stderr
     )
     assert not (tmp_path / "components").exists()
 

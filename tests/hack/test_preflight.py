@@ -36,6 +36,7 @@ class Machine:
     cache: Path
     python: str
     port: int
+    cgroups: Path
 
     def tool(self, name: str, script: str = "exit 0") -> None:
         path = self.bin / name
@@ -54,6 +55,7 @@ class Machine:
             "DEMO_METRICS_PORT": str(self.port),
             "TJ_DEV_DIR": str(self.dev),
             "TJ_CACHE_DIR": str(self.cache),
+            "TJ_CGROUP_FS": str(self.cgroups),
         }
 
     def run(self) -> subprocess.CompletedProcess[str]:
@@ -82,10 +84,17 @@ def machine(tmp_path: Path) -> Machine:
         (bin_dir / name).symlink_to(real)
     python = str(Path(sys.executable))
     (bin_dir / "python3").symlink_to(python)
-    found = Machine(bin_dir, tmp_path / "dev", tmp_path / "cache", python, free_port())
+    cgroups = tmp_path / "cgroup"
+    (cgroups / "memory").mkdir(parents=True)
+    (cgroups / "memory" / "cgroup.procs").write_text("")
+    (cgroups / "cpu").mkdir()
+    found = Machine(bin_dir, tmp_path / "dev", tmp_path / "cache", python, free_port(), cgroups)
     found.tool("make")
     found.tool("openssl")
     found.tool("go", 'echo "go1.24.3"')
+    # Root, cgroup v1 and the real node's Debian packages installed.
+    found.tool("id", 'echo "0"')
+    found.tool("dpkg-query", 'echo "install ok installed"')
     return found
 
 
@@ -105,6 +114,23 @@ def test_a_complete_machine_passes(machine: Machine) -> None:
     assert "go1.24.3 (the first run builds the control plane" in result.stderr
     assert f"port {machine.port} free" in result.stderr
     assert not machine.dev.exists()
+
+
+def test_the_real_node_needs_root_and_cgroup_v1(machine: Machine) -> None:
+    machine.tool("id", 'echo "1000"')
+    (machine.cgroups / "memory" / "cgroup.procs").unlink()
+    result = machine.run()
+    assert_refused(result, machine, "which needs root", "no cgroup v1 memory and cpu hierarchies")
+    assert result.stderr.count("\n  - ") == 2
+
+
+def test_missing_node_packages_are_fine_where_apt_installs_them(machine: Machine) -> None:
+    machine.tool("dpkg-query", "exit 1")
+    assert_refused(machine.run(), machine, "the Debian package runc is missing and there is no apt-get")
+    machine.tool("apt-get")
+    result = machine.run()
+    assert result.returncode == 0, result.stderr
+    assert "root and cgroup v1 for the real node" in result.stderr
 
 
 def test_a_missing_tool_is_named_with_how_to_get_it(machine: Machine) -> None:

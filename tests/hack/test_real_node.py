@@ -101,8 +101,14 @@ def test_pods_reach_each_other_services_and_the_api_server_by_name(
     ]
     for service in services:
         real_node.apply(service, "-n", namespace)
+    # Ready once it listens: the Services publish it, and the client's first request finds it.
+    listening = {"readinessProbe": {"tcpSocket": {"port": 8000}, "periodSeconds": 1}}
     server = pod_on_node(
-        "server", ["python3", "-m", "http.server", "8000"], hostname="server", subdomain="peers"
+        "server",
+        ["python3", "-m", "http.server", "8000"],
+        container=listening,
+        hostname="server",
+        subdomain="peers",
     )
     server["metadata"]["labels"] = {"app": "server"}
     real_node.apply(server, "-n", namespace)
@@ -153,7 +159,11 @@ def test_logs_exec_and_port_forward_go_through_the_kubelet(real_node: Kubectl, n
         == "42"
     )
 
-    server = pod_on_node("page", ["python3", "-m", "http.server", "8000", "--directory", "/etc"])
+    server = pod_on_node(
+        "page",
+        ["python3", "-m", "http.server", "8000", "--directory", "/etc"],
+        container={"readinessProbe": {"tcpSocket": {"port": 8000}, "periodSeconds": 1}},
+    )
     real_node.apply(server, "-n", namespace)
     wait_running(real_node, namespace, "page")
     with socket.socket() as probe:

@@ -95,7 +95,7 @@ def test_from_env_with_a_local_api_url_reports_there(api: FakeApi, tmp_path: Pat
     assert request.headers["Authorization"] == "Bearer local"
 
 
-# Local runs (hack/local_kubelet): a real https API with a token file and a CA given by path
+# Local runs (a trainer outside a pod): a real https API with a token file and a CA given by path
 
 
 @dataclass

@@ -418,14 +418,26 @@ def test_placement_image_and_pod_values_reach_the_deployment(chart: Helm) -> Non
     assert validate_manifest(deployment, version) is None
 
 
-def test_crd_values(chart: Helm) -> None:
-    assert not [
-        obj
-        for obj in chart.template({"crds": {"install": False}})
-        if obj["kind"] == "CustomResourceDefinition"
-    ]
-    crd = one(chart.template({"crds": {"keep": False}}), "CustomResourceDefinition")
-    assert "annotations" not in crd["metadata"], "without keep, helm uninstall deletes the CRD"
+CRD_KINDS: Final = (
+    "CustomResourceDefinition",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+)
+
+
+def test_crd_values_cover_crds_objects(chart: Helm) -> None:
+    """crd/'s objects, the CRD and the trainers' admission policy, go together: a cluster that has them
+    from `make install` takes the chart with crds.install=false, and an uninstall that keeps the CRD's
+    jobs keeps the policy that guards their trainers."""
+    kept = [obj for obj in chart.template() if obj["kind"] in CRD_KINDS]
+    assert sorted(obj["kind"] for obj in kept) == sorted(CRD_KINDS)
+    assert all(obj["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"} for obj in kept)
+    assert not [obj for obj in chart.template({"crds": {"install": False}}) if obj["kind"] in CRD_KINDS]
+    removed = [obj for obj in chart.template({"crds": {"keep": False}}) if obj["kind"] in CRD_KINDS]
+    assert len(removed) == len(CRD_KINDS)
+    assert not [obj for obj in removed if "annotations" in obj["metadata"]], (
+        "without keep, uninstall deletes them"
+    )
 
 
 def test_monitoring_labels_go_on_servicemonitor_and_rule(chart: Helm) -> None:

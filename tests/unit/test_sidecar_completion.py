@@ -101,6 +101,21 @@ def test_a_native_sidecar_still_running_when_the_trainer_ends_does_not_keep_the_
     assert names(result.deletes) == [W0, W1]
 
 
+@pytest.mark.parametrize("policy", ["Running", "None"])
+def test_finished_pods_the_kubelet_still_reports_running_are_kept(policy: str) -> None:
+    """A real kubelet reports the trainer's end before the pod's Succeeded phase: pods whose containers
+    have all ended hold nothing, so cleanPodPolicy Running keeps them (and their logs) like None."""
+    w = world({"spec.cleanPodPolicy": policy})
+    w.run_to_running()
+    for index in (0, 1):
+        trainer_exits(w, index, 0, pod_phase="Running")
+    result = w.step(10)
+    assert w.state == "Completed"
+    assert names(result.deletes) == []
+    assert names(w.step(1).deletes) == []
+    assert w.status["workers"]["succeeded"] == 2
+
+
 def test_worker_counts_follow_the_trainer() -> None:
     w = sidecar_world()
     trainer_exits(w, 1, 0, pod_phase="Running")
@@ -209,6 +224,27 @@ def pod(phase: str, containers: list[JsonDict], init: list[JsonDict] | None = No
 )
 def test_worker_phase(phase: str, containers: list[JsonDict], expected: str) -> None:
     assert podstate.worker_phase(pod(phase, containers)) == expected
+
+
+@pytest.mark.parametrize(
+    ("phase", "containers", "init", "expected"),
+    [
+        ("Pending", [], None, True),
+        ("Running", [running("trainer")], None, True),
+        ("Running", [terminated("trainer", 0), running("proxy")], None, True),  # a classic sidecar runs
+        ("Running", [terminated("trainer", 0)], [running("proxy")], True),  # a native one
+        ("Running", [terminated("trainer", 0)], None, False),  # the kubelet is tearing it down
+        ("Running", [terminated("trainer", 0), terminated("proxy", 0)], [terminated("fetch", 0)], False),
+        ("Running", [], None, True),
+        ("Unknown", [terminated("trainer", 0)], None, True),
+        ("Succeeded", [terminated("trainer", 0)], None, False),
+        ("Failed", [terminated("trainer", 1), running("proxy")], None, False),
+    ],
+)
+def test_holds_node(
+    phase: str, containers: list[JsonDict], init: list[JsonDict] | None, expected: bool
+) -> None:
+    assert podstate.holds_node(pod(phase, containers, init)) is expected
 
 
 def test_termination_names_the_init_container_that_kept_the_trainer_from_running() -> None:

@@ -1,0 +1,263 @@
+"""The whole loop on the real node: operator -> pods -> kubelet -> trainer -> progress -> status.
+
+Why: the tests on kwok end pods by hand (kwok runs nothing), so none of them shows that a
+TrainingJob actually trains to Completed, that the trainer's reports reach the status through the
+API server with the per-job ServiceAccount's own token, that a gang restart resumes from the
+checkpoint the trainer reported, or that deleting a job stops its trainers. Here the real operator
+runs for the test's namespace and the jobs run on the local cluster's real node
+(hack/devcluster/realnode.py): the reference trainer with real torch in the trainer image, its
+checkpoints on a claim of the default StorageClass (the local-path provisioner), its token the one
+the kubelet projects into the container.
+
+Epochs are 5 steps of at least 0.2 s (tests/e2e/realnode.py PACE): long enough to look at a running
+trainer, short enough for 2 busy cores. The operator runs with --progress-interval=0 so each report
+the trainer sends shows in status.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trainingjob_progress as tp
+
+from crd import contract
+from hack.devcluster import nodeconfig
+from tests.cluster import DEV, Kubectl, wait_for
+from tests.e2e.conftest import StartOperator
+from tests.e2e.jobs import PodWatch, pods_of, status_of, wait, wait_for_state
+from tests.e2e.operator import OperatorProcess
+from tests.e2e.realnode import (
+    claim_directory,
+    pod_processes,
+    terminated,
+    training_job,
+    wait_running,
+)
+
+JsonDict = dict[str, Any]
+pytestmark = pytest.mark.slow
+
+SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
+CHECKPOINTS = "/checkpoints"  # checkpoint.mountPath's default
+
+
+def resume_from(pod: JsonDict) -> str | None:
+    for entry in pod["spec"]["containers"][0].get("env", []):
+        if entry["name"] == "RESUME_FROM":
+            return str(entry["value"])
+    return None
+
+
+def jwt_claims(token: str) -> JsonDict:
+    payload = token.split(".")[1]
+    claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    assert isinstance(claims, dict)
+    return claims
+
+
+def in_trainer(kubectl: Kubectl, namespace: str, pod: str, *command: str) -> str:
+    """`kubectl exec` into the pod's trainer container."""
+    return kubectl.run("exec", pod, "-n", namespace, "-c", contract.CONTAINER_NAME, "--", *command)
+
+
+def checkpoints_claim(job: str) -> str:
+    return f"{job}{contract.CHECKPOINTS_SUFFIX}"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Training to Completed, reporting with the job's own token
+
+
+def test_a_job_trains_to_completed_reporting_with_its_own_service_account(
+    real_node: Kubectl, namespace: str, start_operator: StartOperator, tmp_path: Path
+) -> None:
+    cluster = real_node
+    operator = start_operator("--progress-interval=0")
+    name = "trained"
+    # Epochs of 2.5 s: rank 0 still trains while the test looks into its container.
+    job = training_job(
+        name, epochs=4, env={"TRAIN_STEP_SECONDS": "0.5"}, checkpoint={"enabled": True, "retention": 2}
+    )
+    cluster.apply(job, "-n", namespace)
+
+    rank0 = f"{name}-worker-0"
+    wait_running(cluster, namespace, rank0, timeout=180)
+    # The token the kubelet projected into rank 0's container: the job's ServiceAccount, bound to the pod.
+    token = in_trainer(cluster, namespace, rank0, "cat", f"{SERVICE_ACCOUNT}/token").strip()
+    claims = jwt_claims(token)
+    assert claims["sub"] == f"system:serviceaccount:{namespace}:{contract.TRAINER_ACCOUNT}"
+    assert claims["kubernetes.io"]["pod"]["name"] == rank0
+    ca = in_trainer(cluster, namespace, rank0, "cat", f"{SERVICE_ACCOUNT}/ca.crt")
+    assert ca == (DEV / "run" / "pki" / "ca.crt").read_text()
+    # It reports to the in-cluster API (the `kubernetes` Service), not to an address a local run sets.
+    env = dict(
+        line.split("=", 1)
+        for line in in_trainer(cluster, namespace, rank0, "env").splitlines()
+        if "=" in line
+    )
+    assert env["KUBERNETES_SERVICE_HOST"] == nodeconfig.API_SERVICE_IP
+    assert not {tp.API_URL_ENV, tp.TOKEN_FILE_ENV, tp.CA_FILE_ENV} & set(env), env
+    assert "KUBECONFIG" not in env
+    # That identity may patch its own pod (the admission policy narrows it to its progress) and
+    # nothing else.
+    server = json.loads((DEV / "run" / "state.json").read_text())["server"]
+    (tmp_path / "ca.crt").write_text(ca)
+    credentials = (f"--server={server}", f"--token={token}", f"--certificate-authority={tmp_path / 'ca.crt'}")
+    as_trainer = Kubectl(cluster.binary, Path(os.devnull), credentials)  # no kubeconfig: only the token
+    assert as_trainer.run("auth", "can-i", "patch", f"pods/{rank0}", "-n", namespace).strip() == "yes"
+    assert as_trainer.attempt("auth", "can-i", "list", "pods", "-n", namespace).stdout.strip() == "no"
+    assert as_trainer.attempt("auth", "can-i", "get", "secrets", "-n", namespace).stdout.strip() == "no"
+
+    def reporting() -> JsonDict | None:
+        status = status_of(cluster, namespace, name)
+        seen = status.get("state") == "Running" and status.get("currentEpoch", 0) >= 1
+        return status if seen and status.get("metrics") and status.get("checkpoint") else None
+
+    during = wait("progress in status while Running", reporting, 240)
+    assert during["totalEpochs"] == 4
+    assert during["progress"].endswith("%")
+    assert set(during["metrics"]) == {"accuracy", "loss"}
+
+    job = wait_for_state(cluster, namespace, name, "Completed", timeout=240)
+    status = job["status"]
+    assert (status["currentEpoch"], status["totalEpochs"], status["progress"]) == (4, 4, "100%")
+    assert status["checkpoint"]["latest"] == f"{CHECKPOINTS}/epoch-4"
+    assert status["checkpoint"]["count"] >= 2
+    assert status.get("restartCount", 0) == 0
+    # The checkpoints are on the claim the operator made, retention 2.
+    stored = claim_directory(cluster, namespace, checkpoints_claim(name))
+    assert sorted(path.name for path in stored.glob("epoch-*")) == ["epoch-3", "epoch-4"]
+
+    # The job is Completed once both trainers exited 0 (the trainer's end decides); the kubelet makes
+    # a pod Succeeded a moment later, once it has stopped the pod's sandbox. cleanPodPolicy Running
+    # (the default) keeps such finished pods, for their logs.
+    def succeeded() -> list[JsonDict] | None:
+        pods = pods_of(cluster, namespace, name)
+        return pods if [p["status"]["phase"] for p in pods] == ["Succeeded", "Succeeded"] else None
+
+    pods = wait("both pods Succeeded", succeeded, 60)
+    for pod in pods:
+        assert pod["spec"]["nodeName"] == nodeconfig.NODE_NAME
+        ended = terminated(pod, contract.CONTAINER_NAME)
+        assert ended is not None
+        assert (ended["exitCode"], ended["reason"]) == (0, "Completed")
+    # Only rank 0 reported, on its own pod.
+    annotations = [p["metadata"].get("annotations", {}) for p in pods]
+    report = json.loads(annotations[0][contract.PROGRESS_ANNOTATION])
+    assert (report["epoch"], report["checkpoint"]) == (4, f"{CHECKPOINTS}/epoch-4")
+    assert status["metrics"] == report["metrics"]  # the last report's metrics, as rank 0 measured them
+    assert contract.PROGRESS_ANNOTATION not in annotations[1]
+    assert "training finished: 4 epochs" in cluster.run("logs", rank0, "-n", namespace)
+    assert "progress reporting is off: rank 1" in cluster.run("logs", f"{name}-worker-1", "-n", namespace)
+    assert operator.alive()
+
+
+# ---------------------------------------------------------------------------------------------------
+# A gang restart resumes from the reported checkpoint
+
+
+def test_a_failed_worker_restarts_the_gang_from_the_reported_checkpoint(
+    real_node: Kubectl, namespace: str, start_operator: StartOperator
+) -> None:
+    cluster = real_node
+    start_operator("--progress-interval=0")
+    name = "resumed"
+    # TRAIN_FAIL_AT_EPOCH is the reference trainer's own knob, not a reserved name: every rank exits 1
+    # after epoch 2 unless its run resumed past it. Which rank's exit the operator sees first decides
+    # whether epoch-2's report made it into status; either way the restart must resume from what status
+    # says, and a run resumed from epoch-1 fails again, so the backoff limit leaves room for that.
+    job = training_job(
+        name,
+        epochs=4,
+        env={"TRAIN_FAIL_AT_EPOCH": "2"},
+        checkpoint={"enabled": True},
+        failurePolicy={"backoffLimit": 8, "restartBackoff": {"initialDelaySeconds": 0}},
+    )
+    cluster.apply(job, "-n", namespace)
+
+    def restarted() -> tuple[JsonDict, list[JsonDict]] | None:
+        status = status_of(cluster, namespace, name)
+        if status.get("attempt", 0) < 1:
+            return None
+        pods = [
+            p
+            for p in pods_of(cluster, namespace, name)
+            if p["metadata"]["labels"][contract.ATTEMPT_LABEL] == "1"
+        ]
+        return (status, pods) if len(pods) == 2 else None
+
+    status, pods = wait("the gang restarted", restarted, 300)
+    latest = status["checkpoint"]["latest"]
+    assert re.fullmatch(rf"{CHECKPOINTS}/epoch-[12]", latest), latest
+    assert [resume_from(p) for p in pods] == [latest, latest]
+    assert status["lastRestartReason"] == "PodFailed"
+
+    final = wait_for_state(cluster, namespace, name, "Completed", timeout=600)["status"]
+    assert (final["currentEpoch"], final["checkpoint"]["latest"]) == (4, f"{CHECKPOINTS}/epoch-4")
+    assert final["restarts"]["failure"] == final["restartCount"] >= 1
+    # The pods that finished resumed past the failing epoch and trained only the epochs left.
+    finished = pods_of(cluster, namespace, name)
+    assert {p["metadata"]["labels"][contract.ATTEMPT_LABEL] for p in finished} == {str(final["attempt"])}
+    assert {resume_from(p) for p in finished} == {f"{CHECKPOINTS}/epoch-2"}
+    log = cluster.run("logs", f"{name}-worker-0", "-n", namespace)
+    assert f"resuming from epoch 2 (checkpoint {CHECKPOINTS}/epoch-2): 2 of 4 epochs left" in log, log
+    assert re.findall(r"epoch (\d)/4:", log) == ["3", "4"], log
+    assert "failing on purpose" not in log
+    stored = claim_directory(cluster, namespace, checkpoints_claim(name))
+    assert (stored / "epoch-4").is_dir()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Deleting a job stops its trainers
+
+
+def test_deleting_a_job_terminates_its_trainers(
+    real_node: Kubectl, namespace: str, operator: OperatorProcess
+) -> None:
+    cluster = real_node
+    name = "deleted"
+    cluster.apply(training_job(name, epochs=100), "-n", namespace)
+    ranks = [f"{name}-worker-{index}" for index in range(2)]
+
+    def training(pod: str) -> bool:
+        return "epoch 1/100:" in cluster.attempt("logs", pod, "-n", namespace).stdout
+
+    wait_for("both trainers training", lambda: all(training(pod) for pod in ranks), 300)
+    uids = {p["metadata"]["uid"] for p in pods_of(cluster, namespace, name)}
+    assert pod_processes(uids)  # their containers run on this machine
+    follows = [
+        subprocess.Popen(
+            [*cluster.command(), "logs", "-f", pod, "-n", namespace, "--tail=1"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for pod in ranks
+    ]
+    watch = PodWatch(cluster, namespace, name)
+    try:
+        wait("the watch in place", lambda: len(watch.events()) >= 2, 30)
+        cluster.run("delete", "trainingjob", name, "-n", namespace, "--wait=false")
+        outputs = [follow.communicate(timeout=120)[0] for follow in follows]
+        wait_for("the pods gone", lambda: not pods_of(cluster, namespace, name), 120)
+    finally:
+        for follow in follows:
+            follow.kill()
+        events = watch.stop()
+    # Each trainer got the kubelet's SIGTERM, stopped, and its container ended with 143.
+    for output in outputs:
+        assert "terminated by SIGTERM: stopping" in output, output
+    ends = {
+        pod["metadata"]["name"]: ended["exitCode"]
+        for _, pod in events
+        if (ended := terminated(pod, contract.CONTAINER_NAME)) is not None
+    }
+    assert ends == dict.fromkeys(ranks, 143), ends
+    wait_for("no process of the job's pods left on the node", lambda: not pod_processes(uids), 60)

@@ -1,0 +1,100 @@
+"""`make deploy`'s placement on a dedicated node pool (NODE_SELECTOR, TOLERATE in hack/deploy.sh),
+without a cluster: `hack/deploy.sh render` prints what `make deploy` would apply.
+
+Why: platform teams run system components on tainted, labelled nodes, and the Helm chart offers
+that through its nodeSelector and tolerations values. The kustomize install offers the same through
+two variables, so the two must render the same install (compared as tests/helmchart.py compares the
+chart with the overlays), and a malformed variable must stop the script, naming it, before anything
+is rendered or applied. tests/e2e/test_deploy_real_node.py deploys with them onto the real node.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from typing import Any, Final
+
+import pytest
+
+from tests.cluster import REPO
+from tests.e2e.operator_identity import project_kubectl
+from tests.helmchart import OPTIONS, Helm, compare, load_all, one
+from tests.unit import helm_support
+
+chart = helm_support.chart
+
+Manifest = dict[str, Any]
+
+IMAGE: Final = "registry.example:5000/ml/trainingjob-operator:1.2.3"
+# Each form TOLERATE takes, as `kubectl taint` writes a taint, and the toleration it stands for.
+TOLERATE: Final = "dedicated=system:NoSchedule,ml.example.com/real-node:NoSchedule,spot=yes,gpu"
+TOLERATIONS: Final = [
+    {"key": "dedicated", "operator": "Equal", "value": "system", "effect": "NoSchedule"},
+    {"key": "ml.example.com/real-node", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "spot", "operator": "Equal", "value": "yes"},
+    {"key": "gpu", "operator": "Exists"},
+]
+NODE_SELECTOR: Final = "pool=system,topology.kubernetes.io/zone=zone-a"
+SELECTED: Final = {"pool": "system", "topology.kubernetes.io/zone": "zone-a"}
+
+
+def deploy_script(action: str, **variables: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "KUBECTL": str(project_kubectl()), **variables}
+    return subprocess.run(
+        [str(REPO / "hack" / "deploy.sh"), action],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def rendered(**variables: str) -> list[Manifest]:
+    result = deploy_script("render", **variables)
+    assert result.returncode == 0, result.stderr
+    return load_all(result.stdout)
+
+
+@pytest.mark.parametrize("overlay", ["", "single-namespace"])
+def test_placement_renders_what_the_charts_values_render(chart: Helm, overlay: str) -> None:
+    ours = rendered(IMAGE=IMAGE, NODE_SELECTOR=NODE_SELECTOR, TOLERATE=TOLERATE, OVERLAY=overlay)
+    repository, tag = IMAGE.rsplit(":", 1)
+    values: Manifest = {
+        "image": {"repository": repository, "tag": tag},
+        "nodeSelector": SELECTED,
+        "tolerations": TOLERATIONS,
+        **(OPTIONS[overlay] if overlay else {}),
+    }
+    assert compare(chart.template(values), ours) == []
+    pod = one(ours, "Deployment")["spec"]["template"]["spec"]
+    # Added to the base's selector, as Helm merges the value into the chart's default.
+    assert pod["nodeSelector"] == {"kubernetes.io/os": "linux", **SELECTED}
+    assert pod["tolerations"] == TOLERATIONS
+    assert pod["containers"][0]["image"] == IMAGE
+    assert not list(REPO.glob(".dev-deploy.*")), "the throwaway kustomization was left behind"
+
+
+def test_without_the_variables_render_is_the_default_install() -> None:
+    pod = one(rendered(), "Deployment")["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    assert "tolerations" not in pod
+
+
+@pytest.mark.parametrize(
+    ("variables", "message"),
+    [
+        ({"NODE_SELECTOR": "pool"}, "NODE_SELECTOR: 'pool' is not a node label key=value"),
+        ({"NODE_SELECTOR": "pool=system,,zone=a"}, "NODE_SELECTOR: '' is not a node label key=value"),
+        ({"NODE_SELECTOR": "pool=sys tem"}, "NODE_SELECTOR: 'pool=sys tem'"),
+        ({"NODE_SELECTOR": 'pool="x"'}, "NODE_SELECTOR: 'pool=\"x\"'"),
+        ({"TOLERATE": "dedicated:NoRun"}, "TOLERATE: 'dedicated:NoRun' is not a taint key[=value][:Effect]"),
+        ({"TOLERATE": "-dedicated"}, "TOLERATE: '-dedicated'"),
+        ({"TOLERATE": "a=b=c"}, "TOLERATE: 'a=b=c'"),
+    ],
+)
+def test_a_malformed_variable_is_refused_naming_it(variables: dict[str, str], message: str) -> None:
+    result = deploy_script("render", **variables)
+    assert result.returncode != 0
+    assert message in result.stderr, result.stderr
+    assert result.stdout == ""
