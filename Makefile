@@ -7,8 +7,9 @@ PYTHON ?= python3
 VENV ?= .venv
 VENV_PY := $(VENV)/bin/python
 # Two installs into the same virtualenv: the operator's runtime dependencies (all the demo needs) and
-# the dev tools plus the `train` extra (torch, about 5 GB) for the tests. The dev install is a superset,
-# so it satisfies the runtime stamp too.
+# the dev tools plus the frameworks' extras for the tests: `train` (torch, about 5 GB), `tensorflow`
+# (tensorflow-cpu) and `jax` (jax with its CPU jaxlib). The dev install is a superset, so it satisfies
+# the runtime stamp too.
 RUNTIME_STAMP := $(VENV)/.installed-runtime
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
@@ -52,7 +53,7 @@ $(RUNTIME_STAMP): setup.cfg pyproject.toml
 
 $(STAMP): setup.cfg pyproject.toml
 	$(make_venv)
-	$(VENV_PY) -m pip install --quiet -e '.[dev,train]'
+	$(VENV_PY) -m pip install --quiet -e '.[dev,train,tensorflow,jax]'
 	@touch $@ $(RUNTIME_STAMP)
 
 .PHONY: venv

@@ -51,6 +51,7 @@ TRAINER_FILES: Final = (
     "trainingjob_progress_checkpoints.py",
     "trainingjob_progress_report.py",
     "trainingjob_progress_sender.py",
+    "trainingjob_progress_stop.py",
     "trainingjob_progress_transport.py",
 )
 # The API server refuses ConfigMaps over 1 MiB; the trainer files take a few dozen KiB of it.

@@ -6,7 +6,10 @@ wrong (WORLD_SIZE counting pods instead of processes, a rank off by a GPU count)
 rather than fail.
 
 Counting: numWorkers counts pods (torchrun "nodes"); each pod runs max(gpusPerWorker, 1) processes.
-WORLD_SIZE and RANK count processes, PET_NNODES/PET_NODE_RANK and JAX_* count pods.
+WORLD_SIZE and RANK count processes, PET_NNODES/PET_NODE_RANK and JAX_* count pods. A job with
+TensorFlow roles (spec.tensorflow) counts every role's pods in WORLD_SIZE and RANK, in slot order
+(crd/replicas.py: chief, workers, parameter servers, evaluator), so the chief is rank 0; its TF_CONFIG
+has a cluster of chief, workers and parameter servers and each pod's own task.
 
 Only the chosen framework's family (PET_* for pytorch, TF_CONFIG for tensorflow, JAX_* for jax) is
 injected: TF_CONFIG in particular changes the behaviour of any TensorFlow code in the process.
@@ -74,17 +77,29 @@ def workers_env(job: TrainingJob) -> list[EnvVar]:
     ]
 
 
-def identity_env(job: TrainingJob, index: int, attempt: int) -> list[EnvVar]:
+def termination_grace_seconds(job: TrainingJob) -> int:
+    """The pods' terminationGracePeriodSeconds: spec.podTemplate.spec's, else the operator's default."""
+    template = (job.spec.pod_template or {}).get("spec") or {}
+    value = template.get("terminationGracePeriodSeconds")
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return contract.TERMINATION_GRACE_SECONDS
+
+
+def identity_env(job: TrainingJob, slot: int, attempt: int) -> list[EnvVar]:
     spec = job.spec
+    replica = spec.replicas.at(slot)
     return [
         var("TRAININGJOB_NAME", job.name),
         field_ref("TRAININGJOB_NAMESPACE", "metadata.namespace"),
         field_ref("POD_NAME", "metadata.name"),
-        var("TRAININGJOB_REPLICA_INDEX", index),
+        var("TRAININGJOB_REPLICA_TYPE", replica.type),
+        var("TRAININGJOB_REPLICA_INDEX", replica.index),
         *workers_env(job),
         var("TRAININGJOB_ATTEMPT", attempt),
         var("TRAININGJOB_CONFIG", f"{contract.CONFIG_MOUNT_PATH}/{contract.CONFIG_FILE}"),
         var("TRAININGJOB_PROGRESS_ANNOTATION", contract.PROGRESS_ANNOTATION),
+        var(contract.GRACE_PERIOD_ENV, termination_grace_seconds(job)),
         var("MODEL_NAME", spec.model),
         var("DATASET_NAME", spec.dataset),
         var("FRAMEWORK", spec.framework),
@@ -92,11 +107,11 @@ def identity_env(job: TrainingJob, index: int, attempt: int) -> list[EnvVar]:
     ]
 
 
-def topology_env(job: TrainingJob, index: int) -> list[EnvVar]:
+def topology_env(job: TrainingJob, slot: int) -> list[EnvVar]:
     """Rendezvous variables every framework gets, with torch.distributed's process counting (an elastic
     job's WORLD_SIZE and RANK come from torchrun, per process and per rendezvous round)."""
     spec = job.spec
-    world = [var("WORLD_SIZE", spec.world_size), var("RANK", index * spec.processes_per_pod)]
+    world = [var("WORLD_SIZE", spec.world_size), var("RANK", slot * spec.processes_per_pod)]
     if spec.elastic is not None:
         world = []
     return [
@@ -156,15 +171,26 @@ def elastic_env(job: TrainingJob, elastic: Elastic, index: int, attempt: int) ->
     ]
 
 
-def tf_config(job: TrainingJob, index: int) -> str:
+def tf_cluster(job: TrainingJob) -> dict[str, list[str]]:
+    """TF_CONFIG's cluster: the chief, the workers and the parameter servers by their stable DNS names
+    (the evaluator is not part of the training cluster, as in Kubeflow's TFJob), each role present only
+    when the job has pods of it."""
+    replicas = job.spec.replicas
     port = job.spec.networking.master_port
-    workers = [f"{pod_dns_name(job, i)}:{port}" for i in range(job.spec.num_workers)]
-    config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+    return {
+        str(role): [f"{pod_dns_name(job, slot)}:{port}" for slot in replicas.slots(role)]
+        for role in replicas.cluster_roles
+    }
+
+
+def tf_config(job: TrainingJob, slot: int) -> str:
+    replica = job.spec.replicas.at(slot)
+    config = {"cluster": tf_cluster(job), "task": {"type": str(replica.type), "index": replica.index}}
     return json.dumps(config, sort_keys=True, separators=(",", ":"))
 
 
-def tensorflow_env(job: TrainingJob, index: int) -> list[EnvVar]:
-    return [var("TF_CONFIG", tf_config(job, index))]
+def tensorflow_env(job: TrainingJob, slot: int) -> list[EnvVar]:
+    return [var("TF_CONFIG", tf_config(job, slot))]
 
 
 def jax_env(job: TrainingJob, index: int) -> list[EnvVar]:
@@ -178,11 +204,11 @@ def jax_env(job: TrainingJob, index: int) -> list[EnvVar]:
 FRAMEWORK_ENV = {"pytorch": pytorch_env, "tensorflow": tensorflow_env, "jax": jax_env}
 
 
-def framework_env(job: TrainingJob, index: int, attempt: int) -> list[EnvVar]:
+def framework_env(job: TrainingJob, slot: int, attempt: int) -> list[EnvVar]:
     elastic = job.spec.elastic
     if elastic is not None:
-        return elastic_env(job, elastic, index, attempt)
-    return FRAMEWORK_ENV[job.spec.framework](job, index)
+        return elastic_env(job, elastic, slot, attempt)
+    return FRAMEWORK_ENV[job.spec.framework](job, slot)
 
 
 def communication_env(job: TrainingJob) -> list[EnvVar]:
@@ -284,14 +310,15 @@ def merge_user_env(operator_env: list[EnvVar], user_env: Iterable[Mapping[str, A
 
 
 def distributed_env(
-    job: TrainingJob, index: int, *, attempt: int = 0, resume_from: str | None = None
+    job: TrainingJob, slot: int, *, attempt: int = 0, resume_from: str | None = None
 ) -> list[EnvVar]:
-    """The full environment of worker `index` of a defaulted job, user entries last."""
+    """The full environment of the pod in `slot` of a defaulted job (the worker of that index, for a job
+    without TensorFlow roles), user entries last."""
     storage = checkpoint_storage(job)
     operator_env = [
-        *identity_env(job, index, attempt),
-        *topology_env(job, index),
-        *framework_env(job, index, attempt),
+        *identity_env(job, slot, attempt),
+        *topology_env(job, slot),
+        *framework_env(job, slot, attempt),
         *communication_env(job),
         *hyperparameter_env(job),
         *monitoring_env(job, storage),

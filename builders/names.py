@@ -16,12 +16,15 @@ def job_name(job: TrainingJob) -> str:
     return job.name
 
 
-def pod_name(job: TrainingJob, index: int) -> str:
-    return f"{job_name(job)}{contract.WORKER_INFIX}{index}"
+def pod_name(job: TrainingJob, slot: int) -> str:
+    """The pod in `slot` of the job (crd/replicas.py): <job>-<role>-<index within the role>, which for a
+    job of workers only is <job>-worker-<slot>."""
+    replica = job.spec.replicas.at(slot)
+    return f"{job_name(job)}-{replica.type}-{replica.index}"
 
 
 def pod_names(job: TrainingJob) -> list[str]:
-    return [pod_name(job, i) for i in range(job.spec.num_workers)]
+    return [pod_name(job, slot) for slot in range(job.spec.replicas.size)]
 
 
 def headless_service_name(job: TrainingJob) -> str:
@@ -45,6 +48,6 @@ def pod_group_name(job: TrainingJob) -> str:
     return job_name(job)
 
 
-def pod_dns_name(job: TrainingJob, index: int) -> str:
+def pod_dns_name(job: TrainingJob, slot: int) -> str:
     """The pod's stable DNS name within the namespace: <hostname>.<subdomain>."""
-    return f"{pod_name(job, index)}.{headless_service_name(job)}"
+    return f"{pod_name(job, slot)}.{headless_service_name(job)}"

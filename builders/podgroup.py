@@ -46,7 +46,8 @@ def pod_decoration(job: TrainingJob, gang: GangScheduler) -> PodDecoration:
 
 def build_pod_group(job: TrainingJob, gang: GangScheduler) -> dict[str, Any]:
     scheduling = job.spec.scheduling
-    group_spec: dict[str, Any] = {"minMember": job.spec.num_workers}
+    # The training cluster must start together; an evaluator (outside it) is scheduled when it fits.
+    group_spec: dict[str, Any] = {"minMember": len(job.spec.replicas.training)}
     if gang == contract.GANG_COSCHEDULING:
         api_version = contract.COSCHEDULING_GROUP_VERSION
         if scheduling.schedule_timeout_seconds is not None:

@@ -1,4 +1,5 @@
-"""The worker Pod: one per replica index, created and deleted by the controller as a gang.
+"""The worker Pod: one per slot of the job (crd/replicas.py: its workers, and a TensorFlow job's chief,
+parameter servers and evaluator), created and deleted by the controller as a gang.
 
 Pods are bare (no Job or StatefulSet in between) because the controller restarts the whole gang
 itself: restartPolicy is Never so the kubelet never restarts a single trainer that could not rejoin
@@ -15,7 +16,7 @@ import copy
 from typing import Any
 
 from builders.configmap import TRAINER_SOURCES_NAME, config_json
-from builders.env import distributed_env
+from builders.env import distributed_env, termination_grace_seconds
 from builders.meta import object_meta
 from builders.names import headless_service_name, pod_name, service_account_name
 from builders.placement import Placement, place
@@ -142,7 +143,7 @@ def pod_security_context() -> dict[str, Any]:
 
 
 def trainer_container(
-    job: TrainingJob, index: int, *, attempt: int, resume_from: str | None, mounts: list[dict[str, Any]]
+    job: TrainingJob, slot: int, *, attempt: int, resume_from: str | None, mounts: list[dict[str, Any]]
 ) -> dict[str, Any]:
     spec = job.spec
     container: dict[str, Any] = {"name": contract.CONTAINER_NAME, "image": spec.image}
@@ -150,7 +151,7 @@ def trainer_container(
         container["command"] = list(spec.command)
     if spec.args:
         container["args"] = list(spec.args)
-    container["env"] = distributed_env(job, index, attempt=attempt, resume_from=resume_from)
+    container["env"] = distributed_env(job, slot, attempt=attempt, resume_from=resume_from)
     container["ports"] = container_ports(job)
     resources = container_resources(job)
     if resources:
@@ -179,10 +180,14 @@ def scheduling_fields(job: TrainingJob) -> dict[str, Any]:
     return fields
 
 
-def pod_labels(index: int, attempt: int) -> dict[str, str]:
+def pod_labels(job: TrainingJob, slot: int, attempt: int) -> dict[str, str]:
+    """The pod's role and its index within the role; `role` says whether it is the job's master (slot 0,
+    which MASTER_ADDR names); the gang attempt it belongs to."""
+    replica = job.spec.replicas.at(slot)
     return {
-        contract.REPLICA_INDEX_LABEL: str(index),
-        contract.ROLE_LABEL: contract.ROLE_MASTER if index == 0 else contract.ROLE_WORKER,
+        contract.REPLICA_TYPE_LABEL: str(replica.type),
+        contract.REPLICA_INDEX_LABEL: str(replica.index),
+        contract.ROLE_LABEL: contract.ROLE_MASTER if slot == 0 else contract.ROLE_WORKER,
         contract.ATTEMPT_LABEL: str(attempt),
     }
 
@@ -208,7 +213,7 @@ def pod_annotations(job: TrainingJob) -> dict[str, str]:
 
 def build_pod(
     job: TrainingJob,
-    index: int,
+    slot: int,
     *,
     attempt: int,
     resume_from: str | None,
@@ -216,7 +221,8 @@ def build_pod(
     gang: GangScheduler | None = None,
     placement: Placement | None = None,
 ) -> dict[str, Any]:
-    """Worker `index` of a defaulted job for gang attempt `attempt`.
+    """The pod in `slot` of a defaulted job (crd/replicas.py; worker `slot` of a job without TensorFlow
+    roles) for gang attempt `attempt`.
 
     resume_from: the checkpoint the trainer starts from (RESUME_FROM), decided by the controller.
     service_account: the account to run under; None picks spec.serviceAccountName or the trainers' one.
@@ -226,19 +232,20 @@ def build_pod(
     storage = checkpoint_storage(job)
     volumes, mounts = volumes_and_mounts(job, storage)
     account = service_account or service_account_name(job)
-    labels = pod_labels(index, attempt)
+    labels = pod_labels(job, slot, attempt)
     annotations = pod_annotations(job)
+    # A stable DNS name for every pod of the training cluster (TF_CONFIG names them). The evaluator is not
+    # in it, and its name, <job>-evaluator-0, may be longer than a hostname may be.
+    hostname = {"hostname": pod_name(job, slot)} if slot in job.spec.replicas.training else {}
     pod_spec: dict[str, Any] = {
-        "hostname": pod_name(job, index),
+        **hostname,
         "subdomain": headless_service_name(job),
         "restartPolicy": "Never",
-        "containers": [
-            trainer_container(job, index, attempt=attempt, resume_from=resume_from, mounts=mounts)
-        ],
+        "containers": [trainer_container(job, slot, attempt=attempt, resume_from=resume_from, mounts=mounts)],
         "volumes": volumes,
         "securityContext": pod_security_context(),
         "serviceAccountName": account,
-        "terminationGracePeriodSeconds": contract.TERMINATION_GRACE_SECONDS,
+        "terminationGracePeriodSeconds": termination_grace_seconds(job),
         "enableServiceLinks": False,
         **scheduling_fields(job),
     }
@@ -251,7 +258,7 @@ def build_pod(
         labels.update(decoration.labels)
         annotations.update(decoration.annotations)
         pod_spec["schedulerName"] = decoration.scheduler_name
-    metadata = object_meta(job, pod_name(job, index), labels=labels, annotations=annotations)
+    metadata = object_meta(job, pod_name(job, slot), labels=labels, annotations=annotations)
     # Held until the pod's end is in the job's status (controller/planner/tracking.py).
     metadata["finalizers"] = [contract.TRACKING_FINALIZER]
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}

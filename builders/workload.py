@@ -2,8 +2,9 @@
 
 Kueue queues a kind it does not know natively through a Workload that the kind's own controller
 creates and owns (the model of Kueue's job integrations: batch Jobs, JobSets, Kubeflow's jobs). A
-TrainingJob's Workload has one pod set, `workers`: numWorkers identical pods with the requests of the
-pods the operator builds, and the node selector, affinity and tolerations Kueue matches against its
+TrainingJob's Workload has one pod set, `workers`: every pod of the job (numWorkers, and a TensorFlow
+job's chief, parameter servers and evaluator, which share the workers' template), with the requests of
+the pods the operator builds, and the node selector, affinity and tolerations Kueue matches against its
 ResourceFlavors. Its priority is the value of the job's WorkloadPriorityClass (label
 kueue.x-k8s.io/priority-class), else of the pods' PriorityClass (resolved by the planner, which sees
 the classes). It is named as Kueue names the Workloads of its own integrations,
@@ -62,7 +63,7 @@ def _slim_container(container: Mapping[str, Any]) -> JsonDict:
 
 
 def pod_set(job: TrainingJob) -> JsonDict:
-    """The Workload's one pod set: numWorkers pods shaped like worker 0, reduced to what Kueue reads."""
+    """The Workload's one pod set: every pod of the job, shaped like slot 0, reduced to what Kueue reads."""
     pod = build_pod(job, 0, attempt=0, resume_from=None)
     spec = pod["spec"]
     template: JsonDict = {
@@ -74,7 +75,8 @@ def pod_set(job: TrainingJob) -> JsonDict:
     for key in POD_FIELDS:
         if spec.get(key):
             template[key] = copy.deepcopy(spec[key])
-    return {"name": contract.WORKLOAD_POD_SET, "count": job.spec.num_workers, "template": {"spec": template}}
+    count = job.spec.replicas.size
+    return {"name": contract.WORKLOAD_POD_SET, "count": count, "template": {"spec": template}}
 
 
 def build_workload(job: TrainingJob, priority: WorkloadPriority) -> JsonDict:

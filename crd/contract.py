@@ -46,6 +46,7 @@ class Condition(StrEnum):
     RESTARTING = "Restarting"
     SUSPENDED = "Suspended"
     STALLED = "Stalled"
+    EVALUATOR_FAILED = "EvaluatorFailed"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
 
@@ -60,6 +61,21 @@ ROLE_LABEL: Final = f"{GROUP}/role"
 ATTEMPT_LABEL: Final = f"{GROUP}/attempt"
 ROLE_MASTER: Final = "master"
 ROLE_WORKER: Final = "worker"
+# The replica role a pod plays (spec.tensorflow adds TensorFlow's chief, parameter servers and evaluator
+# to the workers); REPLICA_INDEX_LABEL is the pod's index within its role. A pod without this label
+# (made by an operator version before it) is a worker.
+REPLICA_TYPE_LABEL: Final = f"{GROUP}/replica-type"
+
+
+class ReplicaType(StrEnum):
+    """A pod's role, as TF_CONFIG names its task type; the order is the order of the job's pods."""
+
+    CHIEF = "chief"
+    WORKER = "worker"
+    PS = "ps"
+    EVALUATOR = "evaluator"
+
+
 MANAGED_SELECTOR: Final = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
 
 # Annotation rank 0 patches on its own Pod to report progress (JSON object).
@@ -75,8 +91,9 @@ MAX_WORKERS: Final = 100
 WORKER_INFIX: Final = "-worker-"
 HEADLESS_SUFFIX: Final = "-headless"
 MASTER_SUFFIX: Final = "-master"
-# The longest generated name is "<job>-worker-<numWorkers-1>" (pod hostname); with at most 100 workers
-# a job name of up to 53 characters always fits.
+# The longest generated DNS label is "<job>-worker-<numWorkers-1>" (pod hostname); with at most 100
+# workers a job name of up to 53 characters always fits. Chief ("-chief-0") and parameter servers
+# ("-ps-99") are shorter; the evaluator ("-evaluator-0") is not in TF_CONFIG and gets no hostname.
 MAX_JOB_NAME: Final = DNS_LABEL_MAX - len(WORKER_INFIX) - len(str(MAX_WORKERS - 1))
 
 GPU_RESOURCE: Final = "nvidia.com/gpu"
@@ -176,8 +193,10 @@ CLAIM_DELETE: Final = "Delete"
 CLAIM_RETENTION_POLICIES: Final = (CLAIM_RETAIN, CLAIM_DELETE)
 
 # Seconds a worker gets between SIGTERM and SIGKILL: enough to flush a checkpoint on preemption,
-# short enough that a gang restart is not held up for long.
+# short enough that a gang restart is not held up for long. A job sets its own in
+# spec.podTemplate.spec.terminationGracePeriodSeconds; the trainer reads it from GRACE_PERIOD_ENV.
 TERMINATION_GRACE_SECONDS: Final = 60
+GRACE_PERIOD_ENV: Final = "TRAININGJOB_TERMINATION_GRACE_SECONDS"
 
 # Gang scheduling through a PodGroup (builders/podgroup.py).
 GANG_COSCHEDULING: Final = "coscheduling"

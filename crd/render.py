@@ -15,6 +15,7 @@ import yaml
 from crd import contract
 from crd.openapi import Schema
 from crd.schema import custom_resource_definition, open_api_schema_of, printer_columns
+from crd.schema_tensorflow import ROLE_RULES
 
 CRD_FILE_NAME = f"{contract.CRD_NAME}.yaml"
 YAML_HEADER = "# Generated from crd/schema.py by `python -m crd write`; do not edit by hand.\n"
@@ -159,6 +160,16 @@ def api_docs() -> str:
         *_field_table(root["properties"]["spec"], "spec"),
         "",
         _embedded_note(),
+        "",
+        "## Replica roles (spec.tensorflow)",
+        "",
+        "A TensorFlow job's pods play roles, as in Kubeflow's TFJob. Their order (the chief, the workers, "
+        "the parameter servers, the evaluator) makes the first one, the chief or else worker 0, the job's "
+        "rank 0. What each role's end does to the job:",
+        "",
+        "| Role | Pods | In TF_CONFIG's cluster | Its success | Its failure |",
+        "|---|---|---|---|---|",
+        *(f"| {' | '.join(_cell(text) for text in row)} |" for row in ROLE_RULES),
         "",
         "## status",
         "",

@@ -80,6 +80,7 @@ def printer_columns() -> list[dict[str, Any]]:
         column("Restarts", "integer", ".status.restartCount", "Gang restarts"),
         column("Age", "date", ".metadata.creationTimestamp", "Time since creation"),
         column("Queue", "string", ".status.queue.name", "Kueue LocalQueue the job waits in", wide=True),
+        column("Roles", "string", ".status.roleSummary", "Running pods per TensorFlow role", wide=True),
         column("Message", "string", ".status.message", "Why the job is in its state", wide=True),
     ]
 

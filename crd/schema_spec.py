@@ -45,6 +45,7 @@ from crd.schema_parts import (
 )
 from crd.schema_podtemplate import pod_template, spec_rules
 from crd.schema_storage import checkpoint
+from crd.schema_tensorflow import tensorflow, tensorflow_rules
 
 # Why networking.backend mpi is named in the enum (it is torch.distributed's third backend) but refused.
 MPI_REFUSAL = (
@@ -372,7 +373,8 @@ def spec() -> Schema:
                 rules=[immutable("dataset")],
             ),
             "numWorkers": integer(
-                "Number of worker pods (torchrun nodes); the scale subresource's replicas (kubectl scale). "
+                "Number of worker pods (torchrun nodes; TensorFlow's workers, besides the roles of "
+                "tensorflow); the scale subresource's replicas (kubectl scale). "
                 "Changing it restarts all workers with the new world size, except in an elastic job, where "
                 "it stays within [elastic.minWorkers, elastic.maxWorkers] and workers are added or removed "
                 "while the others keep training.",
@@ -453,6 +455,7 @@ def spec() -> Schema:
             "successPolicy": success_policy(),
             "podTemplate": pod_template(),
             "elastic": elastic(),
+            "tensorflow": tensorflow(),
         },
         required=["model", "dataset", "numWorkers"],
         rules=[
@@ -480,5 +483,6 @@ def spec() -> Schema:
             ),
             *spec_rules(),
             *elastic_rules(),
+            *tensorflow_rules(),
         ],
     )

@@ -75,6 +75,26 @@ def queue() -> Schema:
     )
 
 
+def pod_counts(description: str) -> Schema:
+    return obj(
+        description,
+        {
+            "pending": _count("Pods not yet running."),
+            "active": _count("Pods running."),
+            "succeeded": _count("Pods that exited 0."),
+            "failed": _count("Pods that failed."),
+        },
+    )
+
+
+def roles() -> Schema:
+    return obj(
+        "The pods of the current attempt by role and phase, for a job with TensorFlow roles "
+        "(spec.tensorflow).",
+        {role: pod_counts(f"The {role} pods by phase.") for role in ("chief", "worker", "ps", "evaluator")},
+    )
+
+
 def status() -> Schema:
     return obj(
         "Observed state of the training job, written by the operator.",
@@ -106,14 +126,14 @@ def status() -> Schema:
                 },
             ),
             "lastProgressTime": _timestamp("When the trainer last reported progress (stall detection)."),
-            "workers": obj(
-                "Worker pods of the current attempt by phase.",
-                {
-                    "pending": _count("Pods not yet running."),
-                    "active": _count("Pods running."),
-                    "succeeded": _count("Pods that exited 0."),
-                    "failed": _count("Pods that failed."),
-                },
+            "workers": pod_counts(
+                "Pods of the current attempt by phase (every role's, for a job with TensorFlow roles)."
+            ),
+            "roles": roles(),
+            "roleSummary": string(
+                "Running pods per role of a job with TensorFlow roles, running/expected, e.g. "
+                '"chief 1/1, worker 2/2, ps 1/1" (the Roles column of kubectl get -o wide).',
+                max_length=128,
             ),
             "checkpoint": obj(
                 "Checkpoints reported by the trainer.",
@@ -123,6 +143,14 @@ def status() -> Schema:
                     ),
                     "count": _count("Checkpoints written so far."),
                     "time": _timestamp("When the latest checkpoint was written."),
+                    "interrupted": string(
+                        "Set when rank 0's trainer was killed at the end of its pod's grace period "
+                        "(terminationGracePeriodSeconds) after the pod's deletion began, without having "
+                        "reported a checkpoint since: a checkpoint it was saving on SIGTERM was not "
+                        "reported, and the job resumes from latest. Cleared when a newer checkpoint is "
+                        "reported.",
+                        max_length=REASON_LENGTH,
+                    ),
                 },
             ),
             "resources": obj(

@@ -23,9 +23,11 @@ from typing import Any, ClassVar, Self
 
 from crd import contract
 from crd.defaults import storage_in_use, with_defaults
+from crd.replicas import Replicas
 from crd.spec_fields import Fields, Section, real_number
 
 JsonDict = dict[str, Any]
+TF = "tensorflow"
 # A resource quantity as written in the spec: "32Gi", "8", or a plain number.
 Quantity = str | int | float
 
@@ -286,6 +288,22 @@ class Elastic(Section):
 
 
 @dataclass(frozen=True)
+class Tensorflow(Section):
+    """spec.tensorflow: TensorFlow's replica roles besides the workers (crd/schema_tensorflow.py)."""
+
+    SCHEMA_PATH: ClassVar = ("spec", "tensorflow")
+    chief: int
+    ps: int
+    evaluator: int
+
+    @classmethod
+    def read(cls, fields: Fields) -> Self:
+        return cls(
+            chief=fields.integer("chief"), ps=fields.integer("ps"), evaluator=fields.integer("evaluator")
+        )
+
+
+@dataclass(frozen=True)
 class Spec:
     model: str
     dataset: str
@@ -312,6 +330,8 @@ class Spec:
     pod_template: Mapping[str, Any] | None
     # spec.elastic, or None for a job whose world is fixed while it runs.
     elastic: Elastic | None = None
+    # spec.tensorflow, or None for a job of workers only.
+    tensorflow: Tensorflow | None = None
 
     @classmethod
     def read(cls, fields: Fields) -> Spec:
@@ -339,6 +359,11 @@ class Spec:
             success_policy=SuccessPolicy.read(fields.section("successPolicy")),
             pod_template=fields.mapping("podTemplate") or None,
             elastic=None if fields.raw.get("elastic") is None else Elastic.read(fields.section("elastic")),
+            tensorflow=(
+                None
+                if fields.raw.get("tensorflow") is None
+                else Tensorflow.read(fields.section("tensorflow"))
+            ),
         )
 
     @property
@@ -347,9 +372,18 @@ class Spec:
         return max(self.gpus_per_worker, 1)
 
     @property
+    def replicas(self) -> Replicas:
+        """The job's pods by role: numWorkers workers, and spec.tensorflow's chief, ps and evaluator."""
+        roles = self.tensorflow
+        if roles is None:
+            return Replicas(workers=self.num_workers)
+        return Replicas(chief=roles.chief, workers=self.num_workers, ps=roles.ps, evaluator=roles.evaluator)
+
+    @property
     def world_size(self) -> int:
-        """Processes across the gang (WORLD_SIZE): torch.distributed counts processes, not pods."""
-        return self.num_workers * self.processes_per_pod
+        """Processes across the gang (WORLD_SIZE): torch.distributed counts processes, not pods; a job
+        with TensorFlow roles counts every role's pods."""
+        return self.replicas.size * self.processes_per_pod
 
 
 @dataclass(frozen=True)

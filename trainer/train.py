@@ -26,10 +26,16 @@ status and the termination message.
   resumes and reports progress. It says so in its log.
 
 Knobs besides the operator's variables (set them in spec.env): TRAIN_STEPS_PER_EPOCH (20),
-TRAIN_STEP_SECONDS (0: extra time per step, to watch progress in a demo), TRAIN_SEED (0),
+TRAIN_STEP_SECONDS (0: extra time per step, to watch progress in a demo), TRAIN_SAVE_SECONDS (0: extra
+time each checkpoint takes to write, to see a save outlast the grace period), TRAIN_SEED (0),
 TRAIN_FAIL_AT_EPOCH (exit 1 right after completing that epoch, unless this run resumed past it: tests
 restarts), TRAIN_SIMULATE=1 (the simulation even with torch), TRAIN_PROGRESS_INTERVAL (seconds between
 progress reports, default 5), TRAIN_DIST_TIMEOUT (seconds to wait for peers, default 1800).
+
+SIGTERM (the pod is being deleted: docs/progress.md, "When the pod is told to stop"): before training
+starts, the run ends at once; while it trains, every rank finishes the step it is in, they agree on it,
+rank 0 saves a checkpoint of that step (epoch-<E>-step-<S>) and reports it, and every rank exits 143.
+The next attempt resumes at that step.
 
 Standard library besides torch, Python 3.9 or later. Exit status: 0 done, 1 training failed, 2 bad
 configuration, 143 terminated (SIGTERM).
@@ -39,9 +45,7 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import sys
-from types import FrameType
 from typing import Final
 
 # The progress helper and the trainer's parts live next to this file (all from the trainer ConfigMap).
@@ -53,7 +57,7 @@ import trainingjob_progress as progress  # noqa: E402
 from trainer_config import EXIT_CONFIG, EXIT_FAILED, EXIT_TERMINATED, Config, ConfigError, Terminated  # noqa: E402
 from trainer_engines import Engine, make_engine  # noqa: E402
 from trainer_launch import launch_local_ranks  # noqa: E402
-from trainer_loop import train  # noqa: E402
+from trainer_loop import Stop, train  # noqa: E402
 
 TERMINATION_LOG: Final = "/dev/termination-log"
 
@@ -91,19 +95,20 @@ def fail(message: str, status: int) -> int:
     return status
 
 
-def _terminate(signum: int, _frame: FrameType | None) -> None:
-    raise Terminated(signal.Signals(signum).name)
-
-
 def run_process(config: Config) -> int:
-    signal.signal(signal.SIGTERM, _terminate)
+    stop = Stop()
+    stop.install()
     reporter = progress.Reporter.from_env(min_interval=config.progress_interval)
     engine: Engine | None = None
     status = EXIT_FAILED
     try:
         engine = make_engine(config)
-        status = train(config, engine, reporter)
-        if status != 0:
+        status = train(config, engine, reporter, stop)
+        if status == EXIT_TERMINATED:
+            termination_message(
+                "terminated by SIGTERM: stopped after a step, its checkpoint saved and reported"
+            )
+        elif status != 0:
             termination_message(f"training failed on purpose after epoch {config.fail_at_epoch}")
         return status
     except ConfigError as error:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from dataclasses import dataclass
 from typing import Final, Protocol
 
@@ -76,14 +77,24 @@ def write_metadata(directory: str, *, epoch: int, step: int, framework: str, sta
         handle.write("\n")
 
 
+def writes_checkpoints(config: Config) -> bool:
+    """Rank 0 writes the checkpoints, when CHECKPOINT_DIR is set."""
+    return config.rank == 0 and bool(config.checkpoint_dir)
+
+
 def should_checkpoint(config: Config, completed: int) -> bool:
     """Every CHECKPOINT_FREQUENCY epochs and after the last one, by rank 0, when CHECKPOINT_DIR is set."""
-    if config.rank != 0 or not config.checkpoint_dir:
+    if not writes_checkpoints(config):
         return False
     return completed % config.frequency == 0 or completed == config.epochs
 
 
-def save_checkpoint(config: Config, engine: Saves, *, epoch: int, step: int) -> str | None:
+def save_checkpoint(
+    config: Config, engine: Saves, *, epoch: int, step: int, mid_epoch: bool = False
+) -> str | None:
+    """Writes the state whole (atomic_checkpoint) as epoch-<epoch>, or with `mid_epoch` (a stop in the
+    middle of an epoch) as epoch-<epoch>-step-<step>; keeps CHECKPOINT_RETENTION of them. Its path, or
+    None where this trainer cannot write (object storage)."""
     directory = config.checkpoint_dir
     if directory is None:
         return None
@@ -94,9 +105,12 @@ def save_checkpoint(config: Config, engine: Saves, *, epoch: int, step: int) -> 
             directory,
         )
         return None
-    with progress.atomic_checkpoint(epoch, directory) as temporary:
+    named_step = step if mid_epoch else None
+    with progress.atomic_checkpoint(epoch, directory, named_step) as temporary:
         engine.save(temporary, epoch=epoch, step=step)
-    path = progress.checkpoint_path(epoch, directory)
+        if config.save_seconds:
+            time.sleep(config.save_seconds)  # TRAIN_SAVE_SECONDS: a slow save, written but not yet whole
+    path = progress.checkpoint_path(epoch, directory, named_step)
     log.info("saved checkpoint %s", path)
     progress.enforce_retention(directory, keep=config.retention)
     return path

@@ -88,6 +88,7 @@ class Config:
     resume_origin: str | None
     fail_at_epoch: int | None
     step_seconds: float
+    save_seconds: float
     progress_interval: float
     simulate: bool
     elastic: bool  # an elastic job: resume from the newest checkpoint under CHECKPOINT_DIR
@@ -130,6 +131,7 @@ class Config:
             resume_origin=env.get("TRAIN_RESUME_ORIGIN", "").strip() or None,
             fail_at_epoch=_int(env, "TRAIN_FAIL_AT_EPOCH", None, minimum=1),
             step_seconds=_float(env, "TRAIN_STEP_SECONDS", 0.0),
+            save_seconds=_float(env, "TRAIN_SAVE_SECONDS", 0.0),
             progress_interval=_float(env, "TRAIN_PROGRESS_INTERVAL", progress.DEFAULT_MIN_INTERVAL),
             simulate=env.get("TRAIN_SIMULATE", "").strip().lower() in {"1", "true", "yes"},
             elastic=bool(env.get("TRAININGJOB_MAX_WORKERS", "").strip()),

@@ -29,8 +29,16 @@ class Engine(Protocol):
         """Loads RESUME_FROM (every rank agrees): (completed epochs, steps, checkpoint path or None)."""
         ...
 
-    def train_epoch(self, epoch: int) -> float:
-        """Trains one epoch; the mean loss over its steps and every rank."""
+    def train_step(self, epoch: int, step: int) -> float:
+        """Trains step `step` (within the epoch) of epoch `epoch`; this rank's loss."""
+        ...
+
+    def epoch_loss(self, total: float, steps: int) -> float:
+        """The mean loss of an epoch's `steps` steps over every rank (`total`: this rank's sum)."""
+        ...
+
+    def agree_to_stop(self, requested: bool) -> bool:
+        """Whether any rank was told to stop: every rank asks after every step, and all get one answer."""
         ...
 
     def evaluate(self) -> float:
@@ -89,29 +97,32 @@ class SimulationEngine:
         self.bias = float(state["bias"])
         return int(state["epoch"]), int(state["step"]), checkpoint.path
 
-    def train_epoch(self, epoch: int) -> float:
+    def train_step(self, epoch: int, step: int) -> float:
         config = self.config
-        total = 0.0
-        for step in range(config.steps_per_epoch):
-            seed = config.seed * 1_000_003 + epoch * 10_007 + step * 101 + config.rank
-            batch = self._batch(config.batch_size, seed)
-            gradient = [0.0] * FEATURES
-            bias_gradient = 0.0
-            loss = 0.0
-            for x, label in batch:
-                p = self._probability(x)
-                loss -= math.log(max(p if label else 1.0 - p, 1e-12))
-                for i, v in enumerate(x):
-                    gradient[i] += (p - label) * v
-                bias_gradient += p - label
-            scale = config.learning_rate / len(batch)
-            decay = config.learning_rate * config.weight_decay
-            self.weights = [w - scale * gradient[i] - decay * w for i, w in enumerate(self.weights)]
-            self.bias -= scale * bias_gradient
-            total += loss / len(batch)
-            if config.step_seconds:
-                time.sleep(config.step_seconds)
-        return total / config.steps_per_epoch
+        seed = config.seed * 1_000_003 + epoch * 10_007 + step * 101 + config.rank
+        batch = self._batch(config.batch_size, seed)
+        gradient = [0.0] * FEATURES
+        bias_gradient = 0.0
+        loss = 0.0
+        for x, label in batch:
+            p = self._probability(x)
+            loss -= math.log(max(p if label else 1.0 - p, 1e-12))
+            for i, v in enumerate(x):
+                gradient[i] += (p - label) * v
+            bias_gradient += p - label
+        scale = config.learning_rate / len(batch)
+        decay = config.learning_rate * config.weight_decay
+        self.weights = [w - scale * gradient[i] - decay * w for i, w in enumerate(self.weights)]
+        self.bias -= scale * bias_gradient
+        if config.step_seconds:
+            time.sleep(config.step_seconds)
+        return loss / len(batch)
+
+    def epoch_loss(self, total: float, steps: int) -> float:
+        return total / max(steps, 1)
+
+    def agree_to_stop(self, requested: bool) -> bool:
+        return requested  # no exchange between ranks: each stops on its own signal
 
     def evaluate(self) -> float:
         correct = sum(int(self._probability(x) > 0.5) == label for x, label in self.eval_set)

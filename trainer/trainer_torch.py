@@ -152,26 +152,37 @@ class TorchEngine:
         received: dict[str, Any] | None = torch.load(io.BytesIO(raw), weights_only=True)["payload"]
         return received
 
-    def train_epoch(self, epoch: int) -> float:
+    def train_step(self, epoch: int, step: int) -> float:
+        """One optimizer step (DDP all-reduces the gradients in backward); this rank's loss."""
         config = self.config
         self.trained.train()
-        total = 0.0
-        for step in range(config.steps_per_epoch):
-            seed = config.seed * 1_000_003 + epoch * 10_007 + step * 101 + config.rank
-            x, y = self._batch(config.batch_size, seed)
-            self.optimizer.zero_grad()
-            loss = self.loss(self.trained(x), y)
-            loss.backward()  # DDP all-reduces the gradients here
-            self.optimizer.step()
-            total += float(loss.item())
-            if config.step_seconds:
-                time.sleep(config.step_seconds)
-        mean = total / config.steps_per_epoch
+        seed = config.seed * 1_000_003 + epoch * 10_007 + step * 101 + config.rank
+        x, y = self._batch(config.batch_size, seed)
+        self.optimizer.zero_grad()
+        loss = self.loss(self.trained(x), y)
+        loss.backward()
+        self.optimizer.step()
+        if config.step_seconds:
+            time.sleep(config.step_seconds)
+        return float(loss.item())
+
+    def epoch_loss(self, total: float, steps: int) -> float:
+        """The mean loss of an epoch's steps over every rank (each rank calls it, with its own sum)."""
+        mean = total / max(steps, 1)
         if self.distributed:
             reduced = self.torch.tensor([mean], device=self.device)
             self.dist.all_reduce(reduced)
-            mean = float(reduced.item()) / config.world_size
+            mean = float(reduced.item()) / self.config.world_size
         return mean
+
+    def agree_to_stop(self, requested: bool) -> bool:
+        """Whether any rank was told to stop (SIGTERM): every rank calls it after every step and gets the
+        same answer, so all of them stop after the same step and rank 0's checkpoint is theirs."""
+        if not self.distributed:
+            return requested
+        flag = self.torch.tensor([1 if requested else 0], device=self.device)
+        self.dist.all_reduce(flag, op=self.dist.ReduceOp.MAX)
+        return bool(flag.item())
 
     def evaluate(self) -> float:
         self.model.eval()

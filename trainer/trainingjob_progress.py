@@ -18,8 +18,9 @@ code must delete old checkpoints.
 Standard library only, Python 3.9 or later (training images bring their own Python): the operator
 ships it next to the reference trainer in every namespace's trainer ConfigMap (mounted at
 /etc/trainingjob), and custom training code can import it from there or copy it with the files it
-imports (trainingjob_progress_*.py). This file is the helper's whole public surface: the Reporter, and the
-checkpoint helpers re-exported from trainingjob_progress_checkpoints.py. The Reporter puts together
+imports (trainingjob_progress_*.py). This file is the helper's whole public surface: the Reporter, the
+checkpoint helpers re-exported from trainingjob_progress_checkpoints.py, and what to do when the pod
+is told to stop (trainingjob_progress_stop.py). The Reporter puts together
 the report's content (trainingjob_progress_report.py), the background sender
 (trainingjob_progress_sender.py) and the PATCH of the pod (trainingjob_progress_transport.py).
 
@@ -56,6 +57,7 @@ from trainingjob_progress_checkpoints import (
     checkpoint_dir,
     checkpoint_epoch,
     checkpoint_path,
+    checkpoint_step,
     enforce_retention,
     is_remote,
     latest_checkpoint_dir,
@@ -65,6 +67,7 @@ from trainingjob_progress_checkpoints import (
 )
 from trainingjob_progress_report import ReportBuilder
 from trainingjob_progress_sender import Sender
+from trainingjob_progress_stop import EXIT_TERMINATED, GRACE_PERIOD_ENV, grace_period_seconds, stop_on_sigterm
 from trainingjob_progress_transport import PodPatcher, in_cluster_url, pod_url, rank, read_text
 
 __all__ = [
@@ -73,7 +76,9 @@ __all__ = [
     "DEFAULT_ANNOTATION",
     "DEFAULT_MIN_INTERVAL",
     "DEFAULT_TIMEOUT",
+    "EXIT_TERMINATED",
     "GPU_UTILIZATION",
+    "GRACE_PERIOD_ENV",
     "SERVICE_ACCOUNT_DIR",
     "TOKEN_FILE_ENV",
     "Reporter",
@@ -81,12 +86,15 @@ __all__ = [
     "checkpoint_dir",
     "checkpoint_epoch",
     "checkpoint_path",
+    "checkpoint_step",
     "enforce_retention",
+    "grace_period_seconds",
     "is_remote",
     "latest_checkpoint_dir",
     "list_checkpoints",
     "resolve_checkpoint",
     "resume_path",
+    "stop_on_sigterm",
 ]
 
 

@@ -1,6 +1,11 @@
 """Checkpoint housekeeping for training code in a TrainingJob's pods: where checkpoints go, how they are
 written whole, which one to resume from and how many are kept.
 
+A checkpoint is a directory named after how far training got: epoch-<E> after E completed epochs, and
+epoch-<E>-step-<S> for one saved in the middle of epoch E+1, at global step S (when the pod is told
+to stop: docs/progress.md). They order by (E, S), an end-of-epoch checkpoint before any saved later
+in the next epoch.
+
 The operator never reads training storage, so the trainer owns its checkpoints: where they go
 (`checkpoint_path`, under CHECKPOINT_DIR), how they are written so a crash never leaves a half-written
 one behind (`atomic_checkpoint`), which one to resume from (`resume_path`, `latest_checkpoint_dir`)
@@ -23,7 +28,8 @@ from typing import Final
 from trainingjob_progress_base import OnceLogger, count, log
 
 CHECKPOINT_PREFIX: Final = "epoch-"
-_CHECKPOINT_NAME: Final = re.compile(r"^epoch-(\d+)$")
+STEP_INFIX: Final = "-step-"
+_CHECKPOINT_NAME: Final = re.compile(r"^epoch-(\d+)(?:-step-(\d+))?$")
 
 _once = OnceLogger()
 
@@ -53,27 +59,44 @@ def _directory(directory: str | None) -> str:
     return resolved
 
 
-def checkpoint_path(epoch: int, directory: str | None = None) -> str:
-    """Where the checkpoint after `epoch` completed epochs lives: <directory>/epoch-<epoch>.
+def checkpoint_path(epoch: int, directory: str | None = None, step: int | None = None) -> str:
+    """Where the checkpoint after `epoch` completed epochs lives: <directory>/epoch-<epoch>; with `step`,
+    one saved in the middle of the next epoch at global step `step`: <directory>/epoch-<epoch>-step-<step>.
 
     directory defaults to CHECKPOINT_DIR; object-store URLs are joined with "/".
     """
     if count(epoch) is None:
         raise ValueError(f"epoch must be a non-negative integer, not {epoch!r}")
+    if step is not None and count(step) is None:
+        raise ValueError(f"step must be a non-negative integer, not {step!r}")
+    name = f"{CHECKPOINT_PREFIX}{int(epoch)}" + ("" if step is None else f"{STEP_INFIX}{int(step)}")
     base = _directory(directory)
     if is_remote(base):
-        return f"{base.rstrip('/')}/{CHECKPOINT_PREFIX}{int(epoch)}"
-    return os.path.join(base, f"{CHECKPOINT_PREFIX}{int(epoch)}")
+        return f"{base.rstrip('/')}/{name}"
+    return os.path.join(base, name)
 
 
 def checkpoint_epoch(path: str) -> int | None:
-    """The epoch of a checkpoint path named epoch-<N>, else None."""
+    """The completed epochs of a checkpoint path named epoch-<E> or epoch-<E>-step-<S>, else None."""
     match = _CHECKPOINT_NAME.match(os.path.basename(path.rstrip("/")))
     return int(match.group(1)) if match else None
 
 
+def checkpoint_step(path: str) -> int | None:
+    """The global step of a checkpoint path named epoch-<E>-step-<S>, else None."""
+    match = _CHECKPOINT_NAME.match(os.path.basename(path.rstrip("/")))
+    return int(match.group(2)) if match and match.group(2) is not None else None
+
+
+def _order(path: str) -> tuple[int, int]:
+    """Where a checkpoint comes in training: (epochs, step), end-of-epoch ones first in their epoch."""
+    step = checkpoint_step(path)
+    return (checkpoint_epoch(path) or 0, -1 if step is None else step)
+
+
 def list_checkpoints(directory: str | None = None) -> list[tuple[int, str]]:
-    """(epoch, path) of every checkpoint directory epoch-<N> in a local directory, oldest first.
+    """(epoch, path) of every checkpoint directory (epoch-<E>, epoch-<E>-step-<S>) in a local directory,
+    oldest first.
 
     Empty for object-store URLs and for a directory that does not exist.
     """
@@ -89,11 +112,11 @@ def list_checkpoints(directory: str | None = None) -> list[tuple[int, str]]:
                     found.append((epoch, entry.path))
     except (FileNotFoundError, NotADirectoryError):
         return []
-    return sorted(found)
+    return sorted(found, key=lambda item: _order(item[1]))
 
 
 def latest_checkpoint_dir(directory: str | None = None) -> str | None:
-    """The newest checkpoint directory (highest epoch) in a local directory, or None."""
+    """The newest checkpoint directory (the most epochs, then the most steps) in a local directory."""
     checkpoints = list_checkpoints(directory)
     return checkpoints[-1][1] if checkpoints else None
 
@@ -128,15 +151,16 @@ def _fsync_tree(root: str) -> None:
 
 
 @contextlib.contextmanager
-def atomic_checkpoint(epoch: int, directory: str | None = None) -> Iterator[str]:
-    """Yields an empty temporary directory next to checkpoint_path(epoch); when the block succeeds its
-    files are flushed to disk and it is renamed to checkpoint_path(epoch) (replacing an older one of
-    the same epoch), so a checkpoint directory is always complete. On error it is removed.
+def atomic_checkpoint(epoch: int, directory: str | None = None, step: int | None = None) -> Iterator[str]:
+    """Yields an empty temporary directory next to checkpoint_path(epoch, directory, step); when the
+    block succeeds its files are flushed to disk and it is renamed to that path (replacing an older one
+    of the same name), so a checkpoint directory is always complete. On error it is removed; a process
+    killed while writing leaves only the hidden temporary directory, which no listing counts.
 
         with atomic_checkpoint(epoch) as tmp:
             torch.save(state, os.path.join(tmp, "model.pt"))
     """
-    final = checkpoint_path(epoch, directory)
+    final = checkpoint_path(epoch, directory, step)
     if is_remote(final):
         raise ValueError(f"atomic_checkpoint writes local directories only, not {final}")
     parent, name = os.path.split(final)
@@ -171,8 +195,8 @@ def _retention_from_env() -> int | None:
 
 
 def enforce_retention(directory: str | None = None, keep: int | None = None) -> list[str]:
-    """Deletes the oldest checkpoint directories (epoch-<N>) beyond the newest `keep`; returns the
-    deleted paths, oldest first.
+    """Deletes the oldest checkpoint directories (epoch-<E>, epoch-<E>-step-<S>) beyond the newest
+    `keep`; returns the deleted paths, oldest first.
 
     directory defaults to CHECKPOINT_DIR and keep to CHECKPOINT_RETENTION (nothing is deleted when it
     is unset). Only epoch-<N> directories are touched. Object-store URLs are left alone: use the

@@ -262,7 +262,7 @@ class TrainingJobClient:
         """
         job = self.get(name, namespace=namespace)
         response = podlogs.open_log(self.kube, job, rank, follow=follow, tail_lines=tail_lines)
-        description = f"pod {job.namespace}/{podlogs.pod_name(job.name, rank)}"
+        description = f"pod {job.namespace}/{job.pod_name(rank)}"
         if follow:
             return podlogs.lines(response, description)
         return podlogs.read_all(response, description)

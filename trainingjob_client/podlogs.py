@@ -32,17 +32,13 @@ CHUNK: Final = 16 * 1024
 READ_TIMEOUT: Final = 60.0
 
 
-def pod_name(job: str, rank: int) -> str:
-    """The pod of rank `rank` (replica index), as builders/names.py names it."""
-    return f"{job}{contract.WORKER_INFIX}{rank}"
-
-
 def check_rank(job: TrainingJob, rank: int) -> None:
-    if not 0 <= rank < max(job.num_workers, 1):
-        last = max(job.num_workers - 1, 0)
+    size = job.replicas.size
+    if not 0 <= rank < max(size, 1):
+        last = max(size - 1, 0)
+        what = f"{size} pods" if job.replicas.has_roles else f"{job.num_workers} workers"
         raise ValueError(
-            f"rank {rank} is out of range: TrainingJob {job.namespace}/{job.name} has "
-            f"{job.num_workers} workers (ranks 0-{last})"
+            f"rank {rank} is out of range: TrainingJob {job.namespace}/{job.name} has {what} (ranks 0-{last})"
         )
 
 
@@ -59,7 +55,7 @@ def open_log(
     The pod is read first: a pod that is gone or not yet on a node has no log to ask a kubelet for.
     """
     check_rank(job, rank)
-    pod = pod_name(job.name, rank)
+    pod = job.pod_name(rank)
     try:
         found = kube.get(PODS, job.namespace, pod)
     except NotFound:

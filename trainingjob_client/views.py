@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from crd import contract
+from crd.contract import ReplicaType
+from crd.replicas import Replicas
 from crd.schema_status import STATES
 
 JsonDict = dict[str, Any]
@@ -180,6 +182,22 @@ class TrainingJob:
     def state(self) -> str | None:
         return self.status.state
 
+    @property
+    def replicas(self) -> Replicas:
+        """The job's pods by role (crd/replicas.py): a rank here is a slot, the chief's 0 when it has one."""
+        roles = (self.raw.get("spec") or {}).get("tensorflow") or {}
+        return Replicas(
+            chief=_int(roles.get("chief")) or 0,
+            workers=self.num_workers,
+            ps=_int(roles.get("ps")) or 0,
+            evaluator=_int(roles.get("evaluator")) or 0,
+        )
+
+    def pod_name(self, rank: int) -> str:
+        """The pod of rank `rank` (its slot), as builders/names.py names it."""
+        replica = self.replicas.at(rank)
+        return f"{self.name}-{replica.type}-{replica.index}"
+
     def summary(self) -> str:
         """One line: state, epoch, progress, metrics, workers, restarts (what `make demo` prints)."""
         return describe_status(self.status)
@@ -307,22 +325,34 @@ class RankStatus:
 
 
 def rank_statuses(job: TrainingJob, pods: Sequence[JsonDict]) -> list[RankStatus]:
-    """One entry per rank 0..numWorkers-1 (and any pod of a rank beyond it): the job's own pod of the
-    newest attempt (pods of an earlier job of the same name are left out)."""
+    """One entry per rank, the pod's slot (crd/replicas.py; the worker index in a job of workers only,
+    and any pod of a worker beyond numWorkers): the job's own pod of the newest attempt (pods of an
+    earlier job of the same name are left out)."""
     by_rank: dict[int, JsonDict] = {}
     for pod in pods:
         owners = (pod.get("metadata") or {}).get("ownerReferences") or []
         if job.uid and not any(owner.get("uid") == job.uid for owner in owners):
             continue
         labels = (pod.get("metadata") or {}).get("labels") or {}
-        rank = _int_label(labels.get(contract.REPLICA_INDEX_LABEL))
+        rank = _rank(job.replicas, labels)
         if rank is None:
             continue
         current = by_rank.get(rank)
         if current is None or _attempt(pod) > _attempt(current):
             by_rank[rank] = pod
-    ranks = sorted(set(range(job.num_workers)) | set(by_rank))
+    ranks = sorted(set(range(job.replicas.size)) | set(by_rank))
     return [_rank_status(rank, by_rank.get(rank)) for rank in ranks]
+
+
+def _rank(replicas: Replicas, labels: Mapping[str, Any]) -> int | None:
+    """The slot of the pod with these labels (a pod without the role label is a worker)."""
+    index = _int_label(labels.get(contract.REPLICA_INDEX_LABEL))
+    role = labels.get(contract.REPLICA_TYPE_LABEL, ReplicaType.WORKER.value)
+    if index is None or role not in {str(member) for member in ReplicaType}:
+        return None
+    if role == ReplicaType.WORKER and not replicas.has_roles:
+        return index
+    return replicas.slot(ReplicaType(role), index)
 
 
 def _int_label(value: Any) -> int | None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from builders.workload import workload_name
 from controller.planner import conditions as cond
+from controller.planner.change import Change, Step, moment
 from controller.planner.facts import Facts, attempt_of, state_of
 from controller.planner.kueue import current_workload
 from controller.planner.progress import apply_report
@@ -26,7 +27,7 @@ from controller.planner.queueing import (
     Evict,
     QueueDecision,
 )
-from controller.planner.transitions import Change, Step, forget_replacements, moment, resume_from
+from controller.planner.transitions import forget_replacements, resume_from
 from crd import contract
 from crd.contract import Condition, State
 

@@ -30,13 +30,14 @@ from typing import Any, ClassVar
 
 from builders.names import pod_name
 from controller.planner import conditions as cond
-from controller.planner import elastic, podstate
+from controller.planner import elastic, podstate, reports, roles
 from controller.planner.elastic import AddWorkers, Rejoined, Shrink
 from controller.planner.facts import Facts, attempt_of, state_of
 from controller.planner.failures import Cause, PodFailure, Verdict, verdict
 from controller.planner.gang import Gang, root_cause
-from controller.planner.progress import ProgressUpdate, apply_report, success_reached
+from controller.planner.progress import success_reached
 from controller.planner.queueing import QueueDecision, queue_decision
+from controller.planner.reports import RecordProgress, progress
 from controller.planner.texts import format_duration, summary
 from controller.planner.timers import active_seconds, quiet_seconds, scheduling_wait, ttl_expires
 from controller.runtime.clock import parse_time
@@ -110,12 +111,11 @@ class NextAttempt:
 
 
 @dataclass(frozen=True)
-class RecordProgress:
-    """Rank 0 reported something new (`update`), or something unusable (`problem`)."""
+class NoteEvaluatorFailure:
+    """The evaluator failed or was lost: recorded (EvaluatorFailed, an Event); the job goes on."""
 
     STEP: ClassVar = True
-    update: ProgressUpdate | None
-    problem: str | None = None
+    failure: PodFailure
 
 
 @dataclass(frozen=True)
@@ -176,6 +176,7 @@ Decision = (
     | Wait
     | NextAttempt
     | RecordProgress
+    | NoteEvaluatorFailure
     | RemoveExtraPods
     | Restart
     | CreateRanks
@@ -213,6 +214,11 @@ def decide(  # noqa: PLR0911 - one return per check of the state machine
         return fail(facts, "InvalidSpec", f"invalid spec: {problems}", gang.all_pods)
     if state is None and not spec.suspend:
         return Accept()
+    # Whatever happens next, rank 0's latest report first: also the one a trainer told to stop makes
+    # with the checkpoint it saved in its grace period, from a pod being deleted.
+    recorded = reports.record(facts, status, taken)
+    if recorded is not None:
+        return recorded
     limit = spec.failure_policy.active_deadline_seconds
     if limit and status.get("startTime") and active_seconds(facts, status) >= limit:
         message = (
@@ -262,41 +268,32 @@ def _restarting(facts: Facts, status: Mapping[str, Any], gang: Gang) -> Decision
     return NextAttempt()
 
 
-def progress(facts: Facts, status: Mapping[str, Any]) -> tuple[ProgressUpdate | None, str | None]:
-    """Rank 0's report applied to `status` (rate-limited unless rank 0 has exited: its last report has
-    nothing to flush it later), or the problem with it."""
-    report, problem = facts.report(status)
-    if report is None:
-        return None, problem
-    interval = 0.0 if facts.rank0_finished(status) else facts.settings.progress_min_interval
-    return apply_report(status, report, facts.spec, facts.now, interval), None
-
-
 def _attempt(  # noqa: PLR0911 - one return per check of the state machine
     facts: Facts, status: Mapping[str, Any], gang: Gang, taken: Sequence[AnyDecision]
 ) -> Decision:
-    """The current gang: record its progress, notice its end, create it, watch it start."""
-    update, problem = progress(facts, status)
-    if problem and not any(isinstance(step, RecordProgress) for step in taken):
-        return RecordProgress(None, problem)
-    if update is not None and update.changed:
-        return RecordProgress(update)
+    """The current gang (its progress is recorded already): notice its end, create it, watch it start."""
+    update, _ = progress(facts, status)
     finish = _success(facts, status, gang)
     if finish is not None:
         return finish
     reaction = _reaction(facts, status, gang)
     if reaction is not None:
         return reaction
+    evaluator = roles.unrecorded_evaluator_failure(status, gang)
+    if evaluator is not None:
+        return NoteEvaluatorFailure(evaluator)
     if gang.stale:
-        return Restart(None, "Resized", f"numWorkers changed to {gang.num_workers}")
+        return Restart(None, "Resized", f"numWorkers changed to {facts.spec.num_workers}")
     created = cond.is_true(status.get("conditions"), Condition.CREATED)
-    if gang.missing and gang.formed(attempt_of(status)) and created and facts.spec.elastic is None:
-        names = ", ".join(pod_name(facts.job, index) for index in gang.missing)
+    lost = gang.missing_training
+    if lost and gang.formed(attempt_of(status)) and created and facts.spec.elastic is None:
+        names = ", ".join(pod_name(facts.job, index) for index in lost)
         return Restart(Cause.DISRUPTION, "PodDeleted", f"pod(s) {names} disappeared")
     if gang.out_of_range and not any(isinstance(step, RemoveExtraPods) for step in taken):
         return RemoveExtraPods(tuple(gang.out_of_range))
-    if gang.missing:
-        return _create_missing(facts, status, gang)
+    to_create = gang.to_create(status)
+    if to_create:
+        return _create_missing(facts, status, gang, to_create)
     if not created:
         return MarkCreated()
     timeout = facts.spec.scheduling.schedule_timeout_seconds
@@ -322,34 +319,26 @@ def _reaction(facts: Facts, status: Mapping[str, Any], gang: Gang) -> Decision |
     return reaction
 
 
-def _create_missing(facts: Facts, status: Mapping[str, Any], gang: Gang) -> Decision:
-    """Pods for the missing ranks, once no pod of a previous attempt is left; a running elastic job
-    adds its missing workers while the others train."""
+def _create_missing(facts: Facts, status: Mapping[str, Any], gang: Gang, slots: Sequence[int]) -> Decision:
+    """Pods for the missing ranks (`slots`), once no pod of a previous attempt is left; a running
+    elastic job adds its missing workers while the others train."""
     if facts.spec.elastic is not None and state_of(status) == State.RUNNING:
         added = elastic.add_workers(facts, gang)
         return added if added is not None else Wait(elastic.replacement_wait(facts, gang))
     if gang.terminating:
         return Wait(f"waiting for {len(gang.terminating)} pod(s) of a previous attempt to terminate")
-    return CreateRanks(tuple(gang.missing))
+    return CreateRanks(tuple(slots))
 
 
 def _success(facts: Facts, status: Mapping[str, Any], gang: Gang) -> Finish | None:
+    """The success policy's metric targets, then what the pods' ends say (roles.completion)."""
     reached = success_reached(status, facts.spec.success_policy)
     if reached is not None:
         reason, message = reached
         return Finish(State.COMPLETED, reason, message, tuple(gang.holding))
-    rank0 = gang.ranks.get(0)
-    rank0_succeeded = rank0 is not None and podstate.worker_phase(rank0) == "Succeeded"
-    if facts.spec.success_policy.mode == "RankZero" and rank0_succeeded:
-        # The other workers are stopped whatever cleanPodPolicy says (it keeps finished pods only).
-        return Finish(State.COMPLETED, "RankZeroSucceeded", "rank 0 succeeded", tuple(gang.holding))
-    if facts.spec.elastic is not None and rank0_succeeded:
-        # torchrun's agents wait for each other before they exit: worker 0's agent ends after the whole
-        # world finished. A replacement that did not make it into the last round never will.
-        message = "worker 0 succeeded: the elastic world finished training"
-        return Finish(State.COMPLETED, "AllWorkersSucceeded", message, tuple(gang.holding))
-    if not gang.missing and gang.count("Succeeded") == gang.num_workers:
-        return Finish(State.COMPLETED, "AllWorkersSucceeded", f"all {gang.num_workers} workers succeeded")
+    ended = roles.completion(facts.spec, gang)
+    if ended is not None:
+        return Finish(State.COMPLETED, ended.reason, ended.message, ended.stop)
     return None
 
 
@@ -408,14 +397,18 @@ def unschedulable_summary(gang: Gang) -> str:
     known = [message for message in map(podstate.unschedulable_message, unscheduled) if message]
     known.sort(key=lambda message: podstate.OPTIMISTIC_REJECTION in message)
     if known:
-        return f"{len(unscheduled)}/{gang.num_workers} pods unschedulable: {known[0]}"
-    return f"{len(unscheduled)}/{gang.num_workers} pods waiting to be scheduled"
+        return f"{len(unscheduled)}/{gang.size} pods unschedulable: {known[0]}"
+    return f"{len(unscheduled)}/{gang.size} pods waiting to be scheduled"
 
 
 def _track(facts: Facts, status: Mapping[str, Any], gang: Gang, *, deferred: bool) -> Decision:
-    """How far the complete gang got; once it has been running, whether it stalled."""
-    total = gang.num_workers
-    running = gang.count("Running", "Succeeded")
+    """How far the complete gang got; once it has been running, whether it stalled. The pods it waits
+    for are the training cluster's and a live evaluator (roles.expected)."""
+    expected = roles.expected(gang)
+    total = len(expected)
+    running = sum(
+        1 for slot in expected if podstate.worker_phase(gang.ranks.get(slot, {})) in ("Running", "Succeeded")
+    )
     elastic_running = elastic.running_message(facts, gang)
     if gang.unscheduled and elastic_running is None:
         message = unschedulable_summary(gang)
@@ -438,7 +431,9 @@ def _track(facts: Facts, status: Mapping[str, Any], gang: Gang, *, deferred: boo
         return stalled
     if elastic_running is not None and running < total:
         return Track(State.RUNNING, "Running", elastic_running, "MinWorkersRunning", stalled)
-    return Track(State.RUNNING, "Running", f"{total}/{total} workers running", "AllWorkersRunning", stalled)
+    return Track(
+        State.RUNNING, "Running", f"{total}/{total} {gang.noun} running", "AllWorkersRunning", stalled
+    )
 
 
 def waiting_summary(gang: Gang) -> tuple[str, str] | None:

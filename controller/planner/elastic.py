@@ -118,7 +118,7 @@ def react(facts: Facts, status: Mapping[str, Any], gang: Gang) -> Shrink | Rejoi
     if stop:
         return Shrink((), tuple(stop), 0, "", "")
     running = [index for index in being_replaced if _runs(gang, index)]
-    dropped = [index for index in being_replaced if index >= gang.num_workers]
+    dropped = [index for index in being_replaced if index >= gang.size]
     if running or dropped:
         return Rejoined(tuple(sorted(running)), tuple(sorted(dropped)))
     return None
@@ -140,7 +140,7 @@ def _deleted(
         index = podstate.replica_index(pod)
         if (
             index is None
-            or not 0 <= index < gang.num_workers
+            or not 0 <= index < gang.size
             or index in gang.ranks
             or index in being_replaced
             or pod["metadata"].get("labels", {}).get(ATTEMPT_LABEL) != attempt
@@ -192,10 +192,7 @@ def add_workers(facts: Facts, gang: Gang) -> AddWorkers | None:
 def replacement_wait(facts: Facts, gang: Gang) -> str:
     names = ", ".join(pod_name(facts.job, index) for index in gang.missing)
     running = gang.count("Running")
-    return (
-        f"{running}/{gang.num_workers} workers running; {names} will be created once the old pod has "
-        "terminated"
-    )
+    return f"{running}/{gang.size} workers running; {names} will be created once the old pod has terminated"
 
 
 def running_message(facts: Facts, gang: Gang) -> str | None:
@@ -204,7 +201,7 @@ def running_message(facts: Facts, gang: Gang) -> str | None:
     if elastic is None:
         return None
     running = gang.count("Running", "Succeeded")
-    total = gang.num_workers
+    total = gang.size
     if running < elastic.min_workers:
         return None
     if running >= total:

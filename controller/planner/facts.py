@@ -71,7 +71,7 @@ class Facts:
             self._gang.append(
                 observe(
                     observed.pods,
-                    self.spec.num_workers,
+                    self.spec.replicas,
                     observed.nodes,
                     observed.nodes_known,
                     now=observed.now,
@@ -81,12 +81,15 @@ class Facts:
         return self._gang[0]
 
     def reporter(self, status: Mapping[str, Any]) -> JsonDict | None:
-        """The pod whose progress report counts: worker 0's, where rank 0 runs. In an elastic job
-        torchrun assigns ranks anew in every rendezvous round, so rank 0 may have moved: there it is
-        the pod with the newest report (worker 0's while none has one)."""
+        """The pod whose progress report counts: slot 0's (worker 0, or a TensorFlow job's chief), where
+        rank 0 runs; when it is being deleted, still that pod while its trainer may report (a checkpoint
+        saved on SIGTERM), as long as it belongs to the status's attempt. In an elastic job torchrun
+        assigns ranks anew in every rendezvous round, so rank 0 may have moved: there it is the pod
+        with the newest report (worker 0's while none has one)."""
         ranks = self.gang(status).ranks
         if self.spec.elastic is None or len(ranks) < 2:
-            return ranks.get(0)
+            rank0 = ranks.get(0)
+            return rank0 if rank0 is not None else self._departing_rank0(status)
         newest: tuple[str, int, int] | None = None
         chosen = ranks.get(0)
         for index, pod in ranks.items():
@@ -97,6 +100,14 @@ class Facts:
             if newest is None or key > newest:
                 newest, chosen = key, pod
         return chosen
+
+    def _departing_rank0(self, status: Mapping[str, Any]) -> JsonDict | None:
+        """Slot 0's pod of the status's attempt among the pods being deleted, if there is one."""
+        attempt = attempt_of(status)
+        for pod in self.gang(status).terminating:
+            if podstate.slot(pod, self.spec.replicas) == 0 and podstate.attempt(pod) == attempt:
+                return pod
+        return None
 
     def report(self, status: Mapping[str, Any]) -> tuple[Report | None, str | None]:
         """Rank 0's progress report (parse_report's answer), with the pod named in a problem."""

@@ -2,7 +2,11 @@
 
 The planner never reasons about single pods: a rank restarted alone cannot rejoin the collective,
 so every decision is about the gang. This module turns the job's owned pods (from the cache) into
-a `Gang` once per reconcile.
+a `Gang` once per reconcile. A rank is a slot of the job (crd/replicas.py): the worker of that index
+in a job of workers only; with TensorFlow roles, the chief, workers, parameter servers and evaluator
+in that order, each pod found by its role label and its index within the role. The evaluator is not
+part of the training cluster: its failures are kept apart (`evaluator_failures`), because they neither
+fail nor restart the job (controller/planner/roles.py).
 """
 
 from __future__ import annotations
@@ -12,8 +16,11 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
+from controller.planner import conditions as cond
 from controller.planner import podstate
 from controller.planner.failures import PodFailure, classify
+from crd.contract import Condition, ReplicaType
+from crd.replicas import Replicas
 
 JsonDict = dict[str, Any]
 
@@ -23,12 +30,24 @@ class Gang:
     """The pods of one job by role: a live pod per rank, the extra ones, those going away, and the
     failures among them (including ranks deleted since the cache last held them)."""
 
-    num_workers: int
+    replicas: Replicas
     ranks: dict[int, JsonDict] = field(default_factory=dict)
     terminating: list[JsonDict] = field(default_factory=list)
     out_of_range: list[JsonDict] = field(default_factory=list)
     stale: list[JsonDict] = field(default_factory=list)
     failures: list[PodFailure] = field(default_factory=list)
+    # Failures (and losses) of the evaluator, which is not part of the training cluster.
+    evaluator_failures: list[PodFailure] = field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        """Slots (pods) of the job: numWorkers, and a TensorFlow job's other roles."""
+        return self.replicas.size
+
+    @property
+    def noun(self) -> str:
+        """What the gang's pods are called in messages: workers, or pods when there are other roles."""
+        return "pods" if self.replicas.has_roles else "workers"
 
     @property
     def live(self) -> list[JsonDict]:
@@ -40,11 +59,36 @@ class Gang:
 
     @property
     def missing(self) -> list[int]:
-        return [index for index in range(self.num_workers) if index not in self.ranks]
+        return [slot for slot in range(self.size) if slot not in self.ranks]
+
+    @property
+    def missing_training(self) -> list[int]:
+        """Missing slots of the training cluster (every role but the evaluator)."""
+        training = set(self.replicas.training)
+        return [slot for slot in self.missing if slot in training]
+
+    def to_create(self, status: Mapping[str, Any]) -> list[int]:
+        """The missing slots the status's attempt still creates: all of them until its gang was created
+        and formed; after that not the evaluator's (a lost evaluator is not replaced within an attempt,
+        and a lost pod of the training cluster restarts the gang)."""
+        created = cond.is_true(status.get("conditions"), Condition.CREATED)
+        if created and self.formed(int(status.get("attempt", 0))):
+            evaluators = set(self.replicas.slots(ReplicaType.EVALUATOR))
+            return [slot for slot in self.missing if slot not in evaluators]
+        return self.missing
 
     def count(self, *phases: str) -> int:
         """Ranks whose worker (its trainer container, podstate.worker_phase) is in one of `phases`."""
         return sum(1 for pod in self.ranks.values() if podstate.worker_phase(pod) in phases)
+
+    def role_counts(self) -> dict[str, dict[str, int]]:
+        """status.roles: each role's pods of the current attempt by phase."""
+        counts: dict[str, dict[str, int]] = {}
+        for role in ReplicaType:
+            if self.replicas.count(role):
+                pods = [self.ranks[slot] for slot in self.replicas.slots(role) if slot in self.ranks]
+                counts[str(role)] = _phases(pods)
+        return counts
 
     @property
     def unscheduled(self) -> list[JsonDict]:
@@ -70,22 +114,33 @@ class Gang:
         deleted = (
             pod
             for pod in self.terminating
-            if podstate.attempt(pod) == attempt and podstate.replica_index(pod) in range(self.num_workers)
+            if podstate.attempt(pod) == attempt and podstate.slot(pod, self.replicas) is not None
         )
         return any(podstate.phase(pod) != "Pending" for pod in (*self.ranks.values(), *deleted))
 
     def workers(self) -> dict[str, int]:
-        return {
-            "pending": self.count("Pending", "Unknown"),
-            "active": self.count("Running"),
-            "succeeded": self.count("Succeeded"),
-            "failed": self.count("Failed"),
-        }
+        return _phases(list(self.ranks.values()))
+
+    def record(self, failure: PodFailure, slot: int | None) -> None:
+        """Adds a pod's failure to the training cluster's, or to the evaluator's."""
+        evaluator = slot is not None and self.replicas.at(slot).type == ReplicaType.EVALUATOR
+        (self.evaluator_failures if evaluator else self.failures).append(failure)
+
+
+def _phases(pods: Sequence[JsonDict]) -> dict[str, int]:
+    """status.workers' counts of `pods`, by the phase of their trainers (podstate.worker_phase)."""
+    phases = [podstate.worker_phase(pod) for pod in pods]
+    return {
+        "pending": sum(phase in ("Pending", "Unknown") for phase in phases),
+        "active": phases.count("Running"),
+        "succeeded": phases.count("Succeeded"),
+        "failed": phases.count("Failed"),
+    }
 
 
 def observe(
     pods: Sequence[JsonDict],
-    num_workers: int,
+    replicas: Replicas | int,
     nodes: Mapping[str, JsonDict],
     nodes_known: bool,
     *,
@@ -95,9 +150,12 @@ def observe(
     """The gang as the cache shows it. A pod being deleted is no longer a rank, but it still says how
     its rank ended (the tracking finalizer keeps it until the status says so: planner/tracking.py):
     preempted or evicted (a disruption), or failed before anyone deleted it (a failure). Any other
-    deletion leaves its rank missing, which the planner judges as such."""
-    gang = Gang(num_workers=num_workers)
+    deletion leaves its rank missing, which the planner judges as such. `replicas`: the job's pods by
+    role, or for a job of workers only their number."""
+    layout = replicas if isinstance(replicas, Replicas) else Replicas(workers=replicas)
+    gang = Gang(replicas=layout)
     for pod in sorted(pods, key=lambda item: str(item.get("metadata", {}).get("name", ""))):
+        slot = podstate.slot(pod, layout)
         if podstate.is_terminating(pod):
             gang.terminating.append(pod)
             # Preemption, API eviction and taint-manager deletion mark the pod DisruptionTarget and
@@ -105,21 +163,20 @@ def observe(
             if podstate.disruption_reason(pod) is not None or podstate.failed_before_deletion(pod):
                 failure = classify(pod, None, False)
                 if failure is not None:
-                    gang.failures.append(replace(failure, gone=True))
+                    gang.record(replace(failure, gone=True), slot)
             continue
-        index = podstate.replica_index(pod)
-        if index is None or not 0 <= index < num_workers or index in gang.ranks:
+        if slot is None or slot in gang.ranks:
             gang.out_of_range.append(pod)
             continue
-        gang.ranks[index] = pod
-        if podstate.built_for_another_size(pod, num_workers):
+        gang.ranks[slot] = pod
+        if podstate.built_for_another_size(pod, layout.workers):
             gang.stale.append(pod)
         node = podstate.node_name(pod)
         failure = classify(
             pod, nodes.get(node) if node else None, nodes_known, now=now, node_grace=node_grace
         )
         if failure is not None:
-            gang.failures.append(failure)
+            gang.record(failure, slot)
     return gang
 
 

@@ -24,30 +24,28 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from builders.meta import selector_labels
-from controller.planner import texts, tracking
+from controller.planner import roles, texts, tracking
 from controller.planner.admission import apply_queueing
-from controller.planner.decide import AnyDecision, Finish, decide, progress
+from controller.planner.change import Change, Moment, Step, moment
+from controller.planner.decide import AnyDecision, Finish, decide
 from controller.planner.facts import Facts
 from controller.planner.model import Delete, Event, Observed, Plan, Settings
 from controller.planner.queueing import Admit, Dequeue, Enqueue, Evict
+from controller.planner.reports import progress
 from controller.planner.scheduled import show_scheduled
 from controller.planner.supporting import Patch, desired_objects, diff_objects, release_claims
 from controller.planner.timers import ceil_to_second, wake_up
 from controller.planner.transitions import (
-    Change,
-    Moment,
-    Step,
     apply,
     blocked,
     finish_status,
     force_delete_stuck,
-    moment,
     show_blocked,
 )
 from controller.planner.workloads import workload_writes
 from controller.runtime import boundedjson
 from controller.runtime.clock import rfc3339
-from crd.contract import FINISHED_STATES, State
+from crd.contract import FINISHED_STATES, ReplicaType, State
 from crd.spec import parse
 from crd.spec_fields import SpecError
 from crd.validation import validate
@@ -114,7 +112,7 @@ def plan(observed: Observed, settings: Settings | None = None) -> Plan:
         delete_job=result.delete_job,
         objects_first=blocked(status) and bool(all_creates) and not deletes,
         slow_start=blocked(status),
-        releases=tracking.releases(observed.pods),
+        releases=tracking.releases(observed.pods, observed.now),
     )
 
 
@@ -169,9 +167,15 @@ def _derived(status: Mapping[str, Any], facts: Facts) -> JsonDict:
     if facts.job.generation is not None:
         derived["observedGeneration"] = facts.job.generation
     derived["workers"] = gang.workers()
+    summary = roles.summary(gang)
+    if summary is not None:
+        derived["roles"] = gang.role_counts()
+        derived["roleSummary"] = summary
     derived["resources"] = {"gpus": gang.allocated * facts.spec.gpus_per_worker, "workers": gang.allocated}
-    # The scale subresource's view (kubectl scale, a HorizontalPodAutoscaler): pods and their selector.
-    derived["replicas"] = len(gang.ranks)
+    # The scale subresource's view (kubectl scale, a HorizontalPodAutoscaler): the worker pods (what
+    # numWorkers counts) and the selector of the job's pods.
+    workers = set(facts.spec.replicas.slots(ReplicaType.WORKER))
+    derived["replicas"] = sum(1 for slot in gang.ranks if slot in workers)
     derived["selector"] = ",".join(f"{key}={value}" for key, value in selector_labels(facts.job).items())
     if derived.get("startTime"):
         # A job whose first gang started counts attempts and restarts from there.
@@ -185,7 +189,7 @@ def _unreadable(observed: Observed, status: JsonDict, error: SpecError) -> Plan:
     schema): the job fails with InvalidSpec and its pods are left alone (nothing about them can be
     judged without a spec). Once failed, nothing more is done."""
     if status.get("state") in FINISHED_STATES:
-        return Plan(status=status, releases=tracking.releases(observed.pods))
+        return Plan(status=status, releases=tracking.releases(observed.pods, observed.now))
     generation = observed.job.get("metadata", {}).get("generation")
     now = observed.now
     change = Change(
@@ -194,4 +198,8 @@ def _unreadable(observed: Observed, status: JsonDict, error: SpecError) -> Plan:
     finish_status(change, State.FAILED, "InvalidSpec", texts.message(f"invalid spec: {error}"))
     if change.moment.generation is not None:
         change.status["observedGeneration"] = change.moment.generation
-    return Plan(status=change.status, events=list(change.events), releases=tracking.releases(observed.pods))
+    return Plan(
+        status=change.status,
+        events=list(change.events),
+        releases=tracking.releases(observed.pods, observed.now),
+    )

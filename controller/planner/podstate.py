@@ -14,7 +14,15 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from controller.runtime.clock import parse_time
-from crd.contract import ATTEMPT_LABEL, CONTAINER_NAME, NUM_WORKERS_ANNOTATION, REPLICA_INDEX_LABEL
+from crd.contract import (
+    ATTEMPT_LABEL,
+    CONTAINER_NAME,
+    NUM_WORKERS_ANNOTATION,
+    REPLICA_INDEX_LABEL,
+    REPLICA_TYPE_LABEL,
+    ReplicaType,
+)
+from crd.replicas import Replicas
 
 JsonDict = dict[str, Any]
 
@@ -33,6 +41,21 @@ def _number(label: object) -> int | None:
 
 def replica_index(pod: Mapping[str, Any]) -> int | None:
     return _number(pod.get("metadata", {}).get("labels", {}).get(REPLICA_INDEX_LABEL))
+
+
+def replica_type(pod: Mapping[str, Any]) -> ReplicaType | None:
+    """The pod's role (its label; a pod without one, made before roles existed, is a worker), None for
+    a role the operator does not know."""
+    label = pod.get("metadata", {}).get("labels", {}).get(REPLICA_TYPE_LABEL, ReplicaType.WORKER.value)
+    return next((role for role in ReplicaType if role.value == label), None)
+
+
+def slot(pod: Mapping[str, Any], replicas: Replicas) -> int | None:
+    """The pod's slot in a job of these replicas (crd/replicas.py), None when the job has no such pod."""
+    index, role = replica_index(pod), replica_type(pod)
+    if index is None or role is None:
+        return None
+    return replicas.slot(role, index)
 
 
 def attempt(pod: Mapping[str, Any]) -> int | None:

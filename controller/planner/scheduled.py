@@ -17,9 +17,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from controller.planner import podstate
+from controller.planner.change import Change, moment
 from controller.planner.decide import unschedulable_summary
 from controller.planner.facts import Facts, attempt_of, state_of
-from controller.planner.transitions import Change, moment
 from crd.contract import FINISHED_STATES, Condition, State
 
 JsonDict = dict[str, Any]
@@ -36,14 +36,16 @@ def scheduling(facts: Facts, status: Mapping[str, Any]) -> tuple[bool, str, str]
     if status.get("restartAt") or state == State.RESTARTING:
         return False, "Restarting", f"the pods of attempt {attempt} are being replaced"
     gang = facts.gang(status)
-    total = gang.num_workers
-    if gang.missing:
-        created = total - len(gang.missing)
+    total = gang.size
+    missing = gang.to_create(status)
+    if missing:
+        created = total - len(missing)
         return False, "PodsNotCreated", f"{created}/{total} pods of attempt {attempt} created"
     if gang.unscheduled:
         unschedulable = any(podstate.unschedulable_message(pod) for pod in gang.unscheduled)
         return False, "Unschedulable" if unschedulable else "PodsPending", unschedulable_summary(gang)
-    return True, "AllPodsScheduled", f"{total}/{total} pods of attempt {attempt} are bound to nodes"
+    bound = len(gang.ranks)
+    return True, "AllPodsScheduled", f"{bound}/{bound} pods of attempt {attempt} are bound to nodes"
 
 
 def show_scheduled(facts: Facts, status: Mapping[str, Any]) -> JsonDict:

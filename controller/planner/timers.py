@@ -69,7 +69,7 @@ def _timers(
         yield (parse_time(restart_at) - facts.now).total_seconds()
         return
     yield progress_retry
-    if gang.missing:
+    if gang.to_create(status):
         return
     yield from _lost_nodes(facts, gang)
     yield _schedule_timeout(facts, status, gang)

@@ -11,9 +11,12 @@ The planner says which finalizers to remove (`Release`), and the reconciler remo
 wrote the status planned from that same observation, so a pod goes only once its end is accounted
 for:
 
-* a pod that ended (phase Succeeded or Failed) or is being deleted: its end is what the planned status
-  was decided on (a failure counted, a disruption restart, a finished job, or a deletion the job waits
-  out); nothing later about it can change the accounting;
+* a pod that ended (phase Succeeded or Failed), or is being deleted and its trainer has stopped or
+  its grace period is over: its end is what the planned status was decided on (a failure counted, a
+  disruption restart, a finished job, or a deletion the job waits out); nothing later about it can
+  change the accounting. A pod being deleted whose trainer still runs within its grace period is
+  kept: that trainer may still report (a checkpoint saved on SIGTERM, docs/progress.md), and the
+  report must reach the status before the pod can go (planner/reports.py reads it);
 * a pod whose TrainingJob is gone, or that belongs to an earlier job of the same name (an orphan): no
   status will ever account for it, and the garbage collector is deleting it.
 
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from controller.planner import podstate
@@ -46,10 +50,22 @@ def tracked(pod: Mapping[str, Any]) -> bool:
     return contract.TRACKING_FINALIZER in (pod.get("metadata", {}).get("finalizers") or [])
 
 
-def ended(pod: Mapping[str, Any]) -> bool:
-    """The pod can no longer change how the job's attempt is judged: it is being deleted, or it
-    finished (by the pod's own phase: a trainer done while a sidecar runs still holds its node)."""
-    return podstate.is_terminating(pod) or podstate.phase(pod) in ("Succeeded", "Failed")
+def ended(pod: Mapping[str, Any], now: datetime | None = None) -> bool:
+    """The pod can no longer change how the job's attempt is judged: it finished (by the pod's own
+    phase: a trainer done while a sidecar runs still holds its node), or it is being deleted and
+    nothing in it can report any more: its trainer has stopped or never started, or its grace period
+    is over (`now` past its deletionTimestamp, which a kubelet's or kwok's final confirmation, and a
+    force delete, set to the moment they were made). Without `now`: any pod being deleted."""
+    if podstate.phase(pod) in ("Succeeded", "Failed"):
+        return True
+    if not podstate.is_terminating(pod):
+        return False
+    if now is None or podstate.phase(pod) == "Pending":
+        return True
+    if podstate.worker_phase(pod) in ("Succeeded", "Failed"):
+        return True
+    deadline = podstate.deletion_time(pod)
+    return deadline is None or deadline <= now
 
 
 def release(pod: Mapping[str, Any]) -> Release:
@@ -60,9 +76,9 @@ def release(pod: Mapping[str, Any]) -> Release:
     )
 
 
-def releases(pods: Iterable[Mapping[str, Any]]) -> tuple[Release, ...]:
-    """The job's pods whose end the status planned from this observation accounts for."""
-    return tuple(release(pod) for pod in _by_name(pods) if tracked(pod) and ended(pod))
+def releases(pods: Iterable[Mapping[str, Any]], now: datetime | None = None) -> tuple[Release, ...]:
+    """The job's pods whose end the status planned from this observation (made at `now`) accounts for."""
+    return tuple(release(pod) for pod in _by_name(pods) if tracked(pod) and ended(pod, now))
 
 
 def orphans(pods: Iterable[Mapping[str, Any]], job_uid: str | None) -> tuple[Release, ...]:

@@ -2,8 +2,8 @@
 
 Each takes the reconcile's facts, the status as it stands and the decision, and returns a `Step`: a
 new status (the input is never changed), the pods to create and delete, the Events to record. The
-state moves only through `Change.move_to`, which records an Event when the state changes; every text
-written goes through controller.planner.texts, so it fits the field it is written to. The fields
+state moves only through `Change.move_to` (change.py), which records an Event when the state changes;
+every text written goes through controller.planner.texts, so it fits the field it is written to. The fields
 derived from the pods (workers, resources, observedGeneration) are not written here but once, at the
 end of the plan.
 """
@@ -11,14 +11,13 @@ end of the plan.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 from builders.names import pod_name
 from builders.pods import build_pod
 from controller.planner import conditions as cond
 from controller.planner import texts
+from controller.planner.change import Change, Moment, Step, moment
 from controller.planner.decide import (
     Accept,
     CreateRanks,
@@ -28,7 +27,7 @@ from controller.planner.decide import (
     Finished,
     MarkCreated,
     NextAttempt,
-    RecordProgress,
+    NoteEvaluatorFailure,
     RemoveExtraPods,
     Restart,
     Resume,
@@ -41,6 +40,7 @@ from controller.planner.facts import Facts, attempt_of, state_of
 from controller.planner.failures import Cause, restart_delay
 from controller.planner.kueue import admitted_placement
 from controller.planner.model import Delete, Event
+from controller.planner.reports import RecordProgress
 from controller.planner.texts import format_duration
 from controller.planner.timers import ceil_to_second, later, stuck_terminating, terminating_for
 from controller.runtime.clock import parse_time, rfc3339
@@ -48,79 +48,6 @@ from crd.contract import Condition, State
 
 JsonDict = dict[str, Any]
 FAILED_CREATE = "FailedCreate"
-
-
-@dataclass(frozen=True)
-class Moment:
-    """When a status change is made, and from which generation of the spec."""
-
-    now: datetime
-    stamp: str
-    generation: int | None
-
-
-@dataclass(frozen=True)
-class Step:
-    status: JsonDict
-    creates: tuple[JsonDict, ...] = ()
-    deletes: tuple[Delete, ...] = ()
-    events: tuple[Event, ...] = ()
-    delete_job: bool = False
-
-
-class Change:
-    """One transition's edit of a copy of the status, and the Events and deletes it brings."""
-
-    def __init__(self, moment: Moment, status: Mapping[str, Any]) -> None:
-        self.moment = moment
-        self.status: JsonDict = dict(status)
-        self.events: list[Event] = []
-        self.deletes: list[Delete] = []
-
-    def move_to(
-        self, state: State, message: str, reason: str, *, warning: bool = False, announce: bool = True
-    ) -> None:
-        """Moves to `state` (an Event when it changes, unless `announce` is False) and sets the one-line
-        status message."""
-        if announce and state_of(self.status) != state:
-            self.note("Warning" if warning else "Normal", reason, f"{state}: {message}")
-        self.status["state"] = str(state)
-        self.status["message"] = texts.message(message)
-
-    def note(self, type_: Literal["Normal", "Warning"], reason: str, message: str) -> None:
-        self.events.append(Event(type_, texts.reason(reason), texts.event_message(message)))
-
-    def set(self, type_: Condition, value: bool, reason: str, message: str) -> None:
-        self.status["conditions"] = cond.set_condition(
-            self.status.get("conditions"),
-            type_,
-            value,
-            reason=texts.reason(reason),
-            message=texts.message(message),
-            now=self.moment.stamp,
-            generation=self.moment.generation,
-        )
-
-    def clear(self, type_: Condition, reason: str, message: str) -> None:
-        """Sets `type_` False only if it is present (a condition that never held need not be written)."""
-        if cond.get(self.status.get("conditions"), type_) is not None:
-            self.set(type_, False, reason, message)
-
-    def stop(self, pods: Iterable[JsonDict], why: str) -> None:
-        for pod in pods:
-            meta = pod["metadata"]
-            self.deletes.append(Delete("Pod", meta["name"], meta["uid"], why))
-
-    def pause_deadline_clock(self) -> None:
-        """Adds the current run to activeSeconds; the deadline clock stands still until runningSince is
-        set again."""
-        since = self.status.pop("runningSince", None)
-        if since:
-            elapsed = (self.moment.now - parse_time(since)).total_seconds()
-            self.status["activeSeconds"] = int(float(self.status.get("activeSeconds") or 0) + elapsed)
-
-    def step(self, *, creates: Iterable[JsonDict] = (), delete_job: bool = False) -> Step:
-        return Step(self.status, tuple(creates), tuple(self.deletes), tuple(self.events), delete_job)
 
 
 def apply(  # noqa: PLR0911, PLR0912 - one case per decision
@@ -145,6 +72,8 @@ def apply(  # noqa: PLR0911, PLR0912 - one case per decision
             return next_attempt(facts, status)
         case RecordProgress():
             return record_progress(facts, status, decision)
+        case NoteEvaluatorFailure():
+            return note_evaluator_failure(facts, status, decision)
         case RemoveExtraPods():
             return remove_extra_pods(facts, status, decision)
         case Restart():
@@ -161,10 +90,6 @@ def apply(  # noqa: PLR0911, PLR0912 - one case per decision
             return rejoined(facts, status, decision)
         case AddWorkers():
             return add_workers(facts, status, decision)
-
-
-def moment(facts: Facts) -> Moment:
-    return Moment(facts.now, facts.stamp, facts.job.generation)
 
 
 # -------------------------------------------------------------------------------------- the end
@@ -308,13 +233,14 @@ def create_ranks(facts: Facts, status: Mapping[str, Any], decision: CreateRanks)
     change.set(Condition.CREATED, False, "Creating", message)
     change.clear(Condition.RESTARTING, "GangRestarted", f"attempt {attempt} started")
     change.clear(Condition.STALLED, "GangRestarted", f"attempt {attempt} started")
+    change.clear(Condition.EVALUATOR_FAILED, "GangRestarted", f"attempt {attempt} started")
     change.move_to(State.PENDING, message, "Creating")
     return change.step(creates=pods)
 
 
 def mark_created(facts: Facts, status: Mapping[str, Any]) -> Step:
     change = Change(moment(facts), status)
-    created = f"{facts.spec.num_workers} pod(s) of attempt {attempt_of(status)} created"
+    created = f"{facts.spec.replicas.size} pod(s) of attempt {attempt_of(status)} created"
     change.set(Condition.CREATED, True, "PodsCreated", created)
     return change.step()
 
@@ -329,8 +255,28 @@ def record_progress(facts: Facts, status: Mapping[str, Any], decision: RecordPro
     change = Change(moment(facts), decision.update.status if decision.update is not None else status)
     if decision.problem is not None:
         change.note("Warning", "InvalidProgressReport", decision.problem)
+    if decision.interrupted is not None:
+        change.status["checkpoint"] = {
+            **(status.get("checkpoint") or {}),
+            "interrupted": decision.interrupted,
+        }
+        change.note("Warning", "CheckpointInterrupted", decision.interrupted)
     if decision.update is not None and cond.is_true(status.get("conditions"), Condition.STALLED):
         change.set(Condition.STALLED, False, "ProgressResumed", "the trainer reports progress again")
+    return change.step()
+
+
+def note_evaluator_failure(facts: Facts, status: Mapping[str, Any], decision: NoteEvaluatorFailure) -> Step:
+    """The evaluator is not part of the training cluster: its failure is recorded, nothing else."""
+    change = Change(moment(facts), status)
+    failure = decision.failure
+    change.set(Condition.EVALUATOR_FAILED, True, failure.reason, failure.describe())
+    change.note(
+        "Warning",
+        "EvaluatorFailed",
+        f"evaluator {failure.describe()}; the job goes on without it (an evaluator's failure neither fails "
+        "nor restarts it), and the next gang attempt starts a new one",
+    )
     return change.step()
 
 

@@ -16,6 +16,7 @@ claim gets a PersistentVolume made for it (kwok's nodes run no provisioner).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -49,7 +50,13 @@ SIMPLE_EXAMPLES = [
     # Elastic: Running once minWorkers run; run_example waits for every worker. It trains for real in
     # tests/e2e/test_elastic_e2e.py.
     "trainingjob-elastic.yaml",
+    # Its program (in the file's ConfigMap) trains for real with JAX in tests/frameworks/test_jax.py.
+    "trainingjob-jax.yaml",
+    # Its trainer's stop on SIGTERM is tests/trainer/test_preemption.py's.
+    "trainingjob-preemptible.yaml",
 ]
+# With every TensorFlow role, below; its program trains for real in tests/frameworks/test_tensorflow.py.
+TENSORFLOW_EXAMPLE = "trainingjob-tensorflow.yaml"
 # Run in a namespace enforcing the "restricted" Pod Security Standard by tests/e2e/test_pod_security.py.
 RESTRICTED_EXAMPLE = "trainingjob-restricted.yaml"
 # Trained to Completed on the real node, below.
@@ -63,23 +70,33 @@ def kubectl(cluster: Kubectl) -> Kubectl:
 
 
 def load(path: Path) -> dict[str, Any]:
-    manifest = yaml.safe_load(path.read_text())
+    """The example's TrainingJob (a file may hold the objects it uses before it)."""
+    manifest = next(
+        doc for doc in yaml.safe_load_all(path.read_text()) if doc and doc.get("kind") == contract.KIND
+    )
     assert isinstance(manifest, dict)
     return manifest
 
 
 def test_every_example_is_covered() -> None:
     assert sorted(path.name for path in EXAMPLES.glob("*.yaml")) == sorted(
-        [*SIMPLE_EXAMPLES, "trainingjob-advanced.yaml", RESTRICTED_EXAMPLE, *TRAINED_EXAMPLES]
+        [
+            *SIMPLE_EXAMPLES,
+            "trainingjob-advanced.yaml",
+            RESTRICTED_EXAMPLE,
+            *TRAINED_EXAMPLES,
+            TENSORFLOW_EXAMPLE,
+        ]
     )
 
 
 def test_the_advanced_example_has_every_section_of_the_spec() -> None:
     """Its comment says so: every object of the spec (a new section must show up there too), but
-    elastic, which changes how the whole job runs and has an example of its own."""
+    elastic and tensorflow, which change how the whole job runs (a PyTorch job under torchrun; a
+    TensorFlow job's roles) and have examples of their own."""
     sections = {name for name, node in subschema("spec")["properties"].items() if node["type"] == "object"}
-    assert "elastic" in sections
-    assert sections - set(load(EXAMPLES / "trainingjob-advanced.yaml")["spec"]) == {"elastic"}
+    assert {"elastic", "tensorflow"} <= sections
+    assert sections - set(load(EXAMPLES / "trainingjob-advanced.yaml")["spec"]) == {"elastic", "tensorflow"}
 
 
 def run_example(kubectl: Kubectl, namespace: str, operator: OperatorProcess, path: Path) -> None:
@@ -91,7 +108,7 @@ def run_example(kubectl: Kubectl, namespace: str, operator: OperatorProcess, pat
 
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""  # no warnings either
-    assert result.stdout.strip() == f"trainingjob.{contract.GROUP}/{name} created"
+    assert result.stdout.strip().splitlines()[-1] == f"trainingjob.{contract.GROUP}/{name} created"
     workers = int(manifest["spec"]["numWorkers"])
     wait_for_state(kubectl, namespace, name, "Running", timeout=120)
 
@@ -116,6 +133,46 @@ def run_example(kubectl: Kubectl, namespace: str, operator: OperatorProcess, pat
 @pytest.mark.parametrize("example", SIMPLE_EXAMPLES)
 def test_example_runs(kubectl: Kubectl, namespace: str, operator: OperatorProcess, example: str) -> None:
     run_example(kubectl, namespace, operator, EXAMPLES / example)
+
+
+def test_the_tensorflow_example_runs_a_pod_per_role(
+    kubectl: Kubectl, namespace: str, operator: OperatorProcess
+) -> None:
+    """A chief, two workers, a parameter server and an evaluator, each Running with its task in TF_CONFIG;
+    the checkpoint claim the evaluator reads gets a volume made for it (no provisioner here)."""
+    with persistent_volume(kubectl, namespace, "tf-parameter-servers-checkpoints"):
+        result = kubectl.attempt("apply", "-n", namespace, "-f", str(EXAMPLES / TENSORFLOW_EXAMPLE))
+        assert (result.returncode, result.stderr) == (0, "")
+        assert result.stdout.splitlines() == [
+            "configmap/tf-training-code created",
+            f"trainingjob.{contract.GROUP}/tf-parameter-servers created",
+        ]
+
+        def every_role_running() -> dict[str, Any] | None:
+            found = get_job(kubectl, namespace, "tf-parameter-servers")
+            status = found.get("status") or {}
+            return (
+                found if status.get("roleSummary") == "chief 1/1, worker 2/2, ps 1/1, evaluator 1/1" else None
+            )
+
+        job = wait("every role of tf-parameter-servers running", every_role_running, timeout=120)
+        assert job["status"]["state"] == "Running"
+        assert job["status"]["replicas"] == 2  # the workers (kubectl scale sets numWorkers)
+        pods = {pod["metadata"]["name"]: pod for pod in pods_of(kubectl, namespace, "tf-parameter-servers")}
+        assert sorted(pods) == [
+            "tf-parameter-servers-chief-0",
+            "tf-parameter-servers-evaluator-0",
+            "tf-parameter-servers-ps-0",
+            "tf-parameter-servers-worker-0",
+            "tf-parameter-servers-worker-1",
+        ]
+        chief = pods["tf-parameter-servers-chief-0"]["spec"]["containers"][0]
+        assert chief["image"] == contract.DEFAULT_IMAGES["tensorflow"]
+        assert chief["command"] == ["python", "/code/train_tf.py"]
+        env = {entry["name"]: entry.get("value") for entry in chief["env"]}
+        assert json.loads(env["TF_CONFIG"])["task"] == {"type": "chief", "index": 0}
+        assert env["RANK"] == "0"
+        assert_healthy(operator)
 
 
 @pytest.fixture

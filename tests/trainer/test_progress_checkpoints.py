@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -128,6 +129,57 @@ def test_the_helper_reads_what_the_operator_injects() -> None:
         "LOCAL_WORLD_SIZE",
         "CHECKPOINT_DIR",
         "CHECKPOINT_RETENTION",
+        tp.GRACE_PERIOD_ENV,
     }
     assert read <= names
+    assert tp.GRACE_PERIOD_ENV == contract.GRACE_PERIOD_ENV
     assert tp.API_URL_ENV.startswith(contract.RESERVED_ENV_PREFIXES)  # spec.env can never set it
+
+
+def test_a_checkpoint_saved_mid_epoch_is_named_by_its_step_and_ordered_after_its_epoch(
+    tmp_path: Path,
+) -> None:
+    make_checkpoints(tmp_path, 1, 2)
+    stopped = tp.checkpoint_path(2, str(tmp_path), step=57)
+    assert stopped == str(tmp_path / "epoch-2-step-57")
+    with tp.atomic_checkpoint(2, str(tmp_path), 57) as temporary:
+        Path(temporary, "model.pt").write_bytes(b"x")
+    (tmp_path / "epoch-1-step-33").mkdir()  # older than epoch 2's
+    assert (tp.checkpoint_epoch(stopped), tp.checkpoint_step(stopped)) == (2, 57)
+    assert tp.checkpoint_step(str(tmp_path / "epoch-2")) is None
+    assert [path for _, path in tp.list_checkpoints(str(tmp_path))] == [
+        str(tmp_path / name) for name in ("epoch-1", "epoch-1-step-33", "epoch-2", "epoch-2-step-57")
+    ]
+    assert tp.latest_checkpoint_dir(str(tmp_path)) == stopped
+    assert tp.resolve_checkpoint(str(tmp_path)) == stopped
+    (tmp_path / "epoch-3").mkdir()  # the end of the epoch comes after any step saved in it
+    assert tp.latest_checkpoint_dir(str(tmp_path)) == str(tmp_path / "epoch-3")
+    assert tp.enforce_retention(str(tmp_path), keep=2) == [
+        str(tmp_path / name) for name in ("epoch-1", "epoch-1-step-33", "epoch-2")
+    ]
+    with pytest.raises(ValueError, match="step must be a non-negative integer"):
+        tp.checkpoint_path(2, str(tmp_path), step=-1)
+
+
+def test_stop_on_sigterm_only_sets_a_flag_and_says_how_long_there_is(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv(tp.GRACE_PERIOD_ENV, "45")
+    assert tp.grace_period_seconds() == 45.0
+    assert tp.grace_period_seconds({}) is None
+    assert tp.grace_period_seconds({tp.GRACE_PERIOD_ENV: "soon"}) is None
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        stop = tp.stop_on_sigterm()
+        assert not stop.is_set()
+        with caplog.at_level(logging.INFO, logger="trainingjob_progress"):
+            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), signal.SIGTERM)  # a second one changes nothing
+        assert stop.is_set()
+        said = [record.getMessage() for record in caplog.records]
+        assert said == [
+            "SIGTERM received: stopping after the current step (within the pod's 45 s grace period)"
+        ]
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert tp.EXIT_TERMINATED == 128 + signal.SIGTERM

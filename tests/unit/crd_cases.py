@@ -29,6 +29,11 @@ from tests.unit.crd_case_model import InvalidCase, base_job, case, job, transiti
 from tests.unit.crd_cases_elastic import elastic_invalid_cases, elastic_valid_manifests, elastic_valid_updates
 from tests.unit.crd_cases_embedded import embedded_type_cases, podtemplate_manifests
 from tests.unit.crd_cases_schema import S3, schema_cases
+from tests.unit.crd_cases_tensorflow import (
+    tensorflow_invalid_cases,
+    tensorflow_valid_manifests,
+    tensorflow_valid_updates,
+)
 
 EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "examples"
 
@@ -311,6 +316,7 @@ def invalid_cases() -> list[InvalidCase]:
         *_transition_cases(),
         *embedded_type_cases(),
         *elastic_invalid_cases(),
+        *tensorflow_invalid_cases(),
     ]
 
 
@@ -403,7 +409,13 @@ def valid_manifests() -> dict[str, dict[str, Any]]:
             {"spec.scheduling.gangScheduling": True, "spec.scheduling.scheduleTimeoutSeconds": 300}
         ),
     }
-    return {**example_manifests(), **extra, **podtemplate_manifests(), **elastic_valid_manifests()}
+    return {
+        **example_manifests(),
+        **extra,
+        **podtemplate_manifests(),
+        **elastic_valid_manifests(),
+        **tensorflow_valid_manifests(),
+    }
 
 
 def valid_updates() -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
@@ -422,6 +434,7 @@ def valid_updates() -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
         ("ttl-set", job(), job({"spec.ttlSecondsAfterFinished": 3600})),
         ("monitoring-enabled", job(), job({"spec.monitoring.enabled": True})),
         *elastic_valid_updates(),
+        *tensorflow_valid_updates(),
     ]
 
 

@@ -23,7 +23,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from builders.names import pod_name
-from controller.planner import Delete, Event, Observed, Plan, Settings, plan
+from controller.planner import Delete, Event, Observed, Plan, Settings, plan, podstate
 from controller.planner.model import Queueing
 from controller.runtime.clock import rfc3339
 from crd import contract
@@ -129,8 +129,12 @@ class FakeCluster:
             self.confirm(pod)
 
     def confirm(self, pod: JsonDict) -> None:
-        """The deletion of `pod` is confirmed: it goes unless a finalizer (in a tracking world) holds it."""
+        """The deletion of `pod` is confirmed, as a kubelet (or kwok) confirms it, with a delete of grace
+        period 0 once its containers stopped (the API server moves deletionTimestamp to that moment):
+        it goes unless a finalizer (in a tracking world) holds it."""
         self.confirmed.add(pod["metadata"]["uid"])
+        pod["metadata"]["deletionTimestamp"] = rfc3339(self.now)
+        pod["metadata"]["deletionGracePeriodSeconds"] = 0
         self._collect(pod["metadata"]["name"])
 
     def release(self, name: str, uid: str) -> None:
@@ -177,8 +181,14 @@ class FakeCluster:
         return [pod for pod in self.pods.values() if not pod["metadata"].get("deletionTimestamp")]
 
     def indices(self, indices: Sequence[int] | None) -> list[int]:
+        """`indices`, else the ranks (slots) of every live pod: the replica index in a job of workers
+        only, the slot (crd/replicas.py) of each role's pod in a job with TensorFlow roles."""
         if indices is not None:
             return list(indices)
+        replicas = parse(self.job).spec.replicas
+        if replicas.has_roles:
+            slots = (podstate.slot(pod, replicas) for pod in self.live_pods())
+            return sorted(slot for slot in slots if slot is not None)
         return sorted(int(p["metadata"]["labels"][contract.REPLICA_INDEX_LABEL]) for p in self.live_pods())
 
     def add_node(self, name: str, ready: bool | None = True) -> None:

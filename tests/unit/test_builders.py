@@ -379,4 +379,7 @@ def test_seed_examples_build_the_expected_object_set() -> None:
         "trainingjob-simple.yaml": base,
         "trainingjob-restricted.yaml": base,
         "trainingjob-elastic.yaml": base,
+        "trainingjob-jax.yaml": base,
+        "trainingjob-preemptible.yaml": base,
+        "trainingjob-tensorflow.yaml": sorted([*base, "PersistentVolumeClaim"]),
     }

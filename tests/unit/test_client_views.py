@@ -7,6 +7,7 @@ import io
 
 import pytest
 
+from crd import contract
 from tests.unit.clientfakes import condition, job, pod
 from trainingjob_client import JobStatus, ProgressBar, TrainingJob, build_manifest, why_not_running
 from trainingjob_client.describe import describe
@@ -264,3 +265,32 @@ def test_build_manifest_leaves_out_what_was_not_given() -> None:
     assert manifest["metadata"]["namespace"] == "ns"
     assert manifest["spec"]["command"] == ["python", "x.py"]
     assert manifest["spec"]["suspend"] is False
+
+
+def test_ranks_of_a_job_with_tensorflow_roles_are_its_slots() -> None:
+    """The chief is rank 0, then the workers, the parameter server, the evaluator: no two pods of
+    different roles with the same replica index share a row."""
+    manifest = job(num_workers=2)
+    manifest["spec"].update(framework="tensorflow", tensorflow={"chief": 1, "ps": 1, "evaluator": 1})
+    tf_job = TrainingJob.from_dict(manifest)
+    pods = []
+    for role, index in (("chief", 0), ("worker", 0), ("worker", 1), ("ps", 0), ("evaluator", 0)):
+        found = pod(f"mnist-{role}-{index}", index)
+        found["metadata"]["labels"][contract.REPLICA_TYPE_LABEL] = role
+        pods.append(found)
+    ranks = rank_statuses(tf_job, pods)
+    assert [(rank.rank, rank.pod) for rank in ranks] == [
+        (0, "mnist-chief-0"),
+        (1, "mnist-worker-0"),
+        (2, "mnist-worker-1"),
+        (3, "mnist-ps-0"),
+        (4, "mnist-evaluator-0"),
+    ]
+    assert [tf_job.pod_name(rank) for rank in range(5)] == [rank.pod for rank in ranks]
+    # A job of workers only: a rank is the worker's index, also past numWorkers.
+    plain = TrainingJob.from_dict(job(num_workers=2))
+    assert [(rank.rank, rank.pod) for rank in rank_statuses(plain, [pod("mnist-worker-3", 3)])] == [
+        (0, None),
+        (1, None),
+        (3, "mnist-worker-3"),
+    ]

@@ -69,8 +69,10 @@ def test_crd_identity_and_printer_columns() -> None:
         ("WORKERS", "integer", ".status.workers.active", 0),
         ("RESTARTS", "integer", ".status.restartCount", 0),
         ("AGE", "date", ".metadata.creationTimestamp", 0),
-        # `kubectl get -o wide` adds the Kueue queue of a queued job and the status message.
+        # `kubectl get -o wide` adds the Kueue queue of a queued job, the running pods per TensorFlow role
+        # and the status message.
         ("QUEUE", "string", ".status.queue.name", 1),
+        ("ROLES", "string", ".status.roleSummary", 1),
         ("MESSAGE", "string", ".status.message", 1),
     ]
 
@@ -193,6 +195,7 @@ def test_immutable_fields() -> None:
             "networking",
             "podTemplate",
             "elastic",
+            "tensorflow",
         )
     }
     assert all(

@@ -95,6 +95,9 @@ def test_examples_are_the_readme_examples_the_restricted_and_the_byo_one() -> No
         "restricted-training",
         "bert-elastic",
         "byo-training",
+        "tf-parameter-servers",
+        "jax-psum",
+        "spot-training",
     }
     for manifest in examples.values():
         assert manifest["apiVersion"] == contract.API_VERSION

@@ -139,5 +139,5 @@ def test_the_readme_lists_every_condition() -> None:
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     sentence = re.search(r"Conditions follow the API conventions: ([^.]*)\.", " ".join(readme.split()))
     assert sentence is not None
-    listed = re.findall(r"`?([A-Z][a-z]+)`?", sentence.group(1))
+    listed = re.findall(r"`?([A-Z][A-Za-z]+)`?", sentence.group(1))
     assert listed == [str(c) for c in Condition]
