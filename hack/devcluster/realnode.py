@@ -43,7 +43,15 @@ NAME: Final = REAL_NODE
 # The node's processes, in the order they start (they stop in the reverse order).
 PROCESSES: Final = NODE_COMPONENTS
 BUILDS: Final = ("kubelet", "containerd", "coredns", "local-path-provisioner")
-IMAGES: Final = ("pause", "busybox", "base", "operator", "trainer-torch")
+IMAGES: Final = (
+    "pause",
+    "busybox",
+    "base",
+    "operator",
+    "trainer-torch",
+    "trainer-tensorflow",
+    "trainer-jax",
+)
 IMAGE_KEY_LABEL: Final = "ml.example.com/image-key"
 # The trainer image (3 GB, 5.4 GB unpacked) took 93 s to import on 2 cores.
 IMPORT_TIMEOUT: Final = 900.0

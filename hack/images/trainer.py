@@ -34,6 +34,7 @@ from typing import Final
 from crd.contract import DEFAULT_IMAGES
 from crd.defaults import subschema
 from hack.common import ToolError
+from hack.images import base
 from hack.images.archive import open_member, read_archive
 from hack.images.base import PYTHON_VERSION
 from hack.images.keys import KeyInputs
@@ -56,7 +57,11 @@ class TrainerSpec:
     tag_prefix: str
 
 
-TRAINERS: Final = (TrainerSpec("trainer-torch", "pytorch", ("torch",), "torch"),)
+TRAINERS: Final = (
+    TrainerSpec("trainer-torch", "pytorch", ("torch",), "torch"),
+    TrainerSpec("trainer-tensorflow", "tensorflow", ("tensorflow-cpu",), "tensorflow"),
+    TrainerSpec("trainer-jax", "jax", ("jax",), "jax"),
+)
 
 
 @dataclass(frozen=True)
@@ -161,7 +166,11 @@ def references(spec: TrainerSpec, context: Context) -> tuple[str, ...]:
         path.read_text(encoding="utf-8") for path in sorted((context.repo / "examples").glob("*.yaml"))
     ]
     default_framework = str(subschema("spec", "framework")["default"])
-    public = public_images(spec.framework, default_framework, examples)
+    # JAX's default image is the base image's name (python:3.11-slim): that one stays the base.
+    taken = set(base.references(context))
+    public = [
+        image for image in public_images(spec.framework, default_framework, examples) if image not in taken
+    ]
     return (f"trainingjob-trainer:{spec.tag_prefix}-{tag_safe(version)}", *public)
 
 

@@ -46,15 +46,26 @@ def pool_toleration(namespace: str) -> JsonDict:
 
 
 @contextlib.contextmanager
-def gpu_queue(kubectl: Kubectl, namespace: str, gpus: int) -> Iterator[Queues]:
-    """A flavor for the namespace's node pool, a ClusterQueue with `gpus` GPUs of it (preemption by
-    priority within the queue) for that namespace, and LocalQueue `team` there."""
+def gpu_queue(
+    kubectl: Kubectl,
+    namespace: str,
+    gpus: int,
+    *,
+    node_labels: dict[str, str] | None = None,
+    tolerations: list[JsonDict] | None = None,
+) -> Iterator[Queues]:
+    """A flavor for the namespace's node pool (or the nodes of `node_labels`, whose taints
+    `tolerations` tolerate), a ClusterQueue with `gpus` GPUs of it (preemption by priority within the
+    queue) for that namespace, and LocalQueue `team` there."""
     name = f"tj-e2e-{namespace[-6:]}-{uuid.uuid4().hex[:4]}"
     flavor = {
         "apiVersion": KUEUE,
         "kind": "ResourceFlavor",
         "metadata": {"name": name},
-        "spec": {"nodeLabels": {POOL_KEY: namespace}, "tolerations": [pool_toleration(namespace)]},
+        "spec": {
+            "nodeLabels": node_labels or {POOL_KEY: namespace},
+            "tolerations": tolerations if tolerations is not None else [pool_toleration(namespace)],
+        },
     }
     cluster_queue = {
         "apiVersion": KUEUE,

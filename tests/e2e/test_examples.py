@@ -55,7 +55,8 @@ SIMPLE_EXAMPLES = [
     # Its trainer's stop on SIGTERM is tests/trainer/test_preemption.py's.
     "trainingjob-preemptible.yaml",
 ]
-# With every TensorFlow role, below; its program trains for real in tests/frameworks/test_tensorflow.py.
+# With every TensorFlow role, below; its program trains for real on the real node in
+# tests/e2e/test_frameworks_real_node.py.
 TENSORFLOW_EXAMPLE = "trainingjob-tensorflow.yaml"
 # Run in a namespace enforcing the "restricted" Pod Security Standard by tests/e2e/test_pod_security.py.
 RESTRICTED_EXAMPLE = "trainingjob-restricted.yaml"

@@ -1,8 +1,8 @@
 """Every framework the API accepts, in containers on the real node: TensorFlow's strategies and replica
 roles, JAX across processes, and a preempted rank whose work is not lost.
 
-Why: tests/frameworks/ proves what the environment contract claims with the real frameworks as local
-processes; here the same programs (the examples' ConfigMaps) run in the trainer images on the local
+Why: the environment contract (docs/env.md) claims these frameworks work with what the operator
+injects; here the examples' programs (their ConfigMaps) run in the trainer images on the local
 cluster's real node (hack/devcluster/realnode.py), their peers found through CoreDNS and the job's
 Services, their traffic over the pod network, and the operator reacts to what a real kubelet reports:
 
@@ -39,7 +39,8 @@ from hack.images.trainer import tag_safe
 from tests.cluster import REPO, Kubectl
 from tests.e2e.conftest import StartOperator
 from tests.e2e.jobs import condition, job_manifest, pods_of, status_of, wait, wait_for_state
-from tests.e2e.realnode import job_on_node
+from tests.e2e.kueue_support import gpu_queue, queued_job, workload_priority_classes
+from tests.e2e.realnode import SELECTOR, TOLERATION, job_on_node
 
 JsonDict = dict[str, Any]
 
@@ -254,3 +255,85 @@ def test_a_rank_evicted_mid_epoch_resumes_at_the_step_where_the_signal_came(
     done = wait_for_state(real_node, namespace, "preempted", "Completed", timeout=DEADLINE)["status"]
     assert done["restarts"] == {"disruption": 1}
     assert done["currentEpoch"] == 3
+
+
+def test_a_job_preempted_by_kueue_resumes_at_the_step_where_the_signal_came(
+    real_node: Kubectl, kueue: Kubectl, namespace: str, start_operator: StartOperator
+) -> None:
+    """Kueue preempts a running job for a higher-priority one: the operator suspends it, every rank
+    gets SIGTERM, rank 0 saves and reports the step they stopped at; readmitted, it resumes there."""
+    steps = 20
+    pace = {"TRAIN_STEPS_PER_EPOCH": str(steps), "TRAIN_STEP_SECONDS": "0.2", "TRAIN_PROGRESS_INTERVAL": "0"}
+    with (
+        gpu_queue(real_node, namespace, gpus=2, node_labels=SELECTOR, tolerations=[TOLERATION]),
+        workload_priority_classes(real_node, low=10, high=1000) as classes,
+    ):
+        start_operator("--progress-interval=0")
+        low = job_on_node(
+            queued_job(
+                "low",
+                priority=classes["low"],
+                numWorkers=2,
+                gpusPerWorker=1,
+                hyperparameters={"epochs": 3},
+                checkpoint={
+                    "enabled": True,
+                    "storage": {"type": "pvc", "pvc": {"create": {"whenDeleted": "Delete"}}},
+                },
+                failurePolicy={"backoffLimit": 0},
+                env=[{"name": key, "value": value} for key, value in pace.items()],
+            )
+        )
+        real_node.apply(low, "-n", namespace)
+
+        def in_epoch_two() -> JsonDict | None:
+            status = status_of(real_node, namespace, "low")
+            running = status.get("state") == "Running" and int(status.get("currentEpoch") or 0) >= 1
+            return status if running else None
+
+        wait("low past epoch 1", in_epoch_two, timeout=DEADLINE)
+        follow = subprocess.Popen(
+            [*real_node.command(), "logs", "-f", "low-worker-0", f"--namespace={namespace}", "-c=trainer"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        try:
+            high = job_on_node(
+                queued_job(
+                    "high",
+                    priority=classes["high"],
+                    numWorkers=1,
+                    gpusPerWorker=1,
+                    image="python:3.11-slim",
+                    command=["python3", "-c", "print('the high-priority job ran')"],
+                ),
+                memory="64Mi",
+            )
+            real_node.apply(high, "-n", namespace)
+            rank0, _ = follow.communicate(timeout=180)
+        finally:
+            follow.kill()
+        signalled = re.search(r"SIGTERM received during step (\d+)", rank0)
+        assert signalled is not None, rank0
+        step = int(signalled.group(1))
+        assert steps < step < 2 * steps, "mid-epoch 2"
+        saved = f"/checkpoints/epoch-1-step-{step}"
+
+        def preempted() -> JsonDict | None:
+            status = status_of(real_node, namespace, "low")
+            return status if (status.get("queue") or {}).get("evictions") == 1 else None
+
+        status = wait("low evicted by Kueue", preempted, timeout=120)
+        assert status["checkpoint"]["latest"] == saved
+        wait_for_state(real_node, namespace, "high", "Completed", timeout=DEADLINE)
+        done = wait_for_state(real_node, namespace, "low", "Completed", timeout=DEADLINE)["status"]
+        log = logs(real_node, namespace, "low-worker-0")
+        assert (
+            f"resuming from epoch 1 (checkpoint {saved}): 2 of 3 epochs left, at step {step} of {3 * steps}"
+            in log
+        )
+        # A preemption is neither a failure nor a restart: no backoffLimit spent.
+        assert (done["restartCount"], done.get("restarts", {})) == (0, {})
+        assert done["queue"]["admissions"] == 2
+        assert done["currentEpoch"] == 3

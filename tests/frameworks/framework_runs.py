@@ -1,6 +1,8 @@
 """Running an example's training program as a job's pods would, with a real framework and no cluster.
 
-What tests/frameworks/test_tensorflow.py and tests/frameworks/test_jax.py share. The program is the one
+What tests/frameworks/test_jax.py needs. (TensorFlow is trained in containers only, on the real node,
+tests/e2e/test_frameworks_real_node.py: its gRPC servers bind every interface of the machine, a
+wildcard address no setting changes, so it never runs as a local process here.) The program is the one
 an example ships in its ConfigMap (examples/trainingjob-tensorflow.yaml, examples/trainingjob-jax.yaml),
 read from the example itself, and each pod's environment is what the builders give the pod of that
 slot (builders/env.py), fieldRefs resolved as the kubelet would. What a cluster would provide is
