@@ -53,10 +53,13 @@ def gpu_queue(
     *,
     node_labels: dict[str, str] | None = None,
     tolerations: list[JsonDict] | None = None,
+    quota: dict[str, str] | None = None,
 ) -> Iterator[Queues]:
     """A flavor for the namespace's node pool (or the nodes of `node_labels`, whose taints
-    `tolerations` tolerate), a ClusterQueue with `gpus` GPUs of it (preemption by priority within the
-    queue) for that namespace, and LocalQueue `team` there."""
+    `tolerations` tolerate), a ClusterQueue with `gpus` GPUs of it (and `quota` of other resources
+    the jobs request, e.g. cpu and memory; preemption by priority within the queue) for that
+    namespace, and LocalQueue `team` there."""
+    quotas = {GPU: gpus, **(quota or {})}
     name = f"tj-e2e-{namespace[-6:]}-{uuid.uuid4().hex[:4]}"
     flavor = {
         "apiVersion": KUEUE,
@@ -76,8 +79,15 @@ def gpu_queue(
             "preemption": {"withinClusterQueue": "LowerPriority"},
             "resourceGroups": [
                 {
-                    "coveredResources": [GPU],
-                    "flavors": [{"name": name, "resources": [{"name": GPU, "nominalQuota": gpus}]}],
+                    "coveredResources": list(quotas),
+                    "flavors": [
+                        {
+                            "name": name,
+                            "resources": [
+                                {"name": key, "nominalQuota": value} for key, value in quotas.items()
+                            ],
+                        }
+                    ],
                 }
             ],
         },

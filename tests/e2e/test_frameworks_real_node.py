@@ -265,7 +265,14 @@ def test_a_job_preempted_by_kueue_resumes_at_the_step_where_the_signal_came(
     steps = 20
     pace = {"TRAIN_STEPS_PER_EPOCH": str(steps), "TRAIN_STEP_SECONDS": "0.2", "TRAIN_PROGRESS_INTERVAL": "0"}
     with (
-        gpu_queue(real_node, namespace, gpus=2, node_labels=SELECTOR, tolerations=[TOLERATION]),
+        gpu_queue(
+            real_node,
+            namespace,
+            gpus=2,
+            node_labels=SELECTOR,
+            tolerations=[TOLERATION],
+            quota={"cpu": "1", "memory": "4Gi"},
+        ),
         workload_priority_classes(real_node, low=10, high=1000) as classes,
     ):
         start_operator("--progress-interval=0")
