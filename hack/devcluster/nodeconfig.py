@@ -42,6 +42,9 @@ KUBELET_PORT: Final = 10250
 # Only pods that tolerate this taint land on the real node; the label selects it.
 REAL_NODE_LABEL: Final = "ml.example.com/real-node"
 TAINT: Final = {"key": REAL_NODE_LABEL, "value": "true", "effect": "NoSchedule"}
+# What the node advertises, like the fake GPU nodes: GPUs no container gets (CPU training).
+GPUS: Final = 8
+GPU_PRODUCT: Final = "A100-SXM4-80GB"
 # Containerd's namespace for Kubernetes' containers and images.
 CONTAINERD_NAMESPACE: Final = "k8s.io"
 # The kubelet sets these (its kernel tunables) and kube-proxy none outside the node's namespace:
@@ -314,7 +317,7 @@ def kubelet_args(paths: NodePaths, labels: dict[str, str]) -> list[str]:
     ]
 
 
-def node_labels(gpu_product: str, gpus: int) -> dict[str, str]:
+def node_labels(gpu_product: str = GPU_PRODUCT, gpus: int = GPUS) -> dict[str, str]:
     """What the kubelet registers the node with (only labels a kubelet may set on itself: the
     NodeRestriction admission plugin refuses the others), like the fake GPU nodes'."""
     return {

@@ -33,6 +33,7 @@ from typing import Any, Final
 from hack import images, kube_bins
 from hack.common import REPO, ToolError, http_ok, wait_until
 from hack.devcluster import nodeconfig, nodehost, storage
+from hack.devcluster.apiforward import inside
 from hack.devcluster.nodeconfig import NODE_NAME, NodePaths
 from hack.devcluster.pki import issue, kubeconfig_text
 from hack.devcluster.processes import kubectl, spawn, stop_processes, wait_for
@@ -140,12 +141,12 @@ def start(state: dict[str, Any], builds: dict[str, Path], record: dict[str, Any]
         processes,
         cwd=REPO,
     )
-    labels = nodeconfig.node_labels(state.get("gpu_product", "A100-SXM4-80GB"), gpus=8)
+    labels = nodeconfig.node_labels()
     spawn(
         "kubelet", *_in_node(builds["kubelet"] / "kubelet", nodeconfig.kubelet_args(node, labels)), processes
     )
     wait_for("the real node Ready", lambda: node_ready(bin_dir), processes, timeout=120)
-    advertise_gpus(bin_dir, 8)
+    advertise_gpus(bin_dir, nodeconfig.GPUS)
 
     apply(bin_dir, [*nodeconfig.api_objects(), *nodeconfig.dns_objects()])
     spawn(
@@ -298,8 +299,6 @@ def apply(bin_dir: Path, objects: list[dict[str, Any]]) -> None:
 
 def in_node_http_ok(url: str) -> bool:
     """A health endpoint that listens on the node's loopback (inside its namespace)."""
-    from hack.devcluster.apiforward import inside  # noqa: PLC0415
-
     with inside(str(nodeconfig.netns_path())):
         return http_ok(url, expect="")
 
@@ -322,9 +321,7 @@ def wait_ready(state: dict[str, Any], component: str) -> None:
     processes: dict[str, Any] = state["processes"]
     bin_dir = Path(state["bin_dir"])
     checks = {
-        "containerd": lambda: (
-            ctr({"containerd": kube_bins.ensure("containerd")}, "version", check=False) != ""
-        ),
+        "containerd": lambda: containerd_serves({"containerd": kube_bins.ensure("containerd")}),
         "kubelet": lambda: node_ready(bin_dir),
         "kube-proxy": lambda: in_node_http_ok("http://127.0.0.1:10256/healthz"),
         "coredns": lambda: in_node_http_ok("http://127.0.0.1:8181/ready"),
