@@ -4,13 +4,16 @@ Why: a kubelet and a container runtime are built to own their machine. Here they
 everything else, so every change they need (a network namespace and a veth pair, cgroups, kernel
 tunables the kubelet sets, mounts of pod volumes and container root filesystems, sockets at fixed
 paths) is made by this module, written down in state.json as it is made, and undone by `down` from
-that record, also by a later process after a crash. `snapshot()` reads the machine-wide state these
-touch, so a test can compare the machine before `up` and after `down`.
+that record, also by a later process after a crash. The record is kept on the machine too
+(`HOST_RECORD`), so that a node whose run was killed before its `down` (its checkout's state gone
+with it, or another checkout's) is undone by the next `up` on the machine. `snapshot()` reads the
+machine-wide state these touch, so a test can compare the machine before `up` and after `down`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -37,6 +40,9 @@ from hack.devcluster.nodeconfig import (
 CGROUP_FS: Final = Path("/sys/fs/cgroup")
 SYSCTL: Final = Path("/proc/sys")
 NETNS_DIR: Final = Path("/run/netns")
+# What the node changed on the machine, beside its checkout's state.json; /run is emptied by a reboot,
+# as is most of what the node changes.
+HOST_RECORD: Final = Path("/run/trainingjob-node.json")
 # Fixed paths the kubelet and the runtime use whatever their configuration says.
 DEVICE_PLUGINS: Final = Path("/var/lib/kubelet/device-plugins")
 SHIM_SOCKETS: Final = Path("/run/containerd/s")
@@ -63,6 +69,46 @@ def run(*command: str, check: bool = True, timeout: float = 60) -> str:
     if check and result.returncode != 0:
         raise ToolError(f"{' '.join(command)} failed: {(result.stderr or result.stdout).strip()}")
     return result.stdout
+
+
+# -------------------------------------------------------------------------- the machine's record
+
+
+def save_record(record: dict[str, Any]) -> None:
+    HOST_RECORD.write_text(json.dumps(record, indent=1) + "\n")
+
+
+def forget_record() -> None:
+    HOST_RECORD.unlink(missing_ok=True)
+
+
+def running_pids() -> set[int]:
+    """Processes of a real node running on this machine: in its cgroups or its network namespace."""
+    pids = cgroup_pids([CGROUP_ROOT, RUNTIME_CGROUP])
+    if (NETNS_DIR / NETNS).exists():
+        pids |= {int(pid) for pid in run("ip", "netns", "pids", NETNS, check=False).split()}
+    return pids
+
+
+def left_behind() -> dict[str, Any] | None:
+    """The record of what a node whose processes are gone left on the machine, or None when it left
+    nothing. Without the machine's record (a node from before it was kept), what is found is named:
+    the namespace and the veth pair, the cgroups and the node's own directories are undone; kernel
+    tunables cannot be restored without the values from before."""
+    record: dict[str, Any] = {}
+    with contextlib.suppress(OSError, ValueError):
+        record = json.loads(HOST_RECORD.read_text())
+    if (NETNS_DIR / NETNS).exists():
+        record.setdefault("netns", NETNS)
+    if run("ip", "link", "show", HOST_LINK, check=False):
+        record.setdefault("link", HOST_LINK)
+    found = (
+        record
+        or any((h / name).is_dir() for h in hierarchies() for name in (CGROUP_ROOT, RUNTIME_CGROUP))
+        or nodeconfig.SOCKETS_DIR.exists()
+        or nodeconfig.STATE_DIR.exists()
+    )
+    return record if found else None
 
 
 # --------------------------------------------------------------------------------------- network

@@ -91,6 +91,7 @@ def versions() -> dict[str, str]:
 
 def add(state: dict[str, Any], builds: dict[str, Path]) -> None:
     """Starts the node on the running cluster of `state`; on any failure, undoes what it did."""
+    reclaim_left_behind()
     record: dict[str, Any] = {"started": time.time()}
     state["real_node"] = record
     try:
@@ -108,13 +109,14 @@ def start(state: dict[str, Any], builds: dict[str, Path], record: dict[str, Any]
     processes: dict[str, Any] = state["processes"]
     began = time.monotonic()
 
+    record["mounts_under"] = [str(path) for path in mount_prefixes(node)]
     nodehost.note_fixed_paths(record)
     nodehost.save_tunables(record)
-    write_state("real_node", record)
+    keep_record(record)
     nodehost.create_network(record)
-    write_state("real_node", record)
+    keep_record(record)
     nodehost.create_cgroups(record)
-    write_state("real_node", record)
+    keep_record(record)
 
     write_files(node, pki)
     say(f"real node: network namespace {nodeconfig.NETNS} at {nodeconfig.NODE_IP}, cgroups, configuration")
@@ -160,6 +162,34 @@ def start(state: dict[str, Any], builds: dict[str, Path], record: dict[str, Any]
     state.setdefault("optional", []).append(NAME)
     write_state("optional", state["optional"])
     say(f"real node {NODE_NAME} Ready in {time.monotonic() - began:.1f}s (taint {nodeconfig.TAINT['key']})")
+
+
+def keep_record(record: dict[str, Any]) -> None:
+    """What the node changed on the machine, written down before each next change: in the checkout's
+    state and on the machine (for an `up` after this run was killed)."""
+    write_state("real_node", record)
+    nodehost.save_record(record)
+
+
+def reclaim_left_behind() -> None:
+    """Undoes what a node killed before its `down` left on the machine (a network namespace, cgroups,
+    mounts, sysctls), or refuses when a node runs here already: one machine has one real node."""
+    running = nodehost.running_pids()
+    if running:
+        shown = ", ".join(str(pid) for pid in sorted(running)[:5])
+        raise ToolError(
+            f"a real node runs on this machine already (processes {shown}); take it down in the checkout "
+            "that started it (`hack/dev-cluster.sh remove real-node` or `down`)"
+        )
+    left = nodehost.left_behind()
+    if left is not None:
+        say("real node: undoing what a node stopped without its `down` left on the machine")
+        undo_host(left)
+
+
+def mount_prefixes(node: NodePaths) -> list[Path]:
+    """Where the kubelet and containerd mount (volumes, root filesystems, sandbox namespaces)."""
+    return [node.run, node.sockets, node.kubelet_root, node.images / "root"]
 
 
 def _in_node(binary: Path, args: list[str]) -> tuple[Path, list[str]]:
@@ -347,17 +377,7 @@ def remove(state: dict[str, Any]) -> None:
     nodehost.kill_cgroups([nodeconfig.CGROUP_ROOT])
     if "containerd" in ours:
         stop_processes({"containerd": ours["containerd"]}, timeout=10.0)
-    nodehost.kill_cgroups([nodeconfig.RUNTIME_CGROUP])
-    node = paths()
-    nodehost.unmount_under([node.run, node.sockets, node.kubelet_root, node.images / "root"])
-    nodehost.remove_cgroups(record)
-    nodehost.restore_tunables(record)
-    nodehost.remove_network(record)
-    nodehost.remove_fixed_paths(record)
-    # The node's own directories go whatever an earlier run left (the images' root is the cache's).
-    shutil.rmtree(node.sockets, ignore_errors=True)
-    shutil.rmtree(nodeconfig.STATE_DIR, ignore_errors=True)
-    shutil.rmtree(node.run, ignore_errors=True)
+    undo_host(record)
     if bin_dir is not None:
         kubectl(bin_dir, "delete", "node", NODE_NAME, "--ignore-not-found", "--wait=false", check=False)
     for name in ours:
@@ -369,6 +389,24 @@ def remove(state: dict[str, Any]) -> None:
         write_state("processes", processes)
         write_state("optional", state.get("optional", []))
         write_state("real_node", None)
+
+
+def undo_host(record: dict[str, Any]) -> None:
+    """Undoes on the machine what `record` says the node changed, once its processes are stopped:
+    whatever is left in its cgroups is killed, its mounts unmounted (where the run that made them
+    mounted), then cgroups, sysctls, network and fixed paths; the node's own directories go whatever
+    an earlier run left (the images' root is the cache's)."""
+    nodehost.kill_cgroups([nodeconfig.CGROUP_ROOT, nodeconfig.RUNTIME_CGROUP])
+    node = paths()
+    recorded = [Path(path) for path in record.get("mounts_under") or []]
+    nodehost.unmount_under([*recorded, *mount_prefixes(node)])
+    nodehost.remove_cgroups(record)
+    nodehost.restore_tunables(record)
+    nodehost.remove_network(record)
+    nodehost.remove_fixed_paths(record)
+    for directory in (node.sockets, nodeconfig.STATE_DIR, node.run):
+        shutil.rmtree(directory, ignore_errors=True)
+    nodehost.forget_record()
 
 
 def drain(bin_dir: Path) -> None:

@@ -8,14 +8,21 @@ keeps other pods away; and `remove`/`up` leaving nothing of the node on the mach
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import socket
 import subprocess
 import time
 import urllib.request
 from pathlib import Path
 
-from hack.devcluster import nodeconfig, nodehost
+import pytest
+
+from hack.common import ToolError
+from hack.devcluster import nodeconfig, nodehost, realnode
+from hack.devcluster.state import NODE_COMPONENTS, REAL_NODE, read_state, write_state
 from tests.cluster import Kubectl, dev_cluster, wait_for
 from tests.e2e.jobs import wait
 from tests.e2e.realnode import (
@@ -295,6 +302,50 @@ def test_remove_and_up_again_leave_nothing_on_the_machine(real_node: Kubectl, na
         print(f"remove took {took:.1f}s")
     finally:
         dev_cluster("up", "--with", "real-node")
+
+
+def test_a_node_killed_before_its_down_is_undone_by_the_next_up(real_node: Kubectl, namespace: str) -> None:
+    """A run killed with its node up (its processes gone, and with them the checkout's record, as when
+    a CI job is cancelled or another checkout ran the node) leaves a network namespace, mounts,
+    cgroups and sysctls: the next `up` undoes them from the machine's record and starts the node;
+    while a node runs, a second one is refused in one line."""
+    dev_cluster("remove", "real-node")
+    before = nodehost.snapshot()
+    try:
+        dev_cluster("up", "--with", "real-node")
+        with pytest.raises(ToolError, match="a real node runs on this machine already"):
+            realnode.reclaim_left_behind()
+        real_node.apply(pod_on_node("sleeper", ["sleep", "3600"]), "-n", namespace)
+        wait_running(real_node, namespace, "sleeper")
+        _kill_the_node_and_lose_its_record()
+        assert Path("/run/netns", nodeconfig.NETNS).exists()
+        assert nodehost.mounts_under(realnode.mount_prefixes(realnode.paths())), "it left no mounts to undo"
+
+        dev_cluster("up", "--with", "real-node")
+        node = real_node.get_json("node", NODE)
+        assert {c["type"]: c["status"] for c in node["status"]["conditions"]}["Ready"] == "True"
+        real_node.apply(pod_on_node("after", ["python3", "-c", "print('ran')"]), "-n", namespace)
+        assert wait_terminated(real_node, namespace, "after")["exitCode"] == 0
+        real_node.run("delete", "pod", "sleeper", "-n", namespace, "--wait=false")
+        dev_cluster("remove", "real-node")
+        after = nodehost.snapshot()
+        assert after == before, _difference(before, after)
+    finally:
+        dev_cluster("up", "--with", "real-node")
+
+
+def _kill_the_node_and_lose_its_record() -> None:
+    state = read_state()
+    assert state is not None
+    for name in NODE_COMPONENTS:
+        record = state["processes"].pop(name, None)
+        if record is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(record["pid"]), signal.SIGKILL)
+    nodehost.kill_cgroups([nodeconfig.CGROUP_ROOT, nodeconfig.RUNTIME_CGROUP])
+    write_state("processes", state["processes"])
+    write_state("optional", [name for name in state.get("optional", []) if name != REAL_NODE])
+    write_state("real_node", None)
 
 
 def _difference(before: dict[str, object], after: dict[str, object]) -> str:
