@@ -155,11 +155,22 @@ BENCH_ARGS ?=
 bench: $(STAMP) ## benchmark the operator on a throwaway cluster (.dev/bench); prints JSON (docs/bench.md)
 	$(VENV_PY) -m hack.bench $(BENCH_ARGS)
 
-# This operator and Kubeflow's training-operator (built on first use) side by side, alternating runs on
-# one bench cluster (docs/bench.md); BENCH_ARGS as for bench, plus --sequence.
+# This operator and Kubeflow's training-operator (built on first use) side by side, alternating runs,
+# each on a fresh bench cluster (docs/bench.md); BENCH_ARGS as for bench, plus --sequence, --sizes, ...
 .PHONY: bench-peer
-bench-peer: $(STAMP) ## this operator against Kubeflow's training-operator on one bench cluster (docs/bench.md)
+bench-peer: $(STAMP) ## this operator against Kubeflow's training-operator, each run on a fresh bench cluster (docs/bench.md)
 	$(VENV_PY) -m hack.bench.peer $(BENCH_ARGS)
+
+# The curve: bench-peer at each of BENCH_SIZES job counts, then its plots against the job count in
+# docs/bench/ (docs/bench.md). The 5,000-job runs take about an hour of a quiet machine's time.
+BENCH_SIZES ?= 500,2000,5000
+BENCH_CURVE_RESULT ?= $(DEV_DIR)/bench/curve-result.json
+
+.PHONY: bench-curve
+bench-curve: $(STAMP) ## bench-peer at BENCH_SIZES job counts and its plots in docs/bench/ (docs/bench.md)
+	@mkdir -p $(dir $(BENCH_CURVE_RESULT))
+	$(VENV_PY) -m hack.bench.peer --sizes $(BENCH_SIZES) $(BENCH_ARGS) > $(BENCH_CURVE_RESULT)
+	$(VENV_PY) -m hack.bench.plot $(BENCH_CURVE_RESULT)
 
 # promtool checks and unit-tests monitoring/alerts.yaml (tests/unit/test_manifests_monitoring.py). Debian ships it
 # in the package prometheus, installed here when promtool is missing (as root, else through sudo).

@@ -92,7 +92,11 @@ def install_crd(client: KubeClient, timeout: float = 60.0) -> None:
                 client.patch(
                     CRDS, None, doc["metadata"]["name"], doc, patch_type="apply", field_manager="bench"
                 )
-    name = f"{contract.PLURAL}.{contract.GROUP}"
+    wait_established(client, f"{contract.PLURAL}.{contract.GROUP}", timeout)
+
+
+def wait_established(client: KubeClient, name: str, timeout: float = 60.0) -> None:
+    """Waits until the CRD `name` is Established: its resource is served."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         crd = client.get(CRDS, None, name)
@@ -142,13 +146,22 @@ def create_namespace(client: KubeClient, namespace: str = NAMESPACE) -> None:
         )
 
 
-def create_jobs(client: KubeClient, names: list[str], options: Options, kind: JobKind | None = None) -> float:
-    """Creates the jobs from `options.create_threads` threads; returns when the last create answered."""
+def create_jobs(
+    client: KubeClient,
+    names: list[str],
+    options: Options,
+    kind: JobKind | None = None,
+    on_created: Callable[[str, float], None] | None = None,
+) -> float:
+    """Creates the jobs from `options.create_threads` threads; returns when the last create answered.
+    `on_created` hears of each job and when its create was answered."""
     kind = kind or training_jobs(options)
 
     def create(name: str) -> None:
         with contextlib.suppress(AlreadyExists):
             client.create(kind.resource, kind.namespace, kind.manifest(name))
+        if on_created is not None:
+            on_created(name, time.monotonic())
 
     with ThreadPoolExecutor(max_workers=options.create_threads, thread_name_prefix="bench-create") as pool:
         list(pool.map(create, names))

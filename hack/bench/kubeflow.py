@@ -14,6 +14,9 @@ everything specific to the peer sits in one module. It is built like the other o
 - it gives every worker an init container that waits for the master's DNS name (an alpine image);
   `--pytorch-init-container-template-file` points at an empty list instead, as kwok runs no
   containers and this operator's pods have none either;
+- what it reads (a copy of the kubeconfig, the init-container list) is put into that private /tmp
+  too, so it is found wherever the bench's dev directory is (under the machine's /tmp, which the
+  private one hides, as in the tests);
 - it exits 2 after SIGTERM (a panic on shutdown, upstream), which the bench accepts.
 """
 
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 from pathlib import Path
 from typing import Final
 
@@ -29,6 +33,7 @@ import yaml
 from controller.resources import CRDS, NAMESPACES, SECRETS, Resource
 from controller.runtime.client import KubeClient
 from controller.runtime.errors import AlreadyExists
+from hack.bench.cluster import wait_established
 from hack.bench.operator import Operator
 from hack.common import JsonDict, free_port, in_private_mounts
 from hack.devcluster.pki import openssl
@@ -43,6 +48,10 @@ CRD_FILE: Final = "manifests/base/crds/kubeflow.org_pytorchjobs.yaml"
 TUNED: Final = ("--kube-api-qps=500", "--kube-api-burst=1000", "--controller-threads=16")
 # The same image as the bench's TrainingJobs get by default (kwok never pulls it).
 IMAGE: Final = "pytorch/pytorch:2.8.0-cuda12.8-cudnn9-runtime"
+# Inside its private mount namespace: its /tmp, and what the bench puts there for it.
+PRIVATE_TMP: Final = "/tmp"  # noqa: S108 - a private mount, not the machine's /tmp
+KUBECONFIG_FILE: Final = "kubeconfig"
+INIT_CONTAINERS_FILE: Final = "init-containers.yaml"
 
 
 def pytorch_job(name: str, namespace: str, replicas: int) -> JsonDict:
@@ -73,6 +82,11 @@ def pytorch_job_running(job: JsonDict) -> bool:
     return any(c.get("type") == "Running" and c.get("status") == "True" for c in conditions)
 
 
+def binary() -> Path:
+    """The operator's binary, built on first use (hack/kube-bins.sh)."""
+    return ensure(COMPONENT) / COMPONENT
+
+
 def install(client: KubeClient) -> Path:
     """Builds (or finds) the operator, applies its PyTorchJob CRD server-side (about 600 KB, too big
     for a client-side apply's annotation), and makes its namespace and empty webhook Secret; returns
@@ -80,6 +94,7 @@ def install(client: KubeClient) -> Path:
     directory = ensure(COMPONENT)
     doc = yaml.safe_load((directory / CRD_FILE).read_text())
     client.patch(CRDS, None, doc["metadata"]["name"], doc, patch_type="apply", field_manager="bench")
+    wait_established(client, doc["metadata"]["name"])
     for resource, namespace, body in (
         (NAMESPACES, None, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}),
         (
@@ -110,29 +125,30 @@ class KubeflowOperator(Operator):
         self.webhook_port = free_port()
         self.work = work
         self.binary = binary
+        self.kubeconfig = kubeconfig
         super().__init__(kubeconfig, log_path, extra)
 
     def build_command(self, kubeconfig: Path, extra: tuple[str, ...]) -> list[str]:
-        private_tmp = self.work / "tmp"
-        template = self.work / "init-containers.yaml"
         script = 'mount --bind "$1" /tmp && shift && exec "$@"'
         return in_private_mounts(
             script,
-            str(private_tmp),
+            str(self.work / "tmp"),
             str(self.binary),
-            f"--kubeconfig={kubeconfig}",
+            f"--kubeconfig={PRIVATE_TMP}/{KUBECONFIG_FILE}",
             "--enable-scheme=pytorchjob",
             f"--metrics-bind-address=127.0.0.1:{self.port}",
             f"--health-probe-bind-address=127.0.0.1:{self.health_port}",
             f"--webhook-server-port={self.webhook_port}",
-            f"--pytorch-init-container-template-file={template}",
+            f"--pytorch-init-container-template-file={PRIVATE_TMP}/{INIT_CONTAINERS_FILE}",
             "--zap-log-level=info",
             *extra,
         )
 
     def prepare(self) -> None:
-        """The private /tmp with a self-signed serving certificate, and the empty init-container list."""
-        certs = self.work / "tmp" / "k8s-webhook-server" / "serving-certs"
+        """The private /tmp with a self-signed serving certificate, the empty init-container list and
+        the kubeconfig."""
+        private = self.work / "tmp"
+        certs = private / "k8s-webhook-server" / "serving-certs"
         certs.mkdir(parents=True, exist_ok=True)
         if not (certs / "tls.crt").exists():
             openssl(
@@ -140,7 +156,10 @@ class KubeflowOperator(Operator):
                 *("-days", "30", "-subj", "/CN=training-operator", "-addext", "subjectAltName=IP:127.0.0.1"),
                 cwd=certs,
             )
-        (self.work / "init-containers.yaml").write_text("[]\n")
+        (private / INIT_CONTAINERS_FILE).write_text("[]\n")
+        copy = private / KUBECONFIG_FILE
+        copy.touch(mode=0o600)
+        shutil.copyfile(self.kubeconfig, copy)
 
     def environment(self) -> dict[str, str]:
         return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "MY_POD_NAMESPACE": NAMESPACE}

@@ -40,7 +40,11 @@ class Operator:
 
     samples_python_stacks = True  # py-spy can profile it (`--profile`)
 
-    def __init__(self, kubeconfig: Path, log_path: Path, extra: tuple[str, ...]) -> None:
+    def __init__(
+        self, kubeconfig: Path, log_path: Path, extra: tuple[str, ...], tree: Path | None = None
+    ) -> None:
+        # The checkout whose operator runs (hack/bench/peer.py's baseline: another one).
+        self.tree = tree or operator_tree()
         self.port = free_port()
         self.command = self.build_command(kubeconfig, extra)
         self.log_path = log_path
@@ -63,7 +67,7 @@ class Operator:
     def environment(self) -> dict[str, str]:
         # The operator's default log level, whatever the caller's $LOG_LEVEL says ($BENCH_LOG_LEVEL wins).
         level = os.environ.get("BENCH_LOG_LEVEL", "INFO")
-        return dict(os.environ, PYTHONPATH=str(operator_tree()), LOG_LEVEL=level)
+        return dict(os.environ, PYTHONPATH=str(self.tree), LOG_LEVEL=level)
 
     def arguments(self) -> list[str]:
         """The flags it runs with, for the report."""
@@ -73,7 +77,7 @@ class Operator:
         self.prepare()
         header = " ".join(self.command[1:])
         self.process = start_logged(
-            self.command, self.log_path, header=header, cwd=operator_tree(), env=self.environment()
+            self.command, self.log_path, header=header, cwd=self.tree, env=self.environment()
         )
 
     def ready(self) -> bool:

@@ -1,25 +1,30 @@
 """`make bench-peer` (`python -m hack.bench.peer`): this operator and Kubeflow's training-operator
-v1.9.3 side by side on one bench cluster, alternating, with equivalent jobs; medians and ratios.
+v1.9.3 side by side, alternating, with equivalent jobs, at one or several job counts; medians, ratios,
+what the whole cluster paid, and the curve.
 
 Why: `make bench` holds the operator to its own targets; this run holds it to its peer's, measured in
-the same conditions. The runs alternate (by default: this operator, Kubeflow tuned, Kubeflow with its
-defaults, this operator, Kubeflow tuned), each in a fresh namespace on the same cluster, so slow
-drifts of the machine's load fall on both sides. Each run:
+the same conditions. The runs alternate (by default: this operator, Kubeflow tuned, this operator,
+Kubeflow tuned), so slow drifts of the machine's load fall on both sides. For every job count of
+`--sizes` (default: `--jobs`), each run:
 
-1. waits until the machine's 1-minute load average is back near the lowest seen before a run (the
-   previous run's own load decays first), and records it;
-2. starts the operator (this one with its defaults; Kubeflow as hack/bench/kubeflow.py describes);
-3. creates N jobs: TrainingJobs of R workers, or PyTorchJobs of 1 master and R-1 workers; times all
-   pods created, Running, all jobs Running; the operator's CPU seconds and peak RSS (/proc), and its
-   API requests by verb from its own client metrics (`rest_client_requests_total`, client-go's counter
-   of every HTTP attempt, which both operators export under that name);
-4. waits until the operator is idle, then measures writes per minute and CPU over a window;
-5. deletes the namespace (and waits until it is gone), then stops the operator.
+1. starts a fresh bench cluster with nodes for every pod (a run never inherits another's objects, its
+   etcd history or its watch caches, and needs no clean-up of thousands of pods between runs);
+2. waits until the machine is quiet (hack/bench/quiet.py: the load average, other tests and benches)
+   and records the load average;
+3. starts the operator (this one with its defaults, or the baseline: this operator from another
+   checkout; Kubeflow as hack/bench/kubeflow.py describes);
+4. creates N jobs: TrainingJobs of R workers, or PyTorchJobs of 1 master and R-1 workers, and times
+   all pods created, Running, all jobs Running and the latencies per job; the CPU seconds of every
+   control-plane component and of the operator (hack/bench/clustercost.py), the operator's peak RSS,
+   its API requests by verb, its work queue depth over time, and the stored size of a pod;
+5. waits until the operator is idle, then measures writes per minute and CPU over a window;
+6. stops the operator.
 
-A run whose load average before it is far above the others' (see `far_above`) is not compared: the
-bench says so and runs it again (once). The cluster and every operator are torn down at the end, also
-on failure and Ctrl-C. Progress lines go to stderr, the result (one JSON object) to stdout and to
-<dev dir>/peer-result.json.
+A run whose load average before it is far above the others' at its job count, or during which another
+test or bench ran, is not compared: the bench says so and runs it again (once); if the second attempt
+is no better, it stays out of the medians. The cluster and every operator are torn down at the end,
+also on failure, Ctrl-C and SIGTERM. Progress lines go to stderr, the result (one JSON object) to
+stdout and to <dev dir>/peer-result.json.
 """
 
 from __future__ import annotations
@@ -27,21 +32,30 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import statistics
 import sys
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final
 
-from controller.resources import NAMESPACES, SERVICEACCOUNTS
+from controller.resources import SERVICEACCOUNTS
 from controller.runtime.errors import NotFound
 from crd import contract
 from hack.bench.cluster import JobKind, create_namespace, training_jobs
+from hack.bench.comparison import (
+    BASELINE,
+    KUBEFLOW_DEFAULT,
+    KUBEFLOW_TUNED,
+    OURS,
+    curve,
+    curve_targets,
+    summarize_size,
+    why_not_compared,
+)
 from hack.bench.kubeflow import (
     PYTORCHJOBS,
     TUNED,
     KubeflowOperator,
+    binary,
     install,
     pytorch_job,
     pytorch_job_running,
@@ -49,147 +63,50 @@ from hack.bench.kubeflow import (
 from hack.bench.operator import Operator, say
 from hack.bench.options import PODS_PER_NODE, Options, parse_options
 from hack.bench.phases import Bench
+from hack.bench.quiet import busy_processes, load_average
 from hack.bench.report import execute
-from hack.bench.targets import TARGET_BRING_UP_SECONDS, TARGET_IDLE_CPU_PERCENT, check
 from hack.bench.tracker import Tracker, training_job_running
 from hack.common import JsonDict, ToolError, wait_until
 
-OURS: Final = "trainingjob-operator"
-KUBEFLOW_TUNED: Final = "kubeflow-tuned"
-KUBEFLOW_DEFAULT: Final = "kubeflow-default"
-CONTENDERS: Final[dict[str, tuple[str, ...]]] = {OURS: (), KUBEFLOW_TUNED: TUNED, KUBEFLOW_DEFAULT: ()}
-DEFAULT_SEQUENCE: Final = (OURS, KUBEFLOW_TUNED, KUBEFLOW_DEFAULT, OURS, KUBEFLOW_TUNED)
-
-# Targets against Kubeflow tuned, medians of the runs (docs/bench.md).
-TARGET_RATIOS: Final = {
-    "seconds_to_all_jobs_running": 0.67,
-    "operator_cpu_seconds": 1.0,
-    "operator_requests_per_job": 1.0,
-    "operator_peak_rss_mb": 0.8,
+CONTENDERS: Final[dict[str, tuple[str, ...]]] = {
+    OURS: (),
+    BASELINE: (),
+    KUBEFLOW_TUNED: TUNED,
+    KUBEFLOW_DEFAULT: (),
 }
-TARGET_PEER_IDLE_CPU_PERCENT: Final = 1.0
+DEFAULT_SEQUENCE: Final = (OURS, KUBEFLOW_TUNED, OURS, KUBEFLOW_TUNED)
 REQUESTS_FROM: Final = "each operator's own rest_client_requests_total (client-go's, every HTTP attempt)"
-MEDIAN_FIELDS: Final = (
-    "seconds_to_all_pods_created",
-    "seconds_to_all_pods_running",
-    "seconds_to_all_jobs_running",
-    "operator_cpu_seconds",
-    "operator_peak_rss_mb",
-    "operator_requests_per_job",
-)
+NAMESPACE: Final = "peer"
+# A phase's time limit grows with the job count: this many seconds per job, at least --timeout.
+TIMEOUT_PER_JOB: Final = 0.6
 
 
 @dataclass(frozen=True)
 class PeerOptions:
     sequence: tuple[str, ...]
+    sizes: tuple[int, ...]
     # A run's load average is "far above" the others' when it exceeds both their median times
     # `load_factor` and their median plus `load_margin`.
     load_factor: float
     load_margin: float
+    # Before a run: wait (at most `cooldown` seconds, checking every `quiet_poll`) until the 1-minute
+    # load average is below `quiet_load` (None: not far above the lowest seen before a run) and no other
+    # test or bench runs.
     cooldown: float
+    quiet_load: float | None
+    quiet_poll: float
+    baseline_tree: Path | None
 
 
-def far_above(load: float, others: Sequence[float], factor: float, margin: float) -> bool:
-    """Whether `load` (a run's 1-minute load average before it) is too far above the other runs' to
-    compare its figures with theirs."""
-    if not others:
-        return False
-    median = statistics.median(others)
-    return load > median * factor and load > median + margin
-
-
-def median_of(runs: Sequence[JsonDict], section: str, name: str) -> float | None:
-    values = [run[section][name] for run in runs if run[section].get(name) is not None]
-    return round(statistics.median(values), 2) if values else None
-
-
-def summarize(runs: Sequence[JsonDict]) -> JsonDict:
-    """Per contender: the medians of its runs; ours against each peer: the ratios of the medians."""
-    medians: JsonDict = {}
-    for label in dict.fromkeys(run["contender"] for run in runs):
-        mine = [run for run in runs if run["contender"] == label]
-        methods = sorted({m for run in mine for m in run["bring_up"]["operator_requests_per_job_by_method"]})
-        medians[label] = {
-            "runs": len(mine),
-            **{name: median_of(mine, "bring_up", name) for name in MEDIAN_FIELDS},
-            "operator_requests_per_job_by_method": {
-                m: round(
-                    statistics.median(
-                        r["bring_up"]["operator_requests_per_job_by_method"].get(m, 0) for r in mine
-                    ),
-                    2,
-                )
-                for m in methods
-            },
-            "idle_writes_per_minute": median_of(mine, "steady_state", "writes_per_minute"),
-            "idle_cpu_percent_of_one_core": median_of(mine, "steady_state", "cpu_percent_of_one_core"),
-            "loadavg_before": [run["loadavg_before"] for run in mine],
-        }
-    ratios: JsonDict = {}
-    for peer in (KUBEFLOW_TUNED, KUBEFLOW_DEFAULT):
-        if OURS in medians and peer in medians:
-            ratios[f"{OURS} / {peer}"] = {
-                name: _ratio(medians[OURS][name], medians[peer][name]) for name in MEDIAN_FIELDS
-            }
-    return {"medians": medians, "ratios": ratios}
-
-
-def _ratio(ours: float | None, theirs: float | None) -> float | None:
-    if ours is None or not theirs:
-        return None
-    return round(ours / theirs, 3)
-
-
-def targets(summary: JsonDict) -> list[JsonDict]:
-    ours = summary["medians"].get(OURS) or {}
-    ratios = summary["ratios"].get(f"{OURS} / {KUBEFLOW_TUNED}") or {}
-
-    result = [
-        check(f"{name} vs Kubeflow tuned (ratio of medians)", ratios.get(name), bound, "x", False)
-        for name, bound in TARGET_RATIOS.items()
-    ]
-    result += [
-        check(
-            "idle writes per minute (Lease renewals excepted)",
-            ours.get("idle_writes_per_minute"),
-            0,
-            "/min",
-            strict=False,  # none at all: at most 0
-        ),
-        check(
-            "idle CPU, % of one core",
-            ours.get("idle_cpu_percent_of_one_core"),
-            TARGET_PEER_IDLE_CPU_PERCENT,
-            "%",
-            True,
-        ),
-        check(
-            "all pods created (median)",
-            ours.get("seconds_to_all_pods_created"),
-            TARGET_BRING_UP_SECONDS,
-            " s",
-            True,
-        ),
-        check(
-            "all jobs Running (median)",
-            ours.get("seconds_to_all_jobs_running"),
-            TARGET_BRING_UP_SECONDS,
-            " s",
-            True,
-        ),
-        check(
-            "idle CPU, absolute target",
-            ours.get("idle_cpu_percent_of_one_core"),
-            TARGET_IDLE_CPU_PERCENT,
-            "%",
-            True,
-        ),
-    ]
-    return result
+def size_options(options: Options, jobs: int) -> Options:
+    """The bench's options for one job count: nodes for every pod (unless --nodes says otherwise) and a
+    time limit that grows with the job count."""
+    nodes = options.nodes or 1 + math.ceil(jobs * options.replicas / PODS_PER_NODE)
+    return replace(options, jobs=jobs, nodes=nodes, timeout=max(options.timeout, jobs * TIMEOUT_PER_JOB))
 
 
 class PeerBench(Bench):
-    """The runs of one `make bench-peer`, on one BenchCluster."""
+    """The runs of one `make bench-peer`, each on a fresh bench cluster."""
 
     def __init__(self, options: Options, peer: PeerOptions) -> None:
         super().__init__(options)
@@ -197,63 +114,77 @@ class PeerBench(Bench):
         self.binary: Path | None = None
         self.loads: list[float] = []
 
-    def up(self) -> None:
-        super().up()
-        # Per-run trackers watch each run's namespace; the default one is not needed.
-        self.tracker.stop()
-        say("installing Kubeflow's training-operator (built on first use) and its PyTorchJob CRD")
-        self.binary = install(self.client)
-
     def run(self) -> JsonDict:
-        self.up()
-        runs: list[JsonDict] = []
-        for index, label in enumerate(self.peer.sequence):
-            runs.append(self.one_run(index, label))
-        runs = self.rerun_outliers(runs)
-        summary = summarize(runs)
-        options = self.options
+        if any(label.startswith("kubeflow") for label in self.peer.sequence):
+            say("building Kubeflow's training-operator on first use")
+            self.binary = binary()
+        sizes = []
+        for jobs in self.peer.sizes:
+            options = size_options(self.options, jobs)
+            runs = [self.one_run(options, index, label) for index, label in enumerate(self.peer.sequence)]
+            runs = self.judge(options, runs)
+            sizes.append(
+                {
+                    "jobs": jobs,
+                    "replicas": options.replicas,
+                    "pods": options.pods,
+                    "nodes": options.nodes,
+                    "runs": runs,
+                    **summarize_size(jobs, runs),
+                }
+            )
+        shape = curve(sizes)
         return {
             "config": {
-                "jobs": options.jobs,
-                "replicas": options.replicas,
-                "pods": options.pods,
-                "nodes": options.nodes,
+                "sizes": list(self.peer.sizes),
+                "replicas": self.options.replicas,
                 "sequence": list(self.peer.sequence),
                 "requests_from": REQUESTS_FROM,
-                "window_seconds": options.window,
+                "window_seconds": self.options.window,
+                "baseline_tree": str(self.peer.baseline_tree) if self.peer.baseline_tree else None,
             },
             "machine": {"cpus": os.cpu_count()},
-            "runs": runs,
-            **summary,
-            "targets": targets(summary),
+            "sizes": sizes,
+            "curve": shape,
+            "targets": [target for size in sizes for target in size["targets"]] + curve_targets(sizes, shape),
         }
 
-    def rerun_outliers(self, runs: list[JsonDict]) -> list[JsonDict]:
-        """Runs again, once, every run whose load before it was far above the others'."""
+    def judge(self, options: Options, runs: list[JsonDict]) -> list[JsonDict]:
+        """Runs again, once, every run that cannot be compared with the others; a second attempt that
+        cannot either stays out of the medians, with the reason."""
+        peer = self.peer
+
+        def reason(index: int) -> str | None:
+            others = [other for position, other in enumerate(runs) if position != index]
+            return why_not_compared(runs[index], others, peer.load_factor, peer.load_margin)
+
         for index, run in enumerate(runs):
-            others = [other["loadavg_before"] for other in runs if other is not run]
-            if far_above(run["loadavg_before"], others, self.peer.load_factor, self.peer.load_margin):
-                median = statistics.median(others)
-                say(
-                    f"run {index + 1} ({run['contender']}) started at load {run['loadavg_before']:.2f}, "
-                    f"far above the others' (median {median:.2f}): not compared; running it again"
-                )
-                runs[index] = self.one_run(index, run["contender"], attempt=2)
+            first = reason(index)
+            if first is None:
+                continue
+            say(f"run {index + 1} ({run['contender']}) is not compared ({first}): running it again")
+            runs[index] = self.one_run(options, index, run["contender"], attempt=2)
+            again = reason(index)
+            if again is not None:
+                say(f"run {index + 1} ({run['contender']}) again not compared ({again}): not in the medians")
+                runs[index]["compared"] = False
+                runs[index]["not_compared_because"] = again
         return runs
 
-    def one_run(self, index: int, label: str, attempt: int = 1) -> JsonDict:
-        options = self.options
-        namespace = f"peer-{index + 1}-{attempt}"
-        say(f"run {index + 1}/{len(self.peer.sequence)}: {label} in namespace {namespace}")
-        create_namespace(self.client, namespace)
-        self.wait_for_default_account(namespace)
-        self.prepare(label, namespace, index, attempt)
+    def one_run(self, options: Options, index: int, label: str, attempt: int = 1) -> JsonDict:
+        say(f"{options.jobs} jobs, run {index + 1}/{len(self.peer.sequence)}: {label} (attempt {attempt})")
+        self.options = options
+        self.wait_for_quiet()
+        self.start_cluster(options.nodes)
+        create_namespace(self.client, NAMESPACE)
+        self.wait_for_default_account(NAMESPACE)
+        self.prepare(label, index, attempt)
         tracker = Tracker(
             self.client,
             self.lease_name or contract.OPERATOR_NAME,
-            namespace=namespace,
+            namespace=NAMESPACE,
             resource=self.kind.resource,
-            job_running=pytorch_job_running if label != OURS else training_job_running,
+            job_running=training_job_running if label in (OURS, BASELINE) else pytorch_job_running,
         )
         tracker.start()
         self._tracker = tracker
@@ -261,80 +192,95 @@ class PeerBench(Bench):
             load = self.wait_for_quiet()
             self.start_operator()
             bring_up = self.bring_up(0, options.jobs)
-            per_job = {
+            bring_up["operator_requests_per_job_by_method"] = {
                 method: round(count / options.jobs, 2)
                 for method, count in bring_up["operator_requests_by_method"].items()
             }
-            bring_up["operator_requests_per_job_by_method"] = per_job
             steady = self.steady_state()
-            # While the operator still runs: this operator's pods carry its tracking finalizer, which
-            # only it removes (docs/accounting.md), so their namespace goes only while it is up.
-            self.delete_namespace(namespace)
         finally:
             say(f"stopping {self.operator.name}")
             self.operator.stop()
             tracker.stop()
         return {
             "contender": label,
+            "jobs": options.jobs,
             "run": index + 1,
             "attempt": attempt,
-            "namespace": namespace,
             "operator_args": self.operator.arguments(),
+            "operator_tree": str(self.operator.tree) if label in (OURS, BASELINE) else None,
             "loadavg_before": load,
+            "loadavg_after": round(load_average(), 2),
             "bring_up": bring_up,
             "steady_state": steady,
         }
 
-    def prepare(self, label: str, namespace: str, index: int, attempt: int) -> None:
-        """The run's job kind, operator process and Lease."""
+    def prepare(self, label: str, index: int, attempt: int) -> None:
+        """The run's job kind, operator process and Lease, on the run's cluster."""
         options = self.options
-        log = self.dev_dir / "logs" / f"peer-{index + 1}-{attempt}-{label}.log"
-        if label == OURS:
-            self.kind = training_jobs(options, namespace)
-            self.operator = Operator(self.kubeconfig, log, (*CONTENDERS[label], *options.operator_args))
+        log = self.dev_dir / "logs" / f"peer-{options.jobs}-{index + 1}-{attempt}-{label}.log"
+        if label in (OURS, BASELINE):
+            tree = self.peer.baseline_tree if label == BASELINE else None
+            if label == BASELINE and tree is None:
+                raise ToolError(f"{BASELINE} needs --baseline-tree (or $BENCH_BASELINE_TREE)")
+            self.kind = training_jobs(options, NAMESPACE)
+            self.operator = Operator(self.kubeconfig, log, (*CONTENDERS[label], *options.operator_args), tree)
             self.lease_name = contract.OPERATOR_NAME
             return
         if self.binary is None:
             raise ToolError("Kubeflow's training-operator is not installed")
+        install(self.client)
         replicas = options.replicas
 
         def manifest(name: str) -> JsonDict:
-            return pytorch_job(name, namespace, replicas)
+            return pytorch_job(name, NAMESPACE, replicas)
 
-        self.kind = JobKind(PYTORCHJOBS, namespace, manifest)
+        self.kind = JobKind(PYTORCHJOBS, NAMESPACE, manifest)
         work = self.dev_dir / "kubeflow"
         self.operator = KubeflowOperator(self.binary, self.kubeconfig, work, log, CONTENDERS[label])
         self.lease_name = None
 
     def wait_for_quiet(self) -> float:
-        """Waits (at most `cooldown` seconds) until the 1-minute load average is not far above the
-        lowest seen before a run; returns it."""
+        """Waits (at most `cooldown` seconds) until the machine is quiet: the 1-minute load average below
+        `quiet_load` (or not far above the lowest seen before a run) and no other test or bench running;
+        returns the load average."""
+        peer = self.peer
         reference = min(self.loads) if self.loads else None
+        busy: list[str] = []
 
         def quiet() -> bool:
-            load = os.getloadavg()[0]
-            return reference is None or not far_above(
-                load, [reference], self.peer.load_factor, self.peer.load_margin
-            )
+            busy[:] = busy_processes()
+            load = load_average()
+            if peer.quiet_load is not None:
+                calm = load < peer.quiet_load
+            else:
+                calm = reference is None or not far_above_reference(load, reference, peer)
+            return calm and not busy
+
+        def progress() -> str:
+            others = f"; also running: {'; '.join(busy[:2])}" if busy else ""
+            return f"load average {load_average():.2f} (waiting for {self.quiet_rule(reference)}){others}"
 
         try:
             wait_until(
-                "the machine's load average to come down",
+                "the machine to be quiet",
                 quiet,
-                timeout=self.peer.cooldown,
-                interval=1.0,
-                progress=lambda: f"load average {os.getloadavg()[0]:.2f}, lowest before a run {reference}",
+                timeout=peer.cooldown,
+                interval=peer.quiet_poll,
+                progress=progress,
                 say=say,
-                every=15.0,
+                every=max(60.0, peer.quiet_poll),
             )
         except ToolError:
-            say(
-                f"the load average stayed high for {self.peer.cooldown:.0f}s; running anyway (compared later)"
-            )
-        load = round(os.getloadavg()[0], 2)
+            say(f"the machine was not quiet within {peer.cooldown:.0f}s; running anyway (judged afterwards)")
+        load = round(load_average(), 2)
         self.loads.append(load)
         say(f"load average before the run: {load:.2f}")
         return load
+
+    def quiet_rule(self, reference: float | None) -> str:
+        if self.peer.quiet_load is not None:
+            return f"below {self.peer.quiet_load}"
+        return "any" if reference is None else f"not far above {reference:.2f}"
 
     def wait_for_default_account(self, namespace: str) -> None:
         """Pods are refused until the controller manager has made the namespace's `default` account."""
@@ -348,48 +294,50 @@ class PeerBench(Bench):
 
         wait_until(f"ServiceAccount {namespace}/default", exists, timeout=60)
 
-    def delete_namespace(self, namespace: str) -> None:
-        say(f"deleting namespace {namespace} and waiting until it is gone")
-        try:
-            self.client.delete(NAMESPACES, None, namespace)
-        except NotFound:
-            return
 
-        def gone() -> bool:
-            try:
-                self.client.get(NAMESPACES, None, namespace)
-            except NotFound:
-                return True
-            return False
-
-        wait_until(
-            f"namespace {namespace} to be deleted",
-            gone,
-            timeout=self.options.timeout,
-            interval=1.0,
-            progress=lambda: f"namespace {namespace} still terminating",
-            say=say,
-            every=15.0,
-        )
+def far_above_reference(load: float, reference: float, peer: PeerOptions) -> bool:
+    return load > reference * peer.load_factor and load > reference + peer.load_margin
 
 
 def parse(argv: list[str] | None) -> tuple[Options, PeerOptions]:
     parser = argparse.ArgumentParser(
         prog="python -m hack.bench.peer",
-        description="This operator and Kubeflow's training-operator side by side on one bench cluster.",
+        description="This operator and Kubeflow's training-operator side by side, each run on a fresh "
+        "cluster.",
         epilog="Other flags are those of `python -m hack.bench` (--jobs, --replicas, --window, ...).",
     )
     parser.add_argument(
         "--sequence",
         default=os.environ.get("BENCH_PEER_SEQUENCE", ",".join(DEFAULT_SEQUENCE)),
-        help=f"the runs, in order, from {', '.join(CONTENDERS)} ($BENCH_PEER_SEQUENCE)",
+        help=f"the runs at each job count, in order, from {', '.join(CONTENDERS)} ($BENCH_PEER_SEQUENCE)",
+    )
+    parser.add_argument(
+        "--sizes",
+        default=os.environ.get("BENCH_SIZES", ""),
+        help="job counts, e.g. 500,2000,5000: the sequence at each (default: --jobs) ($BENCH_SIZES)",
     )
     parser.add_argument(
         "--load-factor", type=float, default=1.5, help="'far above': this times the median..."
     )
     parser.add_argument("--load-margin", type=float, default=1.5, help="... and this much above it")
     parser.add_argument(
-        "--cooldown", type=float, default=600.0, help="longest wait for the load to come down (s)"
+        "--cooldown", type=float, default=600.0, help="longest wait for the machine to be quiet (s)"
+    )
+    parser.add_argument(
+        "--quiet-load",
+        type=float,
+        default=None,
+        help="before a run, wait until the 1-minute load average is below this (default: not far above "
+        "the lowest seen before a run)",
+    )
+    parser.add_argument(
+        "--quiet-poll", type=float, default=15.0, help="how often the machine is checked while waiting (s)"
+    )
+    parser.add_argument(
+        "--baseline-tree",
+        type=Path,
+        default=Path(os.environ["BENCH_BASELINE_TREE"]) if os.environ.get("BENCH_BASELINE_TREE") else None,
+        help=f"the checkout whose operator runs as {BASELINE} ($BENCH_BASELINE_TREE)",
     )
     args, rest = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
     sequence = tuple(label.strip() for label in args.sequence.split(",") if label.strip())
@@ -398,14 +346,28 @@ def parse(argv: list[str] | None) -> tuple[Options, PeerOptions]:
         parser.error(
             f"--sequence: unknown {', '.join(unknown) or '(empty)'}; choose from {', '.join(CONTENDERS)}"
         )
+    if BASELINE in sequence and args.baseline_tree is None:
+        parser.error(f"--sequence has {BASELINE}: --baseline-tree (or $BENCH_BASELINE_TREE) is needed")
     options = parse_options(rest)
-    nodes = (
-        options.nodes
-        if "--nodes" in rest or os.environ.get("BENCH_NODES")
-        else 1 + math.ceil(options.pods / PODS_PER_NODE)
+    try:
+        sizes = tuple(int(size) for size in args.sizes.split(",") if size.strip()) or (options.jobs,)
+    except ValueError:
+        parser.error(f"--sizes: {args.sizes!r} is not a list of job counts")
+    if min(sizes) < 1:
+        parser.error("--sizes: every job count must be at least 1")
+    explicit_nodes = "--nodes" in rest or bool(os.environ.get("BENCH_NODES"))
+    options = replace(options, memory_jobs=0, nodes=options.nodes if explicit_nodes else 0)
+    peer = PeerOptions(
+        sequence=sequence,
+        sizes=sizes,
+        load_factor=args.load_factor,
+        load_margin=args.load_margin,
+        cooldown=args.cooldown,
+        quiet_load=args.quiet_load,
+        quiet_poll=args.quiet_poll,
+        baseline_tree=args.baseline_tree.resolve() if args.baseline_tree else None,
     )
-    options = replace(options, memory_jobs=0, nodes=nodes)
-    return options, PeerOptions(sequence, args.load_factor, args.load_margin, args.cooldown)
+    return options, peer
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,10 +24,12 @@ from hack.bench.cluster import (
     run_devcluster,
     training_jobs,
 )
+from hack.bench.clustercost import cluster_cpu, stored_pod_and_job_sizes
 from hack.bench.operator import Operator, say
 from hack.bench.options import GPUS_PER_NODE, Options
 from hack.bench.procfs import busy_cores, component_cpu, component_pids, cpu_pressure, machine_busy
 from hack.bench.profile import Profiler
+from hack.bench.sampler import Sampler
 from hack.bench.targets import targets
 from hack.bench.tracker import Tracker, spread
 from hack.common import JsonDict, ToolError, wait_until
@@ -54,21 +56,26 @@ class BenchCluster:
         self.lease_name: str | None = contract.OPERATOR_NAME
 
     def up(self) -> None:
-        options = self.options
+        self.start_cluster(self.options.nodes)
+        create_namespace(self.client)
+        self._tracker = Tracker(self.client, contract.OPERATOR_NAME)
+        self._tracker.start()
+
+    def start_cluster(self, nodes: int) -> None:
+        """A fresh bench cluster of `nodes` kwok nodes (any earlier one in the dev directory is stopped
+        first) with the CRD Established, and the bench's client of it."""
         say(f"stopping any earlier bench cluster in {self.dev_dir}")
+        if self._client is not None:
+            self._client.close()
+            self._client = None
         run_devcluster(self.dev_dir, "down", check=False)
-        say(f"starting the bench cluster: {options.nodes} kwok nodes")
+        say(f"starting the bench cluster: {nodes} kwok nodes")
         self.cluster_started = True
-        run_devcluster(
-            self.dev_dir, "up", "--nodes", str(options.nodes), "--gpus-per-node", str(GPUS_PER_NODE)
-        )
+        run_devcluster(self.dev_dir, "up", "--nodes", str(nodes), "--gpus-per-node", str(GPUS_PER_NODE))
         self._client = from_kubeconfig(
-            str(self.kubeconfig), None, qps=0, burst=0, pool_size=options.create_threads + 8
+            str(self.kubeconfig), None, qps=0, burst=0, pool_size=self.options.create_threads + 8
         )
         install_crd(self._client)
-        create_namespace(self._client)
-        self._tracker = Tracker(self._client, contract.OPERATOR_NAME)
-        self._tracker.start()
 
     def down(self) -> None:
         if self.operator.process is not None:
@@ -112,7 +119,7 @@ class BenchCluster:
 class Bench(BenchCluster):
     """One run of the phases on a BenchCluster."""
 
-    def progress(self, total_jobs: int, t0: float) -> Callable[[], str]:
+    def progress(self, total_jobs: int, t0: float, sampler: Sampler) -> Callable[[], str]:
         tracker = self.tracker
         last: list[tuple[float, float]] = []
 
@@ -126,10 +133,8 @@ class Bench(BenchCluster):
                 cpu = f" ({100 * share:.0f}% of a core)"
                 last.clear()
             last.append((now, sample.cpu_seconds))
-            try:
-                depth = f", queue depth {self.operator.metrics('workqueue_depth').queue_depth:.0f}"
-            except ToolError:
-                depth = ""
+            latest = sampler.latest()
+            depth = f", queue depth {latest:.0f}" if latest is not None else ""
             pods = total_jobs * self.options.replicas
             return (
                 f"t={now - t0:5.1f}s pods {created}/{pods} created, {bound} bound, {running} running; "
@@ -157,22 +162,24 @@ class Bench(BenchCluster):
             profiler.start()
         threads = options.create_threads
         kind = self.kind.resource.kind
+        sampler = Sampler(lambda: self.operator.metrics("workqueue_depth").queue_depth)
         say(f"creating {len(names)} {kind}s x {options.replicas} replicas ({threads} threads)")
         t0 = time.monotonic()
-        created_at = create_jobs(self.client, names, options, self.kind)
-        say(f"{len(names)} creates answered in {created_at - t0:.1f}s")
-        progress = self.progress(total_jobs, t0)
+        sampler.start(t0)
         try:
+            created_at = create_jobs(self.client, names, options, self.kind, on_created=tracker.created)
+            say(f"{len(names)} creates answered in {created_at - t0:.1f}s")
             wait_until(
                 f"{pods} pods and {total_jobs} Running jobs",
                 lambda: tracker.counts()[0] >= pods and tracker.counts()[3] >= total_jobs,
                 timeout=options.timeout,
                 guard=self.operator.check_alive,
-                progress=progress,
+                progress=self.progress(total_jobs, t0, sampler),
                 say=say,
             )
         finally:
             done_at = time.monotonic()
+            sampled = sampler.stop()
             profile = profiler.stop() if profiler is not None else None
         after = self.operator.sample()
         after_machine = machine_busy()
@@ -180,13 +187,19 @@ class Bench(BenchCluster):
         after_metrics = self.operator.metrics()
         after_apiserver = apiserver_requests(self.client)
         bench_cpu = time.process_time() - before_bench
-        say(progress())
+        say(self.progress(total_jobs, t0, sampler)())
 
         def since(times: dict[str, float], count: int) -> float | None:
             reached = tracker.reached(times, count)
             return round(reached - t0, 2) if reached is not None else None
 
         requests = after_metrics.minus(before_metrics)
+        operator_cpu = after.cpu_seconds - before.cpu_seconds
+        components = {
+            name: after_components[name] - before_components[name]
+            for name in after_components
+            if name in before_components
+        }
         return {
             "jobs_created": len(names),
             "seconds_to_all_creates_answered": round(created_at - t0, 2),
@@ -194,29 +207,32 @@ class Bench(BenchCluster):
             "seconds_to_all_pods_bound": since(tracker.pod_bound, pods),
             "seconds_to_all_pods_running": since(tracker.pod_running, pods),
             "seconds_to_all_jobs_running": since(tracker.job_running, total_jobs),
+            "seconds_from_job_created_to_all_pods_created": spread(tracker.creation_lags(options.replicas)),
             "seconds_from_last_pod_running_to_job_running": spread(tracker.running_lags()),
             "operator_requests_by_method": requests,
             "operator_requests_by_code": after_metrics.codes_minus(before_metrics),
             "operator_requests_per_job": round(sum(requests.values()) / max(1, len(names)), 1),
             "operator_events_dropped": round(after_metrics.events_dropped - before_metrics.events_dropped),
             "operator_reconciles": round(after_metrics.reconciles - before_metrics.reconciles),
-            "operator_cpu_seconds": round(after.cpu_seconds - before.cpu_seconds, 2),
-            "operator_cpu_cores_average": round(
-                (after.cpu_seconds - before.cpu_seconds) / max(1e-9, done_at - t0), 2
-            ),
+            "operator_cpu_seconds": round(operator_cpu, 2),
+            "operator_cpu_seconds_per_job": round(operator_cpu / max(1, len(names)), 4),
+            "operator_cpu_cores_average": round(operator_cpu / max(1e-9, done_at - t0), 2),
             "operator_peak_rss_mb": round(after.peak_rss_mb, 1),
             "operator_rss_mb": round(after.rss_mb, 1),
-            "component_cpu_seconds": {
-                name: round(after_components[name] - before_components[name], 2)
-                for name in after_components
-                if name in before_components
-            },
+            "component_cpu_seconds": {name: round(value, 2) for name, value in components.items()},
+            "cluster_cpu": cluster_cpu(components, operator_cpu, len(names)),
+            **sampled,
             "machine_busy_cores_average": busy_cores(before_machine, after_machine),
             "bench_cpu_seconds": round(bench_cpu, 2),
             "apiserver_requests_total": round(sum(after_apiserver.values()) - sum(before_apiserver.values())),
             "apiserver_requests_top": counter_delta(after_apiserver, before_apiserver),
             **({"operator_profile": profile} if profile is not None else {}),
+            **({"stored_sizes": self.stored_sizes()} if first == 0 else {}),
         }
+
+    def stored_sizes(self) -> JsonDict:
+        """A pod's and a job's sizes as the cluster stores them (hack/bench/clustercost.py)."""
+        return stored_pod_and_job_sizes(self.client, self.dev_dir, self.kind.resource, self.kind.namespace)
 
     def steady_state(self) -> JsonDict:
         options = self.options

@@ -62,6 +62,7 @@ class Tracker:
         self.pod_bound: dict[str, float] = {}
         self.pod_running: dict[str, float] = {}
         self.job_running: dict[str, float] = {}
+        self.job_created: dict[str, float] = {}
         self.lease_renewals = 0
         self._lease_name = lease_name
         self._job_running = job_running
@@ -120,6 +121,11 @@ class Tracker:
             with self._lock:
                 self.lease_renewals += 1
 
+    def created(self, job: str, at: float) -> None:
+        """The bench's create of `job` was answered at `at` (time.monotonic())."""
+        with self._lock:
+            self.job_created[job] = at
+
     def counts(self) -> tuple[int, int, int, int]:
         with self._lock:
             return len(self.pod_created), len(self.pod_bound), len(self.pod_running), len(self.job_running)
@@ -136,24 +142,55 @@ class Tracker:
 
     def running_lags(self) -> list[float]:
         """For each Running job, the seconds from its last pod Running to the job's status saying so:
-        how long news of running pods waited in the operator's queue. Pods are `<job>-<role>-<index>`
-        (both operators name them so)."""
+        how long news of running pods waited in the operator's queue."""
         with self._lock:
-            last_pod: dict[str, float] = {}
-            for pod, at in self.pod_running.items():
-                job = pod.rsplit("-", 2)[0]
-                last_pod[job] = max(at, last_pod.get(job, at))
+            last_pod = _last_per_job(self.pod_running)
             return sorted(
                 max(0.0, at - last_pod[job]) for job, at in self.job_running.items() if job in last_pod
             )
 
+    def creation_lags(self, pods_per_job: int) -> list[float]:
+        """For each job whose `pods_per_job` pods have all been seen, the seconds from the bench's create
+        of the job being answered to its last pod first seen: how long a new job waited for its pods."""
+        with self._lock:
+            counts: dict[str, int] = {}
+            for pod in self.pod_created:
+                job = _job_of(pod)
+                counts[job] = counts.get(job, 0) + 1
+            last_pod = _last_per_job(self.pod_created)
+            return sorted(
+                max(0.0, last_pod[job] - at)
+                for job, at in self.job_created.items()
+                if counts.get(job, 0) >= pods_per_job
+            )
+
+
+def _job_of(pod: str) -> str:
+    """Pods are `<job>-<role>-<index>` (both operators name them so)."""
+    return pod.rsplit("-", 2)[0]
+
+
+def _last_per_job(times: dict[str, float]) -> dict[str, float]:
+    """Per job, the latest of its pods' times."""
+    last: dict[str, float] = {}
+    for pod, at in times.items():
+        job = _job_of(pod)
+        last[job] = max(at, last.get(job, at))
+    return last
+
+
+def percentile(values: list[float], share: float) -> float:
+    """The value below which `share` of sorted `values` lie (nearest rank)."""
+    return values[min(len(values) - 1, int(len(values) * share))]
+
 
 def spread(values: list[float]) -> JsonDict:
-    """Median, 90th percentile and maximum of sorted `values`, rounded (empty: Nones)."""
+    """Median, 90th and 99th percentiles and maximum of sorted `values`, rounded (empty: Nones)."""
     if not values:
-        return {"median": None, "p90": None, "max": None}
+        return {"median": None, "p90": None, "p99": None, "max": None}
     return {
-        "median": round(values[len(values) // 2], 2),
-        "p90": round(values[min(len(values) - 1, int(len(values) * 0.9))], 2),
+        "median": round(percentile(values, 0.5), 2),
+        "p90": round(percentile(values, 0.9), 2),
+        "p99": round(percentile(values, 0.99), 2),
         "max": round(values[-1], 2),
     }
