@@ -105,11 +105,12 @@ def run_process(config: Config) -> int:
         engine = make_engine(config)
         status = train(config, engine, reporter, stop)
         if status == EXIT_TERMINATED:
-            termination_message(
-                "terminated by SIGTERM: stopped after a step, its checkpoint saved and reported"
+            return fail(
+                "terminated by SIGTERM: stopped after a step, its checkpoint saved and reported",
+                status,
             )
-        elif status != 0:
-            termination_message(f"training failed on purpose after epoch {config.fail_at_epoch}")
+        if status != 0:
+            return fail(f"training failed on purpose after epoch {config.fail_at_epoch}", status)
         return status
     except ConfigError as error:
         return fail(f"configuration error: {error}", EXIT_CONFIG)
