@@ -295,10 +295,16 @@ def kubelet_config(paths: NodePaths, pki: Path) -> dict[str, Any]:
         "registerWithTaints": [TAINT],
         "maxPods": 60,
         "serializeImagePulls": False,
-        # Images are built here and cannot be pulled again: never collected for disk space.
+        # Images are built here and cannot be pulled again: never collected for disk space (they are
+        # pinned too, realnode.import_images: disk pressure collects unpinned images whatever these say).
         "imageGCHighThresholdPercent": 100,
         "imageGCLowThresholdPercent": 99,
-        "evictionHard": {"memory.available": "256Mi", "nodefs.available": "2%", "imagefs.available": "2%"},
+        # The disk is the machine's, shared with everything else on it: a percentage of a large shared
+        # disk is gigabytes that others use and fill (2% of a 250 GB disk is 5 GB; under pressure the
+        # node refuses pods for the 5 minutes pressure lasts by default). The node is under pressure
+        # when the disk is really full, and not for long after.
+        "evictionHard": {"memory.available": "256Mi", "nodefs.available": "1Gi", "imagefs.available": "1Gi"},
+        "evictionPressureTransitionPeriod": "30s",
         "nodeStatusReportFrequency": "10s",
         "shutdownGracePeriod": "0s",
         "makeIPTablesUtilChains": True,

@@ -26,7 +26,7 @@ import yaml
 
 from crd import contract
 from crd.defaults import subschema
-from tests.cluster import REPO, Kubectl
+from tests.cluster import REPO, Kubectl, WaitTimeout
 from tests.e2e.conftest import StartOperator
 from tests.e2e.jobs import (
     PatientKubectl,
@@ -314,11 +314,19 @@ def test_the_byo_example_trains_its_own_code_on_its_dataset_to_completed(
     dataset = claim_directory(kubectl, namespace, "byo-dataset") / "points.csv"
     assert len(dataset.read_text().splitlines()) == 400  # prepared on the claim once
 
+    seen: list[object] = []
+
     def succeeded() -> list[dict[str, Any]] | None:
         pods = pods_of(kubectl, namespace, "byo-training")
-        return pods if [pod["status"]["phase"] for pod in pods] == ["Succeeded", "Succeeded"] else None
+        phases = [(pod["metadata"]["name"], pod["status"].get("phase")) for pod in pods]
+        seen[:] = [phases, [pod["metadata"].get("deletionTimestamp") for pod in pods]]
+        return pods if [phase for _, phase in phases] == ["Succeeded", "Succeeded"] else None
 
-    for pod in wait("both pods Succeeded (kept by cleanPodPolicy Running)", succeeded, 60):
+    try:
+        kept = wait("both pods Succeeded (kept by cleanPodPolicy Running)", succeeded, 60)
+    except WaitTimeout as timeout:
+        raise AssertionError(f"{timeout}; pods and deletions last seen: {seen}") from None
+    for pod in kept:
         assert pod["spec"]["imagePullSecrets"] == [{"name": "registry-credentials"}]
     prepared = kubectl.run("logs", "byo-training-worker-0", "-n", namespace, "-c", "prepare-data")
     assert prepared.startswith("dataset /data/points.csv")

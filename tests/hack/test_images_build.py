@@ -281,6 +281,8 @@ def containerd(tmp_path: Path) -> Iterator[Callable[..., str]]:
         process.terminate()
         process.wait(timeout=60)
         assert mounts_under(tmp_path) == []
+        # Gigabytes of imported images: not kept with the session's temporary files (its log is).
+        shutil.rmtree(tmp_path / "root", ignore_errors=True)
 
 
 def test_containerd_imports_every_image_under_its_normalized_names(

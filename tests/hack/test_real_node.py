@@ -83,6 +83,12 @@ def test_the_node_is_ready_tainted_and_advertises_gpus(real_node: Kubectl) -> No
     held = {name for image in status.get("images") or [] for name in image.get("names") or []}
     for reference in ("trainingjob-operator:0.1.0", PYTHON_IMAGE):
         assert any(name.endswith("/" + reference) for name in held), (reference, sorted(held))
+    # Every image built here is pinned: the kubelet's garbage collection (under disk pressure too)
+    # would remove what cannot be pulled again.
+    listed = realnode.ctr(realnode.build(), "images", "list").splitlines()[1:]
+    ours = [line.split() for line in listed if realnode.IMAGE_KEY_LABEL in line]
+    assert len(ours) >= len(realnode.IMAGES), listed
+    assert all(realnode.PINNED_LABEL in fields[-1].split(",") for fields in ours), listed
 
 
 def test_a_pod_without_the_toleration_is_kept_off_the_node(real_node: Kubectl, namespace: str) -> None:
