@@ -133,9 +133,12 @@ def test_a_deleted_worker_shrinks_the_world_and_its_replacement_grows_it_back(
     cluster.apply(manifest(), "-n", namespace)
     lost = f"{NAME}-worker-2"
 
-    # 1. Three workers train under torchrun.
-    wait("an epoch trained by 3 workers", lambda: job.epoch() >= 1, 300)
-    assert [job.worlds(index)[:1] for index in range(3)] == [[3]] * 3
+    # 1. Three workers train under torchrun. (On a busy machine the rendezvous may close with the first
+    # two before the third pod starts; torchrun then grows the world to 3 when it joins.)
+    def trained_by_three() -> bool:
+        return job.epoch() >= 1 and all(job.worlds(index)[-1:] == [3] for index in range(3))
+
+    wait("an epoch trained by 3 workers", trained_by_three, 300)
     assert job.workers_column() == "3"
 
     # 2. Worker 2's pod is deleted while its replacement cannot be scheduled: the others go on.
@@ -180,7 +183,8 @@ def test_a_deleted_worker_shrinks_the_world_and_its_replacement_grows_it_back(
     assert (checkpoint_directory(cluster, namespace) / f"epoch-{EPOCHS}").is_dir()
     assert (done["restartCount"], done["attempt"], done.get("restarts")) == (0, 0, None)
     assert done["elastic"] == {"shrinks": 1, "grows": 1, "replacing": [], "lastShrinkReason": "PodDeleted"}
-    assert changes(job.worlds(0)) == changes(job.worlds(1)) == [3, 2, 3]
+    # The worlds since all three first trained together: 3, then 2 without the lost worker, then 3.
+    assert changes(job.worlds(0))[-3:] == changes(job.worlds(1))[-3:] == [3, 2, 3]
     events = {event["reason"]: event for event in events_of(cluster, namespace, NAME)}
     assert events["WorkerLost"]["type"] == "Warning"
     assert "PodDeleted" in events["WorkerLost"]["message"]
