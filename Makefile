@@ -72,8 +72,10 @@ dev-cluster-down: ## stop every process of the local control plane
 
 .PHONY: test
 test: $(STAMP) promtool node-tools ## run the whole test suite (starts and stops the local control plane if none runs)
-	@# The real node's binaries and images are built before the tests (minutes the first time, with
-	@# progress), not inside the first test that needs them; a machine that cannot run it says why here.
+	@# The control plane, the real node's binaries and, meanwhile, its images are built before the
+	@# tests (minutes the first time, with progress), not inside the first test that needs them; a
+	@# machine that cannot run the node says why here. The optional components the tests need build
+	@# in the background as the tests run (tests/conftest.py).
 	@if [ "$$(id -u)" = 0 ]; then hack/dev-cluster.sh build real-node; \
 		else echo "not root: the real node's tests will be skipped (hack/README.md, \"The real node\")"; fi
 	$(VENV_PY) -m pytest $(PYTEST_ARGS)

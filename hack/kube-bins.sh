@@ -224,7 +224,9 @@ run_step() {
 # cached_build DEST ROOT WHAT BUILD...: prints DEST once it holds a finished build. When DEST/VERSIONS
 # is missing, it takes ROOT/.lock (waiting for another build of the same thing), runs `BUILD... TMP`
 # to fill a temporary directory under ROOT (BUILD writes TMP/VERSIONS last) and renames it to DEST,
-# so nothing half-built is ever in the cache.
+# so nothing half-built is ever in the cache. A build stopped by a signal removes its temporary
+# directory (the EXIT trap); one left by a build killed outright (SIGKILL) is removed by the next
+# build that holds the lock.
 cached_build() {
   local dest=$1 root=$2 what=$3 tmp
   shift 3
@@ -236,6 +238,9 @@ cached_build() {
     flock 9
   fi
   if [[ -f "$dest/VERSIONS" ]]; then echo "$dest"; return; fi
+  # Whoever made these is gone (the lock is ours); a module copied from Go's cache is read-only.
+  chmod -R u+w "$root"/.build-* 2>/dev/null || true
+  rm -rf "$root"/.build-*
   tmp=$(mktemp -d "$root/.build-XXXXXX")
   # shellcheck disable=SC2064 # expand now: $tmp is local to this function
   trap "rm -rf '$tmp'" EXIT

@@ -12,7 +12,9 @@ build is one ToolError naming the component; the script has printed the end of i
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import time
 from pathlib import Path
 from typing import Final
 
@@ -44,3 +46,62 @@ def component_binary(component: str) -> Path:
     """The path of an optional component's binary (e.g. "helm"), built on first use. Each component's
     cache directory holds its binary under the component's name."""
     return ensure(component) / component
+
+
+def is_cached(component: str) -> bool:
+    """Whether an optional component is built already (`ensure` would return at once)."""
+    result = subprocess.run([str(SCRIPT), "dir", component], stdout=subprocess.PIPE, text=True, check=False)
+    return result.returncode == 0 and (Path(result.stdout.strip()) / "VERSIONS").is_file()
+
+
+class BackgroundBuilds:
+    """Optional components built one after the other in a background process at the lowest CPU
+    priority, while something else (a test session) runs: a cold machine builds them on the CPU the
+    tests leave idle instead of in front of the first test that needs each. Whoever needs one calls
+    `ensure` as before, which waits on the component's build lock while the background builds it.
+    `stop` ends the builds still running (their half-built directories are removed)."""
+
+    def __init__(self, components: list[str], log: Path) -> None:
+        self.components = [component for component in components if not is_cached(component)]
+        self.log = log
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        if not self.components:
+            return
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        loop = 'for component; do "$0" ensure "$component" || true; done'
+        with self.log.open("ab") as output:
+            # Same session as the caller (process_group, not a new session): with the kernel's
+            # autogroup scheduling a new session would compete as an equal, and nice would not count.
+            self.process = subprocess.Popen(
+                ["nice", "-n", "19", "bash", "-c", loop, str(SCRIPT), *self.components],
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=output,
+                process_group=0,
+            )
+
+    def stop(self, timeout: float = 30.0) -> None:
+        process, self.process = self.process, None
+        if process is None:
+            return
+        signal_group(process.pid, signal.SIGTERM)
+        # The builds remove their half-built directories on SIGTERM: wait for every process of the
+        # group (the loop's shell first ends, the script and go after it), then kill what is left.
+        deadline = time.monotonic() + timeout
+        while process.poll() is None or signal_group(process.pid, 0):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        signal_group(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def signal_group(group: int, signum: int) -> bool:
+    """Sends `signum` to a process group; whether any process of it was there."""
+    try:
+        os.killpg(group, signum)
+    except ProcessLookupError:
+        return False
+    return True

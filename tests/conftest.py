@@ -15,6 +15,12 @@ Tests that need the real node's container images (hack/images: pause, busybox, b
 trainer-torch) take the `node_images` fixture: each image is built on first use (minutes cold), then
 taken from the cache under ~/.cache/trainingjob-operator/images. Building them needs root. Those
 tests are marked `components`.
+
+Once the tests are collected, the optional components the selected tests will need and that are not
+cached yet are built in the background at the lowest CPU priority, in the order the tests need them
+(hack/kube_bins.py BackgroundBuilds; their progress in .dev/background-builds.log): on a cold machine
+they use the CPU the cluster tests leave idle, and the fixture of the first test that needs one waits
+for its build instead of starting it. The session stops what still builds when it ends.
 """
 
 from __future__ import annotations
@@ -31,8 +37,11 @@ import pytest
 
 from crd import contract
 from hack import images
+from hack.bench import kubeflow
+from hack.devcluster import coscheduling as coscheduling_part
+from hack.devcluster import kueue as kueue_part
 from hack.devcluster import nodehost
-from hack.kube_bins import component_binary
+from hack.kube_bins import BackgroundBuilds, component_binary
 from tests.cluster import DEV, REPO, Kubectl, require_optional, wait_for
 
 CRD_DIR = REPO / "crd"
@@ -164,6 +173,12 @@ def helm() -> Path:
 
 
 @pytest.fixture(scope="session")
+def kubeflow_operator() -> Path:
+    """Kubeflow's training-operator binary (the bench's peer), built from Go modules on first use."""
+    return component_binary(kubeflow.COMPONENT)
+
+
+@pytest.fixture(scope="session")
 def node_images() -> Callable[[str], images.Image]:
     """The real node's images by name (hack/images), each built on first use in the session (root
     only: debootstrap, chroot and buildah's mount namespace need it)."""
@@ -183,6 +198,7 @@ def node_images() -> Callable[[str], images.Image]:
 FIXTURE_MARKERS = {
     "cluster": pytest.mark.cluster,
     "helm": pytest.mark.components,
+    "kubeflow_operator": pytest.mark.components,
     "kueue": pytest.mark.components,
     "coscheduling": pytest.mark.components,
     "node_images": pytest.mark.components,
@@ -203,6 +219,41 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                     item.add_marker(pytest.mark.components)
 
 
+# Fixtures that need an optional component built, and the component (hack/kube-bins.sh ensure NAME).
+FIXTURE_BUILDS = {
+    "helm": "helm",
+    "coscheduling": coscheduling_part.BUILD,
+    "kueue": kueue_part.BUILD,
+    "kubeflow_operator": kubeflow.COMPONENT,
+}
+BACKGROUND_BUILDS = pytest.StashKey[BackgroundBuilds]()
+
+
+def builds_in_order_of_need(fixtures_per_test: list[tuple[str, ...]]) -> list[str]:
+    """The components the tests' fixtures need, each once, in the order the tests run."""
+    needed: list[str] = []
+    for fixtures in fixtures_per_test:
+        for fixture, component in FIXTURE_BUILDS.items():
+            if fixture in fixtures and component not in needed:
+                needed.append(component)
+    return needed
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if session.config.option.collectonly:
+        return
+    fixtures = [tuple(getattr(item, "fixturenames", ())) for item in session.items]
+    builds = BackgroundBuilds(builds_in_order_of_need(fixtures), DEV / "background-builds.log")
+    session.config.stash[BACKGROUND_BUILDS] = builds
+    builds.start()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    builds = session.config.stash.get(BACKGROUND_BUILDS, None)
+    if builds is not None:
+        builds.stop()
+
+
 __all__ = [
     "DEV",
     "cluster",
@@ -210,6 +261,7 @@ __all__ = [
     "helm",
     "install_crds",
     "kubectl",
+    "kubeflow_operator",
     "kueue",
     "namespace",
     "node_images",

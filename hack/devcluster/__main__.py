@@ -106,7 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     remove_parser.add_argument("part", choices=WITH_CHOICES)
     build_parser_ = sub.add_parser(
-        "build", help="build optional parts (binaries, the real node's images) without starting anything"
+        "build",
+        help="build the control plane and optional parts (binaries, the real node's images), start nothing",
     )
     build_parser_.add_argument("parts", metavar=",".join(WITH_CHOICES))
     sub.add_parser("status", help="what runs, versions, ports and logs")

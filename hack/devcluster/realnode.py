@@ -73,13 +73,26 @@ def paths() -> NodePaths:
 
 def build() -> dict[str, Path]:
     """The node's binaries, built the first time (hack/kube-bins.sh), and its images (hack/images)."""
+    built = build_binaries()
+    build_images()
+    return built
+
+
+def build_binaries() -> dict[str, Path]:
+    require_prerequisites()
+    return {name: kube_bins.ensure(name) for name in BUILDS}
+
+
+def build_images() -> None:
+    require_prerequisites()
+    for name in IMAGES:
+        images.ensure(name)
+
+
+def require_prerequisites() -> None:
     reasons = nodehost.missing_prerequisites()
     if reasons:
         raise ToolError("the real node cannot run here: " + "; ".join(reasons))
-    built = {name: kube_bins.ensure(name) for name in BUILDS}
-    for name in IMAGES:
-        images.ensure(name)
-    return built
 
 
 def versions() -> dict[str, str]:

@@ -11,8 +11,6 @@ import sys
 import threading
 from pathlib import Path
 
-import pytest
-
 from hack.bench.comparison import KUBEFLOW_TUNED, OURS
 from hack.common import process_start_time, still_running, wait_until
 from tests.cluster import REPO
@@ -74,6 +72,8 @@ def test_ctrl_c_stops_this_operator_and_the_bench_cluster(scratch_dir: Path) -> 
     interrupt_peer_bench(scratch_dir, OURS, signal.SIGINT)
 
 
-@pytest.mark.components
-def test_sigterm_stops_kubeflows_operator_and_the_bench_cluster(scratch_dir: Path) -> None:
+def test_sigterm_stops_kubeflows_operator_and_the_bench_cluster(
+    scratch_dir: Path, kubeflow_operator: Path
+) -> None:
+    assert kubeflow_operator.is_file()  # built before the bench, which would build it on first use
     interrupt_peer_bench(scratch_dir, KUBEFLOW_TUNED, signal.SIGTERM)

@@ -16,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from hack.kube_bins import component_binary
+from hack.common import wait_until
+from hack.kube_bins import BackgroundBuilds, component_binary, is_cached
 from tests.cluster import REPO, Kubectl
+from tests.conftest import builds_in_order_of_need
 
 SCRIPT = REPO / "hack" / "kube-bins.sh"
 
@@ -171,6 +173,11 @@ def test_a_failed_component_build_names_it_and_its_log_and_caches_nothing(
 ) -> None:
     env, calls = recording_go
     env.update(TJ_CACHE_DIR=str(tmp_path / "cache"), HELM_VERSION="v3.19.999999")
+    root = tmp_path / "cache" / "components" / "helm"
+    killed = root / ".build-left-by-a-killed-build" / "work" / "src"  # a read-only module copy
+    killed.mkdir(parents=True)
+    (killed / "go.mod").write_text("module example.com/m\n")
+    killed.chmod(0o555)
     result = kube_bins("ensure", "helm", env=env)
     assert result.returncode != 0
     assert "FAILED building helm" in result.stderr
@@ -178,7 +185,6 @@ def test_a_failed_component_build_names_it_and_its_log_and_caches_nothing(
     assert str(log) in result.stderr
     assert log.exists()
     assert calls.exists()  # not cached: it asked Go (the recording works)
-    root = tmp_path / "cache" / "components" / "helm"
     leftovers = [path.name for path in root.iterdir() if path.name not in ("build.log", ".lock")]
     assert leftovers == [], f"half-built cache entries left: {leftovers}"
 
@@ -218,3 +224,63 @@ def test_without_go_an_uncached_component_says_how_to_get_it(tmp_path: Path) -> 
     assert result.returncode == 1
     assert f"go not found and no cached build of helm {pinned('HELM_VERSION')}" in result.stderr
     assert "install Go" in result.stderr
+
+
+def group_processes(group: int) -> dict[int, int]:
+    """The processes of a process group and their nice values (from /proc/PID/stat)."""
+    found: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == group:  # pgrp; fields[0] is the state
+            found[int(stat.parent.name)] = int(fields[16])  # nice
+    return found
+
+
+def test_background_builds_run_at_the_lowest_priority_and_stop_leaving_nothing_half_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if shutil.which("go") is None:
+        pytest.skip("needs Go on PATH")
+    monkeypatch.setenv("TJ_CACHE_DIR", str(tmp_path / "cache"))
+    log = tmp_path / "background-builds.log"
+    builds = BackgroundBuilds(["helm"], log)
+    assert builds.components == ["helm"]  # not cached in this cache
+    builds.start()
+    try:
+        assert builds.process is not None
+        group = builds.process.pid
+        wait_until("the cold build to start", lambda: "cold build of helm" in log.read_text(), timeout=120)
+        niceness = group_processes(group)
+        assert niceness
+        assert set(niceness.values()) == {19}, niceness
+    finally:
+        builds.stop()
+    assert group_processes(group) == {}
+    root = tmp_path / "cache" / "components" / "helm"
+    assert [path.name for path in root.iterdir() if path.name.startswith(".build-")] == []
+    assert not is_cached("helm")
+    builds.stop()  # a second stop does nothing
+
+
+def test_an_already_cached_component_is_not_built_in_the_background(helm: Path, tmp_path: Path) -> None:
+    builds = BackgroundBuilds(["helm"], tmp_path / "background-builds.log")
+    assert builds.components == []
+    builds.start()
+    assert builds.process is None
+
+
+def test_the_session_builds_what_its_tests_need_once_in_the_order_they_run() -> None:
+    assert builds_in_order_of_need(
+        [
+            ("namespace",),
+            ("kueue", "cluster"),
+            ("helm",),
+            ("kueue",),
+            ("kubeflow_operator",),
+            ("coscheduling",),
+        ]
+    ) == ["kueue", "helm", "training-operator", "scheduler-plugins"]
+    assert builds_in_order_of_need([("cluster",), ("real_node",)]) == []

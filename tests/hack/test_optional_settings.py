@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import base64
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from crd import contract
+from hack import kube_bins
 from hack.common import ToolError
-from hack.devcluster import coscheduling, kueue
+from hack.devcluster import coscheduling, kueue, optional, realnode
 from hack.devcluster.optional import json_documents, parse_with
 
 JsonDict = dict[str, Any]
@@ -151,3 +153,28 @@ def test_kueue_runs_with_a_private_etc(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_kubectl_json_output_of_several_objects_is_split() -> None:
     assert json_documents('{"a": 1}\n{"b": {"c": 2}}\n') == [{"a": 1}, {"b": {"c": 2}}]
     assert json_documents("") == []
+
+
+def test_the_real_nodes_images_build_while_the_go_builds_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each side waits until the other has started: built one after the other in either order, one
+    would wait in vain; built meanwhile, both go on."""
+    go_builds_started = threading.Event()
+    images_started = threading.Event()
+    ensured: list[str | None] = []
+
+    def ensure(component: str | None = None) -> Path:
+        go_builds_started.set()
+        assert images_started.wait(timeout=30), "the Go builds ran before the images' build"
+        ensured.append(component)
+        return Path("/cache") / (component or "control-plane")
+
+    def build_images() -> None:
+        images_started.set()
+        assert go_builds_started.wait(timeout=30), "the images' build ran before the Go builds"
+
+    monkeypatch.setattr(kube_bins, "ensure", ensure)
+    monkeypatch.setattr(realnode, "build_images", build_images)
+    monkeypatch.setattr(realnode, "require_prerequisites", lambda: None)
+    built = optional.build(["kueue", "real-node"])
+    assert ensured == [None, "kueue", *realnode.BUILDS]  # the control plane first
+    assert built == {"kueue": Path("/cache/kueue"), "real-node": Path("/cache/kubelet")}
