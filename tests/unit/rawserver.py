@@ -8,10 +8,14 @@ connections closed at the worst moment and answers sent before the request's bod
 
 from __future__ import annotations
 
+import fcntl
 import socket
 import ssl
+import struct
 import subprocess
+import termios
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,6 +86,7 @@ class RawServer:
             if not script.read_body:
                 self.requests.append(head + b"\r\n\r\n")
                 conn.sendall(answer)
+                _close_write_and_wait(conn)
                 return
             length = 0
             for line in head.split(b"\r\n"):
@@ -97,6 +102,24 @@ class RawServer:
 
     def close(self) -> None:
         self._listener.close()
+
+
+def _close_write_and_wait(conn: socket.socket, timeout: float = 10.0) -> None:
+    """What an API server (Go's net/http) does before it closes a connection whose request body it did
+    not read: it half-closes and waits, because closing a socket with unread data makes the kernel
+    reset the connection at once, dropping an answer it has not sent yet. Here the wait ends when the
+    client's kernel has acknowledged every byte of the answer (the send queue is empty), so the reset
+    the close then causes never overtakes it."""
+    conn.shutdown(socket.SHUT_WR)
+    deadline = time.monotonic() + timeout
+    while _unacknowledged(conn) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def _unacknowledged(conn: socket.socket) -> int:
+    """Bytes in the socket's send queue the peer has not acknowledged (Linux SIOCOUTQ)."""
+    answer = fcntl.ioctl(conn.fileno(), termios.TIOCOUTQ, b"\0\0\0\0")
+    return int(struct.unpack("i", answer)[0])
 
 
 def sent_by_http11(request: bytes) -> bool:
