@@ -128,12 +128,18 @@ class KubeflowOperator(Operator):
         self.kubeconfig = kubeconfig
         super().__init__(kubeconfig, log_path, extra)
 
+    @property
+    def private_binary(self) -> str:
+        """The binary's path inside the private /tmp: where the cache lies under the machine's /tmp
+        (a HOME or TJ_CACHE_DIR there), the mount hides its own path (`prepare` links it in)."""
+        return f"{PRIVATE_TMP}/{COMPONENT}"
+
     def build_command(self, kubeconfig: Path, extra: tuple[str, ...]) -> list[str]:
         script = 'mount --bind "$1" /tmp && shift && exec "$@"'
         return in_private_mounts(
             script,
             str(self.work / "tmp"),
-            str(self.binary),
+            self.private_binary,
             f"--kubeconfig={PRIVATE_TMP}/{KUBECONFIG_FILE}",
             "--enable-scheme=pytorchjob",
             f"--metrics-bind-address=127.0.0.1:{self.port}",
@@ -157,6 +163,12 @@ class KubeflowOperator(Operator):
                 cwd=certs,
             )
         (private / INIT_CONTAINERS_FILE).write_text("[]\n")
+        linked = private / COMPONENT
+        linked.unlink(missing_ok=True)
+        try:
+            linked.hardlink_to(self.binary)
+        except OSError:  # another file system
+            shutil.copy2(self.binary, linked)
         copy = private / KUBECONFIG_FILE
         copy.touch(mode=0o600)
         shutil.copyfile(self.kubeconfig, copy)
@@ -168,4 +180,4 @@ class KubeflowOperator(Operator):
         return self.get_port(self.health_port, "/readyz")[0] == 200
 
     def arguments(self) -> list[str]:
-        return self.command[self.command.index(str(self.binary)) + 1 :]
+        return self.command[self.command.index(self.private_binary) + 1 :]
