@@ -112,6 +112,7 @@ def test_multi_worker_mirrored_strategy_trains_across_pods_to_completed(
     assert len(finals) == 1, f"the workers' models differ: {finals}"
 
 
+@pytest.mark.long
 def test_parameter_server_strategy_with_a_chief_two_workers_and_a_ps_completes(
     real_node: Kubectl, namespace: str, start_operator: StartOperator
 ) -> None:
@@ -149,6 +150,7 @@ def test_an_evaluator_that_exits_1_does_not_fail_the_job(
     assert done["restartCount"] == 0
 
 
+@pytest.mark.long
 def test_a_worker_that_exits_1_restarts_the_gang(
     real_node: Kubectl, namespace: str, start_operator: StartOperator
 ) -> None:
