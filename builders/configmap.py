@@ -1,12 +1,5 @@
-"""The job's configuration as one JSON document (config.json), and the namespace's ConfigMap of the
-reference trainer and the progress helper; a worker finds all of them in /etc/trainingjob.
-
-Environment variables carry the essentials, but a trainer (the reference trainer in particular)
-wants the whole configuration, nested, in one place. config.json travels in the pod's own annotation
-`ml.example.com/config` and the kubelet writes it into the mount (a downward API projection): a
-ConfigMap per job was one more object to create, watch and delete for every job, and the
-configuration is the one the pod was built from, as its environment is. The JSON is deterministic
-(sorted keys, compact) so the same spec always gives the same annotation.
+"""The namespace's ConfigMap of the reference trainer and the progress helper; a worker finds them in
+/etc/trainingjob.
 
 The default command runs /etc/trainingjob/train.py, which imports its parts (trainer_*.py) and the
 progress helper (trainingjob_progress*.py) from its own directory; all of them travel in a
@@ -20,12 +13,15 @@ it is read from there once at import: a missing file stops the operator at start
 failing every job. The folder has no __init__.py: the files are payload for the pods, and they import
 each other as top-level modules, as they do from the mount. (importlib.resources cannot serve it: an
 editable install adds a path entry to a namespace package that importlib.resources refuses.)
+
+The job's configuration reaches a worker through its environment only (builders/env.py,
+docs/env.md): a config.json that repeated it in every pod's annotations was a sixth of the pod as
+stored, paid for on every write and watch event of it.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 from typing import Any, Final
 
@@ -73,34 +69,6 @@ def _content_hash(files: dict[str, str]) -> str:
 
 
 TRAINER_SOURCES_NAME: Final = contract.TRAINER_SOURCES_PREFIX + _content_hash(TRAINER_SOURCES)
-
-CONFIG_FIELDS = (
-    "model",
-    "dataset",
-    "framework",
-    "numWorkers",
-    "gpusPerWorker",
-    "hyperparameters",
-    "checkpoint",
-    "monitoring",
-    "networking",
-    "successPolicy",
-)
-
-
-def training_config(job: TrainingJob) -> dict[str, Any]:
-    """The spec's training fields as the user wrote them (defaulted), and the job's name."""
-    spec = job.spec_json
-    config = {field: spec[field] for field in CONFIG_FIELDS if field in spec}
-    config["name"] = job.name
-    config.setdefault("hyperparameters", {})
-    return config
-
-
-def config_json(job: TrainingJob) -> str:
-    """config.json's content: compact, as it is repeated in every pod (and every event about it)."""
-    return json.dumps(training_config(job), sort_keys=True, separators=(",", ":"))
-
 
 def build_trainer_sources(job: TrainingJob) -> dict[str, Any]:
     """The namespace's ConfigMap of the reference trainer and the progress helper."""

@@ -97,7 +97,6 @@ def identity_env(job: TrainingJob, slot: int, attempt: int) -> list[EnvVar]:
         var("TRAININGJOB_REPLICA_INDEX", replica.index),
         *workers_env(job),
         var("TRAININGJOB_ATTEMPT", attempt),
-        var("TRAININGJOB_CONFIG", f"{contract.CONFIG_MOUNT_PATH}/{contract.CONFIG_FILE}"),
         var("TRAININGJOB_PROGRESS_ANNOTATION", contract.PROGRESS_ANNOTATION),
         var(contract.GRACE_PERIOD_ENV, termination_grace_seconds(job)),
         var("MODEL_NAME", spec.model),
@@ -132,7 +131,6 @@ def pytorch_env(job: TrainingJob, index: int) -> list[EnvVar]:
         var("PET_MASTER_ADDR", master_service_name(job)),
         var("PET_MASTER_PORT", spec.networking.master_port),
         var("TORCH_DISTRIBUTED_BACKEND", backend),
-        var("DIST_BACKEND", backend),
     ]
 
 
@@ -163,7 +161,6 @@ def elastic_env(job: TrainingJob, elastic: Elastic, index: int, attempt: int) ->
         var("PET_RDZV_CONF", ",".join(f"{key}={value}" for key, value in conf.items())),
         var("PET_MAX_RESTARTS", elastic.max_restarts),
         var("TORCH_DISTRIBUTED_BACKEND", backend),
-        var("DIST_BACKEND", backend),
         # torchrun's own switch: the processes of each round get a store of their own, set up anew for
         # that round. Shared with the agent (torch's default since 2.4), an agent that joins a running
         # world waits forever for the address of a store that is announced only in the first round.

@@ -1,6 +1,6 @@
 """Labels, owner references and object metadata shared by every object the operator creates.
 
-Every object of one job carries the same three labels (so informers select them and users can find
+Every object of one job carries the same two labels (so informers select them and users can find
 them with `kubectl get all -l training-job=<job>`) and a controller ownerReference to its TrainingJob
 (so the garbage collector deletes them with the job and the controller maps events back to the job).
 The objects a namespace's jobs share get `shared_meta`: the operator's labels, no job, no owner.
@@ -15,19 +15,16 @@ from crd.spec import TrainingJob
 
 
 def common_labels(job: TrainingJob) -> dict[str, str]:
+    """The labels of every object of the job."""
     return {
         contract.JOB_NAME_LABEL: job.name,
         contract.MANAGED_BY_LABEL: contract.MANAGED_BY_VALUE,
-        contract.APP_NAME_LABEL: contract.APP_NAME_VALUE,
     }
 
 
 def selector_labels(job: TrainingJob) -> dict[str, str]:
-    """The labels that select the job's pods (a subset of common_labels)."""
-    return {
-        contract.JOB_NAME_LABEL: job.name,
-        contract.MANAGED_BY_LABEL: contract.MANAGED_BY_VALUE,
-    }
+    """The labels that select the job's pods: the labels every object of the job carries."""
+    return common_labels(job)
 
 
 def owner_reference(job: TrainingJob) -> dict[str, Any]:

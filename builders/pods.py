@@ -4,7 +4,7 @@ parameter servers and evaluator), created and deleted by the controller as a gan
 Pods are bare (no Job or StatefulSet in between) because the controller restarts the whole gang
 itself: restartPolicy is Never so the kubelet never restarts a single trainer that could not rejoin
 the collective. Each pod gets a stable DNS name (hostname + the headless Service as subdomain), the
-training environment, config.json and the trainer's sources (builders/configmap.py), checkpoint
+training environment, the trainer's sources (builders/configmap.py), checkpoint
 storage and a memory-backed /dev/shm, and records the world size and spec generation it was built for
 so stale pods can be recognised. Last, spec.podTemplate is merged onto it (builders/podtemplate.py),
 then, for a job Kueue admitted, the admission's node labels and tolerations (builders/placement.py).
@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from builders.configmap import TRAINER_SOURCES_NAME, config_json
+from builders.configmap import TRAINER_SOURCES_NAME
 from builders.env import distributed_env, termination_grace_seconds
 from builders.meta import object_meta
 from builders.names import headless_service_name, pod_name, service_account_name
@@ -79,18 +79,9 @@ def container_ports(job: TrainingJob) -> list[dict[str, Any]]:
 def volumes_and_mounts(
     job: TrainingJob, storage: CheckpointStorage | None
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    # The job's config.json (from the pod's own annotation) and the namespace's trainer sources, side
-    # by side in one directory.
-    config_file = {
-        "path": contract.CONFIG_FILE,
-        "fieldRef": {"fieldPath": f"metadata.annotations['{contract.CONFIG_ANNOTATION}']"},
-    }
-    config_sources = [
-        {"downwardAPI": {"items": [config_file]}},
-        {"configMap": {"name": TRAINER_SOURCES_NAME}},
-    ]
+    # The namespace's trainer sources.
     volumes: list[dict[str, Any]] = [
-        {"name": CONFIG_VOLUME, "projected": {"sources": config_sources}},
+        {"name": CONFIG_VOLUME, "configMap": {"name": TRAINER_SOURCES_NAME}},
         {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}},
     ]
     mounts: list[dict[str, Any]] = [
@@ -181,34 +172,32 @@ def scheduling_fields(job: TrainingJob) -> dict[str, Any]:
 
 
 def pod_labels(job: TrainingJob, slot: int, attempt: int) -> dict[str, str]:
-    """The pod's role and its index within the role; `role` says whether it is the job's master (slot 0,
-    which MASTER_ADDR names); the gang attempt it belongs to."""
+    """The pod's role and its index within the role (slot 0, which MASTER_ADDR names, is index 0 of the
+    first role); the gang attempt it belongs to."""
     replica = job.spec.replicas.at(slot)
     return {
         contract.REPLICA_TYPE_LABEL: str(replica.type),
         contract.REPLICA_INDEX_LABEL: str(replica.index),
-        contract.ROLE_LABEL: contract.ROLE_MASTER if slot == 0 else contract.ROLE_WORKER,
         contract.ATTEMPT_LABEL: str(attempt),
     }
 
 
 def pod_annotations(job: TrainingJob) -> dict[str, str]:
-    """The world the pod was built for: numWorkers and WORLD_SIZE, or an elastic job's bounds (its world
-    changes while the pod runs); the container kubectl logs and exec pick, the trainer; and the job's
-    configuration, which the pod mounts as config.json."""
-    elastic = job.spec.elastic
-    if elastic is not None:
-        annotations = {contract.ELASTIC_ANNOTATION: elastic.nnodes}
-    else:
-        annotations = {
-            contract.NUM_WORKERS_ANNOTATION: str(job.spec.num_workers),
-            contract.WORLD_SIZE_ANNOTATION: str(job.spec.world_size),
-        }
-    annotations[contract.DEFAULT_CONTAINER_ANNOTATION] = contract.CONTAINER_NAME
-    annotations[contract.CONFIG_ANNOTATION] = config_json(job)
-    if job.generation is not None:
-        annotations[contract.SPEC_GENERATION_ANNOTATION] = str(job.generation)
-    return annotations
+    """The numWorkers the pod was built for (a pod of another size is stale, controller/planner), except
+    for an elastic job, whose size changes while its pods run. Only what the operator reads back: every
+    byte of a pod is paid on each of its writes and watch events."""
+    if job.spec.elastic is not None:
+        return {}
+    return {contract.NUM_WORKERS_ANNOTATION: str(job.spec.num_workers)}
+
+
+def with_default_container(pod: dict[str, Any]) -> dict[str, Any]:
+    """A pod with sidecars (spec.podTemplate) names the trainer as the container `kubectl logs` and
+    `kubectl exec` pick, unless the template names another; with one container kubectl picks it anyway."""
+    if len(pod["spec"].get("containers") or []) > 1:
+        annotations = pod["metadata"].setdefault("annotations", {})
+        annotations.setdefault(contract.DEFAULT_CONTAINER_ANNOTATION, contract.CONTAINER_NAME)
+    return pod
 
 
 def build_pod(
@@ -262,4 +251,4 @@ def build_pod(
     # Held until the pod's end is in the job's status (controller/planner/tracking.py).
     metadata["finalizers"] = [contract.TRACKING_FINALIZER]
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
-    return place(merge_pod_template(pod, job.spec.pod_template), placement)
+    return with_default_container(place(merge_pod_template(pod, job.spec.pod_template), placement))

@@ -12,8 +12,7 @@ sources, were four objects (and tens of KiB) per job for things that do not depe
 - the ConfigMap `trainingjob-trainer-<hash>` holds the reference trainer (train.py and its trainer_*.py)
   and the progress helper (trainingjob_progress*.py), builders.configmap.TRAINER_FILES. Its name
   carries a hash of their content, so an operator with other sources makes a new one and never
-  changes the files under a running pod. The pod mounts them at /etc/trainingjob next to its own
-  config.json (a projected volume; builders/configmap.py).
+  changes the files under a running pod. The pod mounts them at /etc/trainingjob (builders/configmap.py).
 
 They have no owner (no single job owns them): the operator creates what a job needs before its pods,
 and deletes a namespace's shared objects once its last TrainingJob is gone (controller/reconciler.py).

@@ -133,18 +133,12 @@ def node_readiness(node: JsonDict) -> JsonDict:
 
 def pod_essentials(pod: JsonDict) -> JsonDict:
     """All the controller keeps of a Pod: metadata, the node it is bound to, and status. The spec (env,
-    volumes, containers) is most of a Pod's size and the controller never reads it back, nor the job's
-    configuration in the pod's annotations (builders/configmap.py)."""
+    volumes, containers) is most of a Pod's size and the controller never reads it back."""
     node = (pod.get("spec") or {}).get("nodeName")
-    metadata = pod["metadata"]
-    annotations = metadata.get("annotations")
-    if annotations and contract.CONFIG_ANNOTATION in annotations:
-        kept = {key: value for key, value in annotations.items() if key != contract.CONFIG_ANNOTATION}
-        metadata = {**metadata, "annotations": kept}
     return {
         "apiVersion": pod.get("apiVersion", "v1"),
         "kind": pod.get("kind", "Pod"),
-        "metadata": metadata,
+        "metadata": pod["metadata"],
         "spec": {"nodeName": node} if node else {},
         "status": pod.get("status") or {},
     }

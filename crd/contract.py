@@ -57,10 +57,7 @@ JOB_NAME_LABEL: Final = "training-job"
 MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE: Final = OPERATOR_NAME
 REPLICA_INDEX_LABEL: Final = f"{GROUP}/replica-index"
-ROLE_LABEL: Final = f"{GROUP}/role"
 ATTEMPT_LABEL: Final = f"{GROUP}/attempt"
-ROLE_MASTER: Final = "master"
-ROLE_WORKER: Final = "worker"
 # The replica role a pod plays (spec.tensorflow adds TensorFlow's chief, parameter servers and evaluator
 # to the workers); REPLICA_INDEX_LABEL is the pod's index within its role. A pod without this label
 # (made by an operator version before it) is a worker.
@@ -98,23 +95,17 @@ MAX_JOB_NAME: Final = DNS_LABEL_MAX - len(WORKER_INFIX) - len(str(MAX_WORKERS - 
 
 GPU_RESOURCE: Final = "nvidia.com/gpu"
 
-# Labels every object the operator creates carries, besides JOB_NAME_LABEL and MANAGED_BY_LABEL.
+# The label of the CRD, the trainers' admission policy and the objects a namespace's jobs share (not of
+# a job's own objects: nothing reads it there, and every byte of a pod is paid on each of its writes).
 APP_NAME_LABEL: Final = "app.kubernetes.io/name"
 APP_NAME_VALUE: Final = "trainingjob"
 
-# Annotations on each Pod recording the spec it was built from, so the controller can tell a stale
-# Pod (built for another world size or an older spec generation) from a current one.
+# The annotation on each Pod recording the numWorkers it was built for, so the controller can tell a
+# stale Pod (built for another size) from a current one. An elastic job's pods have none: their size
+# changes while they run (a scale or a lost worker never makes a pod stale).
 NUM_WORKERS_ANNOTATION: Final = f"{GROUP}/num-workers"
-WORLD_SIZE_ANNOTATION: Final = f"{GROUP}/world-size"
-SPEC_GENERATION_ANNOTATION: Final = f"{GROUP}/spec-generation"
-# An elastic job's pods record "minWorkers:maxWorkers" instead of a world size: theirs changes while
-# they run (a scale or a lost worker never makes a pod stale), and no gang start waits for all of them.
-ELASTIC_ANNOTATION: Final = f"{GROUP}/elastic-workers"
-# The job's configuration (config.json) as the pod was built with it; the kubelet writes it into
-# CONFIG_MOUNT_PATH through the downward API, so no per-job ConfigMap is needed.
-CONFIG_ANNOTATION: Final = f"{GROUP}/config"
 # kubectl's own annotation: `kubectl logs POD` and `kubectl exec POD` pick this container when the pod
-# has several (sidecars), so they show the trainer without `-c trainer`.
+# has several (sidecars), so they show the trainer without `-c trainer`. Set only on such pods.
 DEFAULT_CONTAINER_ANNOTATION: Final = "kubectl.kubernetes.io/default-container"
 
 # The finalizer on every pod the operator creates (like batch/v1 Job's batch.kubernetes.io/job-tracking):
@@ -153,10 +144,9 @@ CHECKPOINT_VOLUME: Final = "checkpoints"
 GCS_CREDENTIALS_VOLUME: Final = "gcs-credentials"
 OPERATOR_VOLUMES: Final = (CONFIG_VOLUME, SHM_VOLUME, CHECKPOINT_VOLUME, GCS_CREDENTIALS_VOLUME)
 
-# Where config.json (from the pod's CONFIG_ANNOTATION) and the reference trainer (the namespace's
-# trainer ConfigMap) are mounted, read-only, side by side.
+# Where the reference trainer and the progress helper (the namespace's trainer ConfigMap) are mounted,
+# read-only.
 CONFIG_MOUNT_PATH: Final = "/etc/trainingjob"
-CONFIG_FILE: Final = "config.json"
 TRAINER_FILE: Final = "train.py"
 # Without spec.command, pods run the operator's reference trainer from the ConfigMap; elastic jobs run it
 # under torchrun's elastic agent (`python -m torch.distributed.run` is torchrun without relying on the
@@ -239,7 +229,6 @@ RESERVED_ENV_NAMES: Final = (
     "PET_RDZV_CONF",
     "PET_MAX_RESTARTS",
     "TORCH_DISTRIBUTED_BACKEND",
-    "DIST_BACKEND",
     # TensorFlow
     "TF_CONFIG",
     # JAX
@@ -290,7 +279,7 @@ OVERRIDABLE_ENV_NAMES: Final = (
 # that select a job's pods, the gang schedulers' markers, and everything under the API group's prefix
 # (replica index, role, attempt, progress reports, the world size and generation a pod was built for).
 OPERATOR_KEY_PREFIX: Final = f"{GROUP}/"
-OPERATOR_LABELS: Final = (JOB_NAME_LABEL, MANAGED_BY_LABEL, APP_NAME_LABEL, COSCHEDULING_POD_GROUP_LABEL)
+OPERATOR_LABELS: Final = (JOB_NAME_LABEL, MANAGED_BY_LABEL, COSCHEDULING_POD_GROUP_LABEL)
 OPERATOR_ANNOTATIONS: Final = (VOLCANO_GROUP_NAME_ANNOTATION,)
 
 # Kueue (docs/shared-clusters.md): a TrainingJob labelled with a LocalQueue waits, Queued, until Kueue

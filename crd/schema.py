@@ -44,7 +44,7 @@ def open_api_schema() -> Schema:
     return obj(
         "TrainingJob runs a distributed machine-learning training job: one pod per worker, a headless "
         "Service for their stable names and a master Service for rank 0; each pod gets the training "
-        "configuration as /etc/trainingjob/config.json.",
+        "configuration in its environment.",
         {
             "apiVersion": string("Versioned schema of this object.", max_length=NAME_LENGTH),
             "kind": string("REST resource this object represents.", max_length=NAME_LENGTH),

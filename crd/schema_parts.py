@@ -16,8 +16,8 @@ PATH_LENGTH = 1024
 URL_LENGTH = 2048
 LABEL_VALUE_LENGTH = 63
 ENV_NAME_LENGTH = 256
-# hyperparameters.additionalParams keys: with 64 values of 1 KiB, config.json stays well inside the 256 KiB
-# a pod's annotations may take (it travels in one, builders/configmap.py).
+# hyperparameters.additionalParams keys: with 64 values of 1 KiB, their HP_<KEY> variables stay a small
+# part of a pod (builders/env.py).
 PARAM_KEY_LENGTH = 128
 ENV_VALUE_LENGTH = 32768
 ARG_LENGTH = 4096

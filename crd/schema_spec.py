@@ -77,8 +77,8 @@ def resources() -> Schema:
 
 def hyperparameters() -> Schema:
     return obj(
-        "Training hyperparameters, passed to the trainer as environment variables (LEARNING_RATE, ...) and "
-        "in config.json. Immutable.",
+        "Training hyperparameters, passed to the trainer as environment variables (LEARNING_RATE, ..., "
+        "HP_<KEY>). Immutable.",
         {
             "learningRate": number("Learning rate.", minimum=0, exclusive_minimum=True),
             "batchSize": integer("Batch size per process.", minimum=1),
@@ -205,7 +205,7 @@ def networking() -> Schema:
         "Collective communication between the workers. Immutable.",
         {
             "backend": string(
-                "torch.distributed backend (TORCH_DISTRIBUTED_BACKEND, DIST_BACKEND). Unset: nccl when "
+                "torch.distributed backend (TORCH_DISTRIBUTED_BACKEND). Unset: nccl when "
                 "gpusPerWorker > 0, else gloo. nccl needs NVIDIA GPUs (gpusPerWorker, or nvidia.com/* "
                 f"resources such as MIG slices). mpi is refused: {MPI_REFUSAL}.",
                 max_length=8,

@@ -6,7 +6,7 @@ reads every field the operator acts on into frozen dataclasses, once per reconci
 restated here: a field the schema defaults is read as present. The parts copied into the pods as
 written (env entries, affinity, tolerations, resource quantities, the pod template, the checkpoint
 storage block) stay JSON and are copied where they are used; `manifest` keeps the defaulted object
-itself (config.json is written from it).
+itself.
 
 A value of the wrong type (possible only if the API server stored it under an older, looser schema)
 raises `SpecError` naming the field, which the planner reports as an invalid spec. Each section can
@@ -410,7 +410,7 @@ class TrainingJob:
 
     @property
     def spec_json(self) -> Mapping[str, Any]:
-        """The defaulted spec as JSON (what config.json carries)."""
+        """The defaulted spec as JSON."""
         spec: Mapping[str, Any] = self.manifest["spec"]
         return spec
 

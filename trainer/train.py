@@ -17,7 +17,7 @@ trainer_engines.py and trainer_torch.py (the simulation and torch), trainer_loop
 trainer_launch.py (one process per local rank). This file is the entry point: logging, signals, exit
 status and the termination message.
 
-- torch importable: real training. Backend from TORCH_DISTRIBUTED_BACKEND / DIST_BACKEND (default gloo;
+- torch importable: real training. Backend from TORCH_DISTRIBUTED_BACKEND (default gloo;
   nccl falls back to gloo without a GPU), init_method env:// (MASTER_ADDR, MASTER_PORT, WORLD_SIZE,
   RANK). With LOCAL_WORLD_SIZE > 1 and no launcher (torchrun sets LOCAL_RANK) it starts one process per
   local rank itself, with RANK = RANK + local rank.

@@ -102,9 +102,7 @@ class Config:
         optimizer = env.get("OPTIMIZER", "").strip().lower() or "sgd"
         if optimizer not in OPTIMIZERS:
             raise ConfigError(f"OPTIMIZER={optimizer!r} is not one of {', '.join(OPTIMIZERS)}")
-        backend = (
-            env.get("TORCH_DISTRIBUTED_BACKEND", "").strip() or env.get("DIST_BACKEND", "").strip() or "gloo"
-        )
+        backend = env.get("TORCH_DISTRIBUTED_BACKEND", "").strip() or "gloo"
         world_size = _required_int(env, "WORLD_SIZE", 1, minimum=1)
         rank = _required_int(env, "RANK", 0)
         if rank >= world_size:

@@ -34,7 +34,7 @@ from typing import Any
 import pytest
 from trainingjob_progress import API_URL_ENV
 
-from builders.configmap import build_trainer_sources, config_json
+from builders.configmap import build_trainer_sources
 from builders.pods import build_pod
 from controller.planner.progress import Report, parse_report
 from crd import contract
@@ -98,12 +98,10 @@ def resolved_env(pod: dict[str, Any]) -> dict[str, str]:
 
 
 def install_config_map(job: dict[str, Any], directory: Path) -> Path:
-    """Writes config.json (the pod's annotation) and the files of the namespace's trainer sources as
-    the pod's projected volume shows them; returns the trainer's path."""
+    """Writes the files of the namespace's trainer sources as the pod's configMap volume shows them;
+    returns the trainer's path."""
     directory.mkdir(parents=True, exist_ok=True)
-    typed = parse(job)
-    files = {**build_trainer_sources(typed)["data"], contract.CONFIG_FILE: config_json(typed)}
-    for name, text in files.items():
+    for name, text in build_trainer_sources(parse(job))["data"].items():
         (directory / name).write_text(text)
     return directory / contract.TRAINER_FILE
 

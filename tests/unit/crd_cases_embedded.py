@@ -300,7 +300,7 @@ def _metadata_cases() -> list[InvalidCase]:
 
     return [
         meta("podTemplate-label-training-job", {"labels": {contract.JOB_NAME_LABEL: "other"}}, "labels"),
-        meta("podTemplate-label-operator-prefix", {"labels": {contract.ROLE_LABEL: "master"}}, "labels"),
+        meta("podTemplate-label-operator-prefix", {"labels": {contract.ATTEMPT_LABEL: "3"}}, "labels"),
         meta("podTemplate-label-key-invalid", {"labels": {"team name": "a"}}, "labels"),
         meta(
             "podTemplate-annotation-progress",

@@ -20,7 +20,6 @@ from builders.configmap import (
     TRAINER_FILES,
     TRAINER_SOURCES_NAME,
     build_trainer_sources,
-    config_json,
 )
 from builders.podgroup import build_pod_group, pod_decoration
 from builders.pods import build_pod
@@ -28,7 +27,6 @@ from builders.pvc import build_checkpoint_pvc
 from builders.services import build_headless_service, build_master_service
 from builders.shared import build_rbac, build_shared, is_shared
 from crd import contract
-from crd.schema_parts import PARAM_KEY_LENGTH
 from crd.spec import TrainingJob, parse
 from tests.cluster import REPO
 from tests.unit import crd_cases
@@ -82,8 +80,8 @@ def test_every_object_carries_labels_and_controller_reference(name: str) -> None
         meta = obj["metadata"]
         assert meta["namespace"] == "ml-training"
         assert meta["labels"]["app.kubernetes.io/managed-by"] == "trainingjob-operator"
-        assert meta["labels"]["app.kubernetes.io/name"] == "trainingjob"
         if is_shared(obj):  # the namespace's jobs share it: no job, no owner (builders/shared.py)
+            assert meta["labels"]["app.kubernetes.io/name"] == "trainingjob"
             assert contract.JOB_NAME_LABEL not in meta["labels"]
             assert "ownerReferences" not in meta
             continue
@@ -219,48 +217,6 @@ def test_master_service_selects_rank_zero_only() -> None:
     assert all(worker["metadata"]["labels"][k] == v for k, v in headless.items())
 
 
-def test_the_config_annotation_is_deterministic_json() -> None:
-    tj = materialize(EXAMPLES["trainingjob-advanced.yaml"])
-    text = config_json(parse(tj))
-    for index in (0, 7):
-        pod = build_pod(parse(tj), index, attempt=0, resume_from=None)
-        assert pod["metadata"]["annotations"][contract.CONFIG_ANNOTATION] == text
-    config = json.loads(text)
-    assert text == json.dumps(config, sort_keys=True, separators=(",", ":"))
-    assert config["name"] == "advanced-training"
-    assert config["numWorkers"] == 8
-    assert config["gpusPerWorker"] == 4
-    assert config["hyperparameters"]["additionalParams"] == {"weight_decay": "0.01", "label_smoothing": "0.1"}
-    assert config["checkpoint"]["storage"]["pvc"]["create"]["whenDeleted"] == "Retain"
-    assert set(config) == {
-        "name",
-        "model",
-        "dataset",
-        "framework",
-        "numWorkers",
-        "gpusPerWorker",
-        "hyperparameters",
-        "checkpoint",
-        "monitoring",
-        "networking",
-        "successPolicy",
-    }
-    reordered = copy.deepcopy(tj)
-    reordered["spec"]["hyperparameters"] = dict(reversed(list(tj["spec"]["hyperparameters"].items())))
-    assert config_json(parse(reordered)) == text
-
-
-def test_the_largest_admissible_configuration_fits_in_an_annotation() -> None:
-    # The API server refuses a pod whose annotations exceed 256 KiB in all; the schema bounds the
-    # fields config.json carries far below that (additionalParams is the largest: 64 x 1 KiB values
-    # under keys of at most PARAM_KEY_LENGTH characters).
-    params = {f"p{index:02d}".ljust(PARAM_KEY_LENGTH, "k"): "v" * 1024 for index in range(64)}
-    tj = defaulted({"spec.hyperparameters.additionalParams": params})
-    pod = build_pod(parse(tj), 0, attempt=0, resume_from=None)
-    total = sum(len(key) + len(value) for key, value in pod["metadata"]["annotations"].items())
-    assert 64 * 1024 < total < 256 * 1024 // 2
-
-
 def test_the_namespaces_config_map_carries_the_reference_trainer_and_the_progress_helper() -> None:
     tj = materialize(EXAMPLES["trainingjob-advanced.yaml"])
     sources = build_trainer_sources(parse(tj))
@@ -274,21 +230,14 @@ def test_the_namespaces_config_map_carries_the_reference_trainer_and_the_progres
         assert sources["data"][name] == (packaged / name).read_text(encoding="utf-8")
         compile(sources["data"][name], name, "exec")
     assert "import trainingjob_progress" in sources["data"][contract.TRAINER_FILE]
-    # The default command runs the trainer where the pod mounts config.json and the trainer's ConfigMap;
-    # the helper sits next to it.
+    # The default command runs the trainer where the pod mounts the trainer's ConfigMap; the helper
+    # sits next to it.
     assert defaulted()["spec"]["command"] == list(contract.DEFAULT_COMMAND)
     script_dir, script = contract.DEFAULT_COMMAND[1].rsplit("/", 1)
     assert (script_dir, script) == (contract.CONFIG_MOUNT_PATH, contract.TRAINER_FILE)
     pod = build_pod(parse(tj), 0, attempt=0, resume_from=None)
     volume = next(v for v in pod["spec"]["volumes"] if v["name"] == contract.CONFIG_VOLUME)
-    config_file = {
-        "path": contract.CONFIG_FILE,
-        "fieldRef": {"fieldPath": f"metadata.annotations['{contract.CONFIG_ANNOTATION}']"},
-    }
-    assert volume["projected"]["sources"] == [
-        {"downwardAPI": {"items": [config_file]}},
-        {"configMap": {"name": TRAINER_SOURCES_NAME}},
-    ]
+    assert volume["configMap"] == {"name": TRAINER_SOURCES_NAME}
     mount = next(m for m in pod["spec"]["containers"][0]["volumeMounts"] if m["name"] == volume["name"])
     assert mount["mountPath"] == contract.CONFIG_MOUNT_PATH
     # The API server refuses ConfigMaps over 1 MiB; keep well clear of it.

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from builders.configmap import TRAINER_SOURCES_NAME, config_json
+from builders.configmap import TRAINER_SOURCES_NAME
 from builders.pods import build_pod
 from crd import contract
 from crd.spec import parse
@@ -36,17 +36,27 @@ def test_pod_identity_labels_and_annotations() -> None:
     worker = build_pod(parse(tj), 2, attempt=5, resume_from=None)
     assert master["metadata"]["name"] == master["spec"]["hostname"] == "case-job-worker-0"
     assert master["spec"]["subdomain"] == "case-job-headless"
-    assert master["metadata"]["labels"][contract.ROLE_LABEL] == "master"
-    assert worker["metadata"]["labels"][contract.ROLE_LABEL] == "worker"
-    assert worker["metadata"]["labels"][contract.REPLICA_INDEX_LABEL] == "2"
-    assert worker["metadata"]["labels"][contract.ATTEMPT_LABEL] == "5"
-    assert worker["metadata"]["annotations"] == {
-        contract.NUM_WORKERS_ANNOTATION: "3",
-        contract.WORLD_SIZE_ANNOTATION: "6",
-        contract.DEFAULT_CONTAINER_ANNOTATION: "trainer",
-        contract.SPEC_GENERATION_ANNOTATION: "3",
-        contract.CONFIG_ANNOTATION: config_json(parse(tj)),
+    assert master["metadata"]["labels"][contract.REPLICA_INDEX_LABEL] == "0"
+    assert worker["metadata"]["labels"] == {
+        contract.JOB_NAME_LABEL: "case-job",
+        contract.MANAGED_BY_LABEL: contract.MANAGED_BY_VALUE,
+        contract.REPLICA_TYPE_LABEL: "worker",
+        contract.REPLICA_INDEX_LABEL: "2",
+        contract.ATTEMPT_LABEL: "5",
     }
+    # Only what the operator reads back; one container, so kubectl needs no default-container.
+    assert worker["metadata"]["annotations"] == {contract.NUM_WORKERS_ANNOTATION: "3"}
+
+
+def test_a_pod_with_sidecars_names_the_trainer_as_kubectls_default_container() -> None:
+    sidecar = {"name": "log-shipper", "image": "busybox"}
+    tj = defaulted({"spec.podTemplate": {"spec": {"containers": [sidecar]}}})
+    pod = build_pod(parse(tj), 0, attempt=0, resume_from=None)
+    assert pod["metadata"]["annotations"][contract.DEFAULT_CONTAINER_ANNOTATION] == "trainer"
+    chosen = {"metadata": {"annotations": {contract.DEFAULT_CONTAINER_ANNOTATION: "log-shipper"}}}
+    tj = defaulted({"spec.podTemplate": {**chosen, "spec": {"containers": [sidecar]}}})
+    pod = build_pod(parse(tj), 0, attempt=0, resume_from=None)
+    assert pod["metadata"]["annotations"][contract.DEFAULT_CONTAINER_ANNOTATION] == "log-shipper"
 
 
 def test_pod_runtime_settings() -> None:
@@ -91,24 +101,7 @@ def mounts_by_path(pod: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def test_pod_always_mounts_config_and_shared_memory() -> None:
     pod = build_pod(parse(defaulted()), 0, attempt=0, resume_from=None)
     volumes = volumes_by_name(pod)
-    assert volumes["config"] == {
-        "name": "config",
-        "projected": {
-            "sources": [
-                {
-                    "downwardAPI": {
-                        "items": [
-                            {
-                                "path": "config.json",
-                                "fieldRef": {"fieldPath": "metadata.annotations['ml.example.com/config']"},
-                            }
-                        ]
-                    }
-                },
-                {"configMap": {"name": TRAINER_SOURCES_NAME}},
-            ]
-        },
-    }
+    assert volumes["config"] == {"name": "config", "configMap": {"name": TRAINER_SOURCES_NAME}}
     assert volumes["dshm"] == {"name": "dshm", "emptyDir": {"medium": "Memory"}}
     mounts = mounts_by_path(pod)
     assert mounts["/etc/trainingjob"]["readOnly"] is True

@@ -99,7 +99,6 @@ FAMILIES = {
         "PET_MASTER_ADDR",
         "PET_MASTER_PORT",
         "TORCH_DISTRIBUTED_BACKEND",
-        "DIST_BACKEND",
     },
     "tensorflow": {"TF_CONFIG"},
     "jax": {"JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID"},
@@ -125,7 +124,20 @@ def test_backend(gpus: int, backend: str | None, expected: str) -> None:
     if backend:
         changes["spec.networking.backend"] = backend
     env = env_of(changes)
-    assert env["TORCH_DISTRIBUTED_BACKEND"] == env["DIST_BACKEND"] == expected
+    assert env["TORCH_DISTRIBUTED_BACKEND"] == expected
+    assert "DIST_BACKEND" not in env  # the same fact once (docs/env.md)
+
+
+def test_code_that_reads_dist_backend_gets_it_back_from_spec_env() -> None:
+    """docs/env.md's replacement: a spec.env entry referring to TORCH_DISTRIBUTED_BACKEND, which the
+    kubelet expands because user entries come after the operator's (a reference to a later or
+    unknown variable would stay as written)."""
+    assert not is_reserved("DIST_BACKEND")
+    entries = distributed_env(
+        parse(defaulted({"spec.env": [{"name": "DIST_BACKEND", "value": "$(TORCH_DISTRIBUTED_BACKEND)"}]})), 0
+    )
+    names = [entry["name"] for entry in entries]
+    assert names.index("TORCH_DISTRIBUTED_BACKEND") < names.index("DIST_BACKEND")
 
 
 def test_nccl_knobs() -> None:
@@ -142,7 +154,7 @@ def test_identity_and_downward_api() -> None:
     assert env["TRAININGJOB_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
     assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     assert env["TRAININGJOB_ATTEMPT"] == "4"
-    assert env["TRAININGJOB_CONFIG"] == "/etc/trainingjob/config.json"
+    assert "TRAININGJOB_CONFIG" not in env  # the configuration is the environment itself
     assert env["TRAININGJOB_PROGRESS_ANNOTATION"] == contract.PROGRESS_ANNOTATION
     assert (env["MODEL_NAME"], env["DATASET_NAME"]) == ("bert-base", "wiki text")
     assert env["PYTHONUNBUFFERED"] == "1"

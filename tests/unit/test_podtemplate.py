@@ -119,7 +119,7 @@ def test_template_scalars_win_and_maps_merge() -> None:
     assert pod["metadata"]["labels"]["team"] == "vision"
     assert pod["metadata"]["labels"][contract.JOB_NAME_LABEL] == "case-job"
     assert pod["metadata"]["annotations"]["sidecar.istio.io/inject"] == "true"
-    assert contract.WORLD_SIZE_ANNOTATION in pod["metadata"]["annotations"]
+    assert contract.NUM_WORKERS_ANNOTATION in pod["metadata"]["annotations"]
     assert (spec["terminationGracePeriodSeconds"], spec["enableServiceLinks"]) == (300, True)
     assert spec["runtimeClassName"] == "nvidia"
     assert spec["securityContext"] == {
@@ -163,7 +163,7 @@ def test_what_the_operator_owns_is_never_taken_from_the_template() -> None:
     template = {
         "metadata": {
             "name": "other",
-            "labels": {contract.JOB_NAME_LABEL: "other", contract.ROLE_LABEL: "worker"},
+            "labels": {contract.JOB_NAME_LABEL: "other", contract.ATTEMPT_LABEL: "7"},
             "annotations": {contract.PROGRESS_ANNOTATION: "{}"},
             "ownerReferences": [{"apiVersion": "v1", "kind": "X", "name": "x", "uid": "1"}],
         },

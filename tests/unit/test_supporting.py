@@ -111,7 +111,7 @@ def test_a_missing_object_is_recreated_alone() -> None:
 
 
 def test_a_changed_world_size_changes_no_supporting_object() -> None:
-    # The world size is in the pods (their environment and config.json annotation), built anew by the
+    # The world size is in the pods (their environment and num-workers annotation), built anew by the
     # gang restart the planner decides; the Services and the shared objects do not depend on it.
     before = make_job()
     after = make_job(workers=3)
