@@ -70,6 +70,7 @@ def _content_hash(files: dict[str, str]) -> str:
 
 TRAINER_SOURCES_NAME: Final = contract.TRAINER_SOURCES_PREFIX + _content_hash(TRAINER_SOURCES)
 
+
 def build_trainer_sources(job: TrainingJob) -> dict[str, Any]:
     """The namespace's ConfigMap of the reference trainer and the progress helper."""
     return {
