@@ -80,10 +80,9 @@ test: $(STAMP) promtool node-tools ## run the whole test suite (starts and stops
 		else echo "not root: the real node's tests will be skipped (hack/README.md, \"The real node\")"; fi
 	$(VENV_PY) -m pytest -m 'not long' $(PYTEST_ARGS)
 
-# The few tests that each run for minutes and prove what shorter tests of the same path prove too
+# The tests that each run for minutes and prove what shorter tests of the same path prove too
 # (marked `long`): TensorFlow's ParameterServerStrategy and its gang restart (make test trains
-# TensorFlow with MultiWorkerMirroredStrategy and an evaluator), and the real node's kubelet stopped
-# for the node-monitor grace period (make test loses kwok nodes). Kept out of make test for CI time.
+# TensorFlow with MultiWorkerMirroredStrategy and an evaluator). Kept out of make test for CI time.
 .PHONY: test-long
 test-long: $(STAMP) promtool node-tools ## run the tests marked long (minutes each), left out of make test
 	@if [ "$$(id -u)" = 0 ]; then hack/dev-cluster.sh build real-node; fi

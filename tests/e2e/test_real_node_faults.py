@@ -223,7 +223,6 @@ def test_containerd_restarted_under_running_trainers_loses_nothing(
     assert after == before
 
 
-@pytest.mark.long
 def test_the_kubelet_stopped_mid_training_is_a_lost_node_and_a_disruption(
     real_node: Kubectl, namespace: str, start_operator: StartOperator
 ) -> None:
