@@ -6,7 +6,8 @@ so every end-to-end test that passes proves the deployed RBAC is enough, and the
 deploy/ allows: `trainingjob-operator` in `trainingjob-system`. Tests run one after another, and a
 stopped operator releases the Lease, so the next test's operator leads at once. Every operator
 started through these fixtures is stopped (SIGTERM, then SIGKILL) when the test ends; when the test
-fails, the end of each one's log is attached to the failure report.
+fails, its namespace's Events and pods and each operator's decisions are attached to the failure
+report.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.cluster import Kubectl
-from tests.e2e import operator_identity
+from tests.e2e import diagnostics, operator_identity
 from tests.e2e.operator import OperatorProcess
 
 StartOperator = Callable[..., OperatorProcess]
@@ -54,41 +55,45 @@ def lease_namespace() -> str:
     return OPERATOR_NAMESPACE
 
 
-def log_digest(operator: OperatorProcess, lines: int = 200) -> str:
-    """The end of `operator`'s log, one short line per entry (time, level, job, message, error);
-    urllib3's connection bookkeeping is left out, its request lines kept."""
-    digest = []
-    for line in operator.tail(lines).splitlines():
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            digest.append(line)
-            continue
-        if not isinstance(entry, dict):
-            digest.append(line)
-            continue
-        message = str(entry.get("message", ""))
-        if entry.get("logger") == "urllib3.util.retry" or message.startswith("Starting new"):
-            continue
-        job = f" {entry['namespace']}/{entry['name']}" if entry.get("name") else ""
-        digest.append(f"{entry.get('time', '')} {entry.get('level', '')}{job} {message}")
-        if entry.get("exc_info"):
-            digest.append(str(entry["exc_info"]))
-    return "\n".join(digest)
+def namespace_sections(cluster: Kubectl, namespace: str, logged_pods: int = 6) -> list[tuple[str, str]]:
+    """What the test's namespace holds now: the end of each pod's container logs (the first
+    `logged_pods` of those that started a container), its pods, and its Events, last (what CI shows
+    of a long report is its beginning and its end)."""
+    sections = []
+    pods = cluster.attempt("get", "pods", "-n", namespace, "-o", "json")
+    listed = json.loads(pods.stdout).get("items", []) if pods.returncode == 0 else []
+    started = [pod for pod in listed if (pod.get("status") or {}).get("containerStatuses")]
+    for pod in started[:logged_pods]:
+        name = pod["metadata"]["name"]
+        logs = cluster.attempt("logs", name, "-n", namespace, "--all-containers", "--prefix", "--tail=15")
+        sections.append((f"logs of {name} (end)", logs.stdout or logs.stderr))
+    if pods.returncode == 0:
+        sections.append((f"pods in {namespace}", diagnostics.pods_digest(listed)))
+    events = cluster.attempt("get", "events", "-n", namespace, "-o", "json")
+    if events.returncode == 0:
+        listed = json.loads(events.stdout).get("items", [])
+        sections.append((f"Events in {namespace}", diagnostics.events_digest(listed)))
+    return sections
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    """A failed test's report carries the end of every operator log it started (CI shows no files)."""
+    """A failed test's report carries the decisions and end of every operator log it started, then its
+    namespace's pods, their logs and Events (CI shows no files; tests/e2e/diagnostics.py)."""
     report = yield
     if report.when == "call" and report.failed:
         started: list[OperatorProcess] = item.stash.get(STARTED_OPERATORS, [])
         for index, operator in enumerate(started):
             if operator.log_path.exists():
-                title = f"operator {index} log ({operator.log_path.name}, end)"
-                report.sections.append((title, log_digest(operator)))
+                title = f"operator {index} log ({operator.log_path.name}: decisions, then its end)"
+                lines = operator.log_path.read_text(errors="replace").splitlines()
+                report.sections.append((title, diagnostics.log_digest(lines)))
+        values = item.funcargs if isinstance(item, pytest.Function) else {}
+        namespace, cluster = values.get("namespace"), values.get("cluster")
+        if isinstance(namespace, str) and isinstance(cluster, Kubectl):
+            report.sections.extend(namespace_sections(cluster, namespace))
     return report
 
 
