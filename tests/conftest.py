@@ -20,7 +20,8 @@ Once the tests are collected, the optional components the selected tests will ne
 cached yet are built in the background at the lowest CPU priority, in the order the tests need them
 (hack/kube_bins.py BackgroundBuilds; their progress in .dev/background-builds.log): on a cold machine
 they use the CPU the cluster tests leave idle, and the fixture of the first test that needs one waits
-for its build instead of starting it. The session stops what still builds when it ends.
+for its build instead of starting it, and the modules that need one run after all others. The
+session stops what still builds when it ends.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from hack.bench import kubeflow
 from hack.devcluster import coscheduling as coscheduling_part
 from hack.devcluster import kueue as kueue_part
 from hack.devcluster import nodehost
-from hack.kube_bins import BackgroundBuilds, component_binary
+from hack.kube_bins import BackgroundBuilds, component_binary, is_cached
 from tests.cluster import DEV, REPO, Kubectl, require_optional, wait_for
 
 CRD_DIR = REPO / "crd"
@@ -210,13 +211,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests using the cluster fixture are marked `cluster`, those using a built component (helm,
     kueue, coscheduling, the node images) `components`, those on the real node `real_node` and
     `components` (it is built too): `-m "not cluster and not components"` runs the unit tests alone
-    (`make unit`)."""
+    (`make unit`). On a machine that has not built every optional component the selected tests need,
+    the modules that need one run last (`later_when_uncached`)."""
     for item in items:
         for fixture, marker in FIXTURE_MARKERS.items():
             if fixture in getattr(item, "fixturenames", ()):
                 item.add_marker(marker)
                 if fixture == "real_node":
                     item.add_marker(pytest.mark.components)
+    needs = [(item.nodeid.split("::")[0], components_needed(_fixtures(item))) for item in items]
+    wanted = {component for _, components in needs for component in components}
+    uncached = {component for component in wanted if not is_cached(component)}
+    if uncached:
+        items[:] = [items[index] for index in later_when_uncached(needs, uncached)]
+
+
+def _fixtures(item: pytest.Item) -> tuple[str, ...]:
+    return tuple(getattr(item, "fixturenames", ()))
 
 
 # Fixtures that need an optional component built, and the component (hack/kube-bins.sh ensure NAME).
@@ -229,20 +240,33 @@ FIXTURE_BUILDS = {
 BACKGROUND_BUILDS = pytest.StashKey[BackgroundBuilds]()
 
 
+def components_needed(fixtures: tuple[str, ...]) -> tuple[str, ...]:
+    """The optional components a test's fixtures need built."""
+    return tuple(component for fixture, component in FIXTURE_BUILDS.items() if fixture in fixtures)
+
+
 def builds_in_order_of_need(fixtures_per_test: list[tuple[str, ...]]) -> list[str]:
     """The components the tests' fixtures need, each once, in the order the tests run."""
     needed: list[str] = []
     for fixtures in fixtures_per_test:
-        for fixture, component in FIXTURE_BUILDS.items():
-            if fixture in fixtures and component not in needed:
-                needed.append(component)
+        needed.extend(component for component in components_needed(fixtures) if component not in needed)
     return needed
+
+
+def later_when_uncached(needs: list[tuple[str, tuple[str, ...]]], uncached: set[str]) -> list[int]:
+    """The order to run tests in, given each test's module and the components it needs: the modules
+    none of whose tests needs an `uncached` component first, then the others, each group in its
+    collected order and every module kept whole. On a cold machine the background builds then have
+    the time all other modules take instead of making the first test that needs one wait."""
+    waiting = {module for module, components in needs if uncached.intersection(components)}
+    first = [index for index, (module, _) in enumerate(needs) if module not in waiting]
+    return first + [index for index, (module, _) in enumerate(needs) if module in waiting]
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     if session.config.option.collectonly:
         return
-    fixtures = [tuple(getattr(item, "fixturenames", ())) for item in session.items]
+    fixtures = [_fixtures(item) for item in session.items]
     builds = BackgroundBuilds(builds_in_order_of_need(fixtures), DEV / "background-builds.log")
     session.config.stash[BACKGROUND_BUILDS] = builds
     builds.start()

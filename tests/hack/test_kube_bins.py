@@ -19,7 +19,7 @@ import pytest
 from hack.common import wait_until
 from hack.kube_bins import BackgroundBuilds, component_binary, is_cached
 from tests.cluster import REPO, Kubectl
-from tests.conftest import builds_in_order_of_need
+from tests.conftest import builds_in_order_of_need, components_needed, later_when_uncached
 
 SCRIPT = REPO / "hack" / "kube-bins.sh"
 
@@ -284,3 +284,18 @@ def test_the_session_builds_what_its_tests_need_once_in_the_order_they_run() -> 
         ]
     ) == ["kueue", "helm", "training-operator", "scheduler-plugins"]
     assert builds_in_order_of_need([("cluster",), ("real_node",)]) == []
+
+
+def test_modules_that_need_an_uncached_component_run_last_whole_and_in_their_order() -> None:
+    needs = [
+        ("tests/e2e/test_a.py", ()),
+        ("tests/e2e/test_kueue.py", ()),  # its module needs Kueue: it goes with it
+        ("tests/e2e/test_kueue.py", ("kueue",)),
+        ("tests/e2e/test_helm.py", ("helm",)),
+        ("tests/e2e/test_b.py", ()),
+        ("tests/e2e/test_coscheduling.py", ("scheduler-plugins",)),
+        ("tests/unit/test_c.py", ()),
+    ]
+    assert later_when_uncached(needs, {"kueue", "scheduler-plugins"}) == [0, 3, 4, 6, 1, 2, 5]
+    assert later_when_uncached(needs, set()) == list(range(len(needs)))
+    assert components_needed(("namespace", "kueue", "coscheduling")) == ("scheduler-plugins", "kueue")
