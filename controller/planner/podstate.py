@@ -189,10 +189,13 @@ def worker_phase(pod: Mapping[str, Any]) -> str:
 
 def holds_node(pod: Mapping[str, Any]) -> bool:
     """Whether the pod holds a node's resources until it is stopped, or may get them: Pending, Running or
-    Unknown, but not a Running pod all of whose containers (native sidecars included) have terminated.
-    The kubelet reports each container's end at once and the pod's terminal phase only after it has
-    torn the pod down, so for a moment a finished pod still says Running while it frees its node by
-    itself. A pod whose trainer is done but whose sidecar still runs does hold its node."""
+    Unknown, but not a Pending or Running pod all of whose containers (native sidecars included) have
+    terminated. The kubelet reports each container's end at once and the pod's terminal phase only
+    after it has torn the pod down, keeping the phase it reported last until then (kubelet status
+    manager, mergePodStatus): Running, or Pending for a pod that ran and ended between two status
+    updates (a trainer of a second, on a busy node). Such a pod frees its node by itself (pods of a
+    job never restart a container). A pod whose trainer is done but whose sidecar still runs does
+    hold its node; so does an Unknown one, whose node has not said what it runs."""
     if phase(pod) not in ("Pending", "Running", "Unknown"):
         return False
     status = pod.get("status") or {}
@@ -200,7 +203,7 @@ def holds_node(pod: Mapping[str, Any]) -> bool:
     ended = bool(status.get("containerStatuses")) and all(
         "terminated" in (entry.get("state") or {}) for entry in containers
     )
-    return not (phase(pod) == "Running" and ended)
+    return not (phase(pod) in ("Pending", "Running") and ended)
 
 
 # Waiting reasons of a container that is on its way: anything else (ErrImagePull, ImagePullBackOff,

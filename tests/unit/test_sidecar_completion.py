@@ -28,6 +28,10 @@ def running(name: str) -> JsonDict:
     return {"name": name, "ready": True, "restartCount": 0, "state": {"running": {"startedAt": rfc3339(T0)}}}
 
 
+def waiting(name: str, reason: str) -> JsonDict:
+    return {"name": name, "ready": False, "restartCount": 0, "state": {"waiting": {"reason": reason}}}
+
+
 def terminated(name: str, code: int, *, finished: str = "2026-03-01T12:00:30Z", reason: str = "") -> JsonDict:
     state = {
         "exitCode": code,
@@ -109,6 +113,29 @@ def test_finished_pods_the_kubelet_still_reports_running_are_kept(policy: str) -
     w.run_to_running()
     for index in (0, 1):
         trainer_exits(w, index, 0, pod_phase="Running")
+    result = w.step(10)
+    assert w.state == "Completed"
+    assert names(result.deletes) == []
+    assert names(w.step(1).deletes) == []
+    assert w.status["workers"]["succeeded"] == 2
+
+
+def test_pods_that_ran_and_ended_between_two_kubelet_updates_are_kept_though_they_still_say_pending() -> None:
+    """A trainer of a second on a busy node: the kubelet never reported Running, and keeps the pod's
+    last phase (Pending) until it has torn the pod down, with every container's end already shown.
+    Such pods hold nothing: the job completes and cleanPodPolicy Running keeps them and their logs."""
+    w = world({"spec.cleanPodPolicy": "Running"})
+    w.settle()
+    w.bind()
+    w.settle()
+    for index in (0, 1):
+        w.pod(index)["status"].update(
+            {
+                "phase": "Pending",
+                "initContainerStatuses": [terminated("prepare-data", 0)],
+                "containerStatuses": [terminated("trainer", 0)],
+            }
+        )
     result = w.step(10)
     assert w.state == "Completed"
     assert names(result.deletes) == []
@@ -235,6 +262,11 @@ def test_worker_phase(phase: str, containers: list[JsonDict], expected: str) -> 
         ("Running", [terminated("trainer", 0)], [running("proxy")], True),  # a native one
         ("Running", [terminated("trainer", 0)], None, False),  # the kubelet is tearing it down
         ("Running", [terminated("trainer", 0), terminated("proxy", 0)], [terminated("fetch", 0)], False),
+        # It ran and ended between two status updates: the kubelet keeps Pending until it is torn down.
+        ("Pending", [terminated("trainer", 0)], [terminated("prepare-data", 0)], False),
+        ("Pending", [terminated("trainer", 1)], None, False),
+        ("Pending", [waiting("trainer", "PodInitializing")], [running("prepare-data")], True),
+        ("Pending", [terminated("trainer", 0)], [running("proxy")], True),  # a native sidecar runs
         ("Running", [], None, True),
         ("Unknown", [terminated("trainer", 0)], None, True),
         ("Succeeded", [terminated("trainer", 0)], None, False),
