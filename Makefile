@@ -171,6 +171,12 @@ bench: $(STAMP) ## benchmark the operator on a throwaway cluster (.dev/bench); p
 bench-peer: $(STAMP) ## this operator against Kubeflow's training-operator, each run on a fresh bench cluster (docs/bench.md)
 	$(VENV_PY) -m hack.bench.peer $(BENCH_ARGS)
 
+# What one status write costs the API server with the CRD's CEL rules, without its transition rules
+# and without any (docs/bench.md); BENCH_ARGS: --jobs, --writes, --rounds, --spec-from.
+.PHONY: bench-status
+bench-status: $(STAMP) ## the API server's CPU per TrainingJob status write, with and without the CRD's rules (docs/bench.md)
+	$(VENV_PY) -m hack.bench.statuscost $(BENCH_ARGS)
+
 # The curve: bench-peer at each of BENCH_SIZES job counts, then its plots against the job count in
 # docs/bench/ (docs/bench.md). The 5,000-job runs take about an hour of a quiet machine's time.
 BENCH_SIZES ?= 500,2000,5000
