@@ -54,7 +54,10 @@ def interrupt_peer_bench(dev_dir: Path, contender: str, stop: signal.Signals) ->
         assert cluster
         assert all(still_running(record) for record in cluster)
         bench.send_signal(stop)
-        code = bench.wait(timeout=180)
+        try:
+            code = bench.wait(timeout=180)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"still running 180 s after {stop.name}:\n{''.join(lines[-40:])}") from None
         reader.join(timeout=30)
     finally:
         if bench.poll() is None:
