@@ -8,9 +8,10 @@ the spec's rules add to each is a cost every job pays. This measures it directly
 cluster serves the CRD as it is, a copy under another group without its transition rules (those
 that read oldSelf: immutable fields) and one without any rule (the same schema otherwise), a few jobs
 of each with the same spec, and rounds of status merge patches rotate between them while the API
-server's and etcd's CPU seconds are read from /proc. Run it with
-`python -m hack.bench.statuscost` (`--spec-from examples/...yaml` for a richer spec than the bench's);
-progress on stderr, one JSON object on stdout; the cluster is torn down at the end, also on Ctrl-C.
+server's and etcd's CPU seconds are read from /proc. `make bench-status` runs it
+(`python -m hack.bench.statuscost`; `--spec-from examples/...yaml` for a richer spec than the
+bench's): progress on stderr, one JSON object on stdout, the cluster torn down at the end, also on
+Ctrl-C. Results in docs/bench.md, "What a status write costs".
 """
 
 from __future__ import annotations
