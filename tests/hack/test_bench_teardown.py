@@ -19,9 +19,20 @@ from tests.hack.clusters import read_state
 READY = re.compile(r"is ready \(pid (\d+),")
 
 
+# The bench as a terminal starts it, whatever this session inherited: a test session started in the
+# background by a non-interactive shell (`.ci/run &`) ignores SIGINT, and so would the bench it starts,
+# as any program started that way does. This resets SIGINT, then becomes the bench (same pid).
+INTERRUPTIBLE = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"
+)
+
+
 def interrupt_peer_bench(dev_dir: Path, contender: str, stop: signal.Signals) -> None:
     command = [
         sys.executable,
+        "-c",
+        INTERRUPTIBLE,
         "-m",
         "hack.bench.peer",
         "--jobs=3",
