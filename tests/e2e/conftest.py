@@ -21,6 +21,7 @@ import pytest
 from tests.cluster import Kubectl
 from tests.e2e import diagnostics, operator_identity
 from tests.e2e.operator import OperatorProcess
+from tests.e2e.realnode import NODE as REAL_NODE
 
 StartOperator = Callable[..., OperatorProcess]
 STARTED_OPERATORS = pytest.StashKey[list[OperatorProcess]]()
@@ -56,13 +57,19 @@ def lease_namespace() -> str:
 
 
 def namespace_sections(cluster: Kubectl, namespace: str, logged_pods: int = 6) -> list[tuple[str, str]]:
-    """What the test's namespace holds now: the end of each pod's container logs (the first
-    `logged_pods` of those that started a container), its pods, and its Events, last (what CI shows
-    of a long report is its beginning and its end)."""
+    """What the test's namespace holds now: the end of the container logs of its pods on the real
+    node (the first `logged_pods` that started a container; kwok's pods have no logs, and asking
+    for them would send the API server to a fake node's address), its pods, and its Events, last
+    (what CI shows of a long report is its beginning and its end)."""
     sections = []
     pods = cluster.attempt("get", "pods", "-n", namespace, "-o", "json")
     listed = json.loads(pods.stdout).get("items", []) if pods.returncode == 0 else []
-    started = [pod for pod in listed if (pod.get("status") or {}).get("containerStatuses")]
+    started = [
+        pod
+        for pod in listed
+        if (pod.get("spec") or {}).get("nodeName") == REAL_NODE
+        and (pod.get("status") or {}).get("containerStatuses")
+    ]
     for pod in started[:logged_pods]:
         name = pod["metadata"]["name"]
         logs = cluster.attempt("logs", name, "-n", namespace, "--all-containers", "--prefix", "--tail=15")
