@@ -281,11 +281,14 @@ def import_images(builds: dict[str, Path]) -> None:
     with the key it was built under (containerd's root is kept in the cache across `down`, and the
     trainer image takes a minute and a half to import), and pinned: the kubelet's image garbage
     collection (under disk pressure, whatever its thresholds say) never removes a pinned image, and
-    these cannot be pulled again."""
+    these cannot be pulled again. So the images this tree no longer builds (a trainer tagged with
+    an older framework version) are removed here, or the store would keep every one ever imported."""
     held = imported_keys(builds)
+    every_wanted: list[str] = []
     for name in IMAGES:
         image = images.ensure(name)
         wanted = [images_refs.repository_path(reference) for reference in image.references]
+        every_wanted.extend(wanted)
         found = {
             path: key for reference, key in held.items() for path in wanted if reference.endswith("/" + path)
         }
@@ -299,6 +302,17 @@ def import_images(builds: dict[str, Path]) -> None:
         if not imported:
             took = time.monotonic() - began
             say(f"real node: imported {name} ({', '.join(image.references)}) in {took:.1f}s")
+    for reference in no_longer_built(held, every_wanted):
+        say(f"real node: removing {reference}, which this tree no longer builds")
+        ctr(builds, "images", "rm", reference)
+
+
+def no_longer_built(held: dict[str, str], wanted_paths: list[str]) -> list[str]:
+    """The references a build of this project imported (they carry its key label) whose repository
+    path is none of `wanted_paths`. Images imported by hand or pulled carry no such label: kept."""
+    return sorted(
+        reference for reference in held if not any(reference.endswith("/" + path) for path in wanted_paths)
+    )
 
 
 def imported_references(builds: dict[str, Path], paths: list[str]) -> list[str]:

@@ -5,10 +5,13 @@ ones installed in the test virtualenv, not a fresh resolution. This file runs wi
 Python (`<venv>/bin/python hack/images/closure.py torch`): it starts from the named distributions,
 follows each one's requirements whose environment markers hold there (with the extras asked for,
 e.g. `cuda-toolkit[cublas,...]`), and prints one JSON object per distribution: name, version, its
-site-packages directory, the SHA-256 of its RECORD and the files RECORD lists (relative to
-site-packages; console scripts appear as `../../../bin/<name>`). A required distribution that is not
-installed is an error. Markers are evaluated with `packaging`, which every virtualenv with pip has
-(pip vendors it).
+site-packages directory, the SHA-256 of its RECORD's rows inside site-packages and the files
+RECORD lists (relative to site-packages; console scripts appear as `../../../bin/<name>`). The rows
+outside site-packages are left out of the digest: a console script's `#!` line names the virtualenv's
+path, so its hash differs between two checkouts with the same packages, and the image rewrites that
+line anyway (what the script runs is in the distribution's entry_points.txt, which is inside).
+A required distribution that is not installed is an error. Markers are evaluated with
+`packaging`, which every virtualenv with pip has (pip vendors it).
 """
 
 from __future__ import annotations
@@ -63,6 +66,12 @@ def closure(
     return list(seen)
 
 
+def record_digest(record: str) -> str:
+    """SHA-256 of a RECORD's rows for files inside site-packages, whatever the virtualenv's path."""
+    rows = [row for row in csv.reader(io.StringIO(record)) if row and not row[0].startswith("../")]
+    return hashlib.sha256("\n".join(",".join(row) for row in rows).encode()).hexdigest()
+
+
 def describe(distribution: metadata.Distribution) -> dict[str, Any]:
     """What the image build needs to know of one installed distribution."""
     record = distribution.read_text("RECORD") or ""
@@ -72,7 +81,7 @@ def describe(distribution: metadata.Distribution) -> dict[str, Any]:
         "name": distribution.metadata["Name"],
         "version": distribution.version,
         "site_packages": str(site_packages),
-        "record_sha256": hashlib.sha256(record.encode()).hexdigest(),
+        "record_sha256": record_digest(record),
         "files": files,
     }
 

@@ -30,7 +30,7 @@ from hack.common import Say, ToolError
 from hack.images import apt_sources, base, cache, dockerfile, operator, refs, trainer
 from hack.images.archive import ArchiveWriter, RuntimeConfig, image_config, read_archive
 from hack.images.builder import IMAGES, describe, key_inputs
-from hack.images.closure import closure
+from hack.images.closure import closure, record_digest
 from hack.images.elf import is_static_executable
 from hack.images.keys import KeyInputs
 from hack.images.recipe import Context
@@ -323,6 +323,17 @@ def test_the_trainer_layer_maps_the_virtualenv_onto_debians_python() -> None:
     assert trainer.script_for_image(b"#!/bin/sh\necho\n", venv) is None
     assert trainer.script_for_image(b"#!/venvs/other/bin/python\n", venv) is None
     assert trainer.script_for_image(b"\x7fELF...", venv) is None
+
+
+def test_a_records_digest_does_not_depend_on_the_virtualenvs_path() -> None:
+    """Two checkouts with the same packages key the same image: a console script's hash carries its
+    `#!` line, which names the virtualenv; a file inside site-packages changing changes the key."""
+    inside = "torch/__init__.py,sha256=AAA,10\ntorch-2.9.dist-info/entry_points.txt,sha256=BBB,20\n"
+    here = inside + "../../../bin/torchrun,sha256=CCC,200\n"
+    there = inside + "../../../bin/torchrun,sha256=DDD,207\n"
+    assert record_digest(here) == record_digest(there)
+    assert record_digest(here.replace("AAA", "EEE")) != record_digest(here)
+    assert record_digest(here.replace("entry_points.txt", "entry_points.txt.old")) != record_digest(here)
 
 
 def test_the_closure_follows_requirements_markers_and_extras() -> None:

@@ -178,3 +178,16 @@ def test_the_real_nodes_images_build_while_the_go_builds_run(monkeypatch: pytest
     built = optional.build(["kueue", "real-node"])
     assert ensured == [None, "kueue", *realnode.BUILDS]  # the control plane first
     assert built == {"kueue": Path("/cache/kueue"), "real-node": Path("/cache/kubelet")}
+
+
+def test_images_this_tree_no_longer_builds_leave_the_nodes_store() -> None:
+    """A trainer tagged with an older framework version goes; what the tree builds, and images
+    imported without the project's key label, stay."""
+    held = {
+        "docker.io/library/trainingjob-trainer:torch-2.9.1": "k1",
+        "docker.io/library/trainingjob-trainer:torch-2.8.0": "k0",
+        "docker.io/library/trainingjob-operator:latest": "k2",
+    }
+    wanted = ["library/trainingjob-trainer:torch-2.9.1", "library/trainingjob-operator:latest"]
+    assert realnode.no_longer_built(held, wanted) == ["docker.io/library/trainingjob-trainer:torch-2.8.0"]
+    assert realnode.no_longer_built({}, wanted) == []
