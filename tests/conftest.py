@@ -219,7 +219,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 item.add_marker(marker)
                 if fixture == "real_node":
                     item.add_marker(pytest.mark.components)
-    needs = [(item.nodeid.split("::")[0], components_needed(_fixtures(item))) for item in items]
+    needs = [(item.nodeid.split("::")[0], _components(item)) for item in items]
     wanted = {component for _, components in needs for component in components}
     uncached = {component for component in wanted if not is_cached(component)}
     if uncached:
@@ -228,6 +228,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def _fixtures(item: pytest.Item) -> tuple[str, ...]:
     return tuple(getattr(item, "fixturenames", ()))
+
+
+def _components(item: pytest.Item) -> tuple[str, ...]:
+    declared = tuple(component for mark in item.iter_markers("builds") for component in mark.args)
+    return components_needed(_fixtures(item), declared)
 
 
 # Fixtures that need an optional component built, and the component (hack/kube-bins.sh ensure NAME).
@@ -240,16 +245,18 @@ FIXTURE_BUILDS = {
 BACKGROUND_BUILDS = pytest.StashKey[BackgroundBuilds]()
 
 
-def components_needed(fixtures: tuple[str, ...]) -> tuple[str, ...]:
-    """The optional components a test's fixtures need built."""
-    return tuple(component for fixture, component in FIXTURE_BUILDS.items() if fixture in fixtures)
+def components_needed(fixtures: tuple[str, ...], declared: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The optional components a test needs built: its fixtures', then those its `builds` marker
+    names (a test that installs one itself midway, through `require_optional`), each once."""
+    from_fixtures = tuple(component for fixture, component in FIXTURE_BUILDS.items() if fixture in fixtures)
+    return from_fixtures + tuple(dict.fromkeys(c for c in declared if c not in from_fixtures))
 
 
-def builds_in_order_of_need(fixtures_per_test: list[tuple[str, ...]]) -> list[str]:
-    """The components the tests' fixtures need, each once, in the order the tests run."""
+def builds_in_order_of_need(components_per_test: list[tuple[str, ...]]) -> list[str]:
+    """The components the tests need, each once, in the order the tests run."""
     needed: list[str] = []
-    for fixtures in fixtures_per_test:
-        needed.extend(component for component in components_needed(fixtures) if component not in needed)
+    for components in components_per_test:
+        needed.extend(component for component in components if component not in needed)
     return needed
 
 
@@ -266,8 +273,8 @@ def later_when_uncached(needs: list[tuple[str, tuple[str, ...]]], uncached: set[
 def pytest_collection_finish(session: pytest.Session) -> None:
     if session.config.option.collectonly:
         return
-    fixtures = [_fixtures(item) for item in session.items]
-    builds = BackgroundBuilds(builds_in_order_of_need(fixtures), DEV / "background-builds.log")
+    components = [_components(item) for item in session.items]
+    builds = BackgroundBuilds(builds_in_order_of_need(components), DEV / "background-builds.log")
     session.config.stash[BACKGROUND_BUILDS] = builds
     builds.start()
 

@@ -19,6 +19,8 @@ from collections.abc import Iterator
 import pytest
 
 from crd import contract
+from hack.devcluster import coscheduling as coscheduling_part
+from hack.devcluster import kueue as kueue_part
 from tests.cluster import Kubectl, dev_cluster, optional_api_withdrawn, require_optional, wait_for
 from tests.e2e.conftest import StartOperator
 from tests.e2e.jobs import job_manifest, pods_of, status_of, wait_for_events
@@ -46,6 +48,7 @@ def kueue_api_withdrawn(kubectl: Kubectl) -> Iterator[None]:
 
 
 @pytest.mark.components
+@pytest.mark.builds(kueue_part.BUILD)
 def test_kueue_installed_while_the_operator_runs_admits_the_job_that_waited_for_it(
     kubectl: Kubectl, namespace: str, start_operator: StartOperator
 ) -> None:
@@ -78,6 +81,7 @@ def test_kueue_installed_while_the_operator_runs_admits_the_job_that_waited_for_
 
 
 @pytest.mark.components
+@pytest.mark.builds(coscheduling_part.BUILD)
 def test_a_gang_scheduler_installed_while_the_operator_runs_gets_the_next_gang(
     kubectl: Kubectl, namespace: str, start_operator: StartOperator
 ) -> None:

@@ -273,17 +273,30 @@ def test_an_already_cached_component_is_not_built_in_the_background(helm: Path, 
 
 
 def test_the_session_builds_what_its_tests_need_once_in_the_order_they_run() -> None:
-    assert builds_in_order_of_need(
-        [
-            ("namespace",),
-            ("kueue", "cluster"),
-            ("helm",),
-            ("kueue",),
-            ("kubeflow_operator",),
-            ("coscheduling",),
-        ]
-    ) == ["kueue", "helm", "training-operator", "scheduler-plugins"]
-    assert builds_in_order_of_need([("cluster",), ("real_node",)]) == []
+    tests = [
+        ("namespace",),
+        ("kueue", "cluster"),
+        ("helm",),
+        ("kueue",),
+        ("kubeflow_operator",),
+        ("coscheduling",),
+    ]
+    assert builds_in_order_of_need([components_needed(fixtures) for fixtures in tests]) == [
+        "kueue",
+        "helm",
+        "training-operator",
+        "scheduler-plugins",
+    ]
+    assert builds_in_order_of_need([components_needed(("cluster",)), components_needed(("real_node",))]) == []
+
+
+def test_a_test_that_installs_a_component_midway_names_it_in_its_marker() -> None:
+    """tests/e2e/test_discovery_e2e.py installs Kueue while the operator runs: no fixture says so."""
+    assert components_needed(("namespace",), ("kueue",)) == ("kueue",)
+    assert components_needed(("kueue",), ("kueue", "scheduler-plugins", "kueue")) == (
+        "kueue",
+        "scheduler-plugins",
+    )
 
 
 def test_modules_that_need_an_uncached_component_run_last_whole_and_in_their_order() -> None:
