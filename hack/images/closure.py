@@ -6,10 +6,11 @@ Python (`<venv>/bin/python hack/images/closure.py torch`): it starts from the na
 follows each one's requirements whose environment markers hold there (with the extras asked for,
 e.g. `cuda-toolkit[cublas,...]`), and prints one JSON object per distribution: name, version, its
 site-packages directory, the SHA-256 of its RECORD's rows inside site-packages and the files
-RECORD lists (relative to site-packages; console scripts appear as `../../../bin/<name>`). The rows
-outside site-packages are left out of the digest: a console script's `#!` line names the virtualenv's
-path, so its hash differs between two checkouts with the same packages, and the image rewrites that
-line anyway (what the script runs is in the distribution's entry_points.txt, which is inside).
+RECORD lists (relative to site-packages; console scripts appear as `../../../bin/<name>`). Left out
+of the digest: the rows outside site-packages, as a console script's `#!` line names the
+virtualenv's path, so its hash differs between two checkouts with the same packages (the image
+rewrites that line anyway, and what the script runs is in entry_points.txt, which is inside); and
+pip's notes of how the distribution was installed (INSTALL_RECORDS).
 A required distribution that is not installed is an error. Markers are evaluated with
 `packaging`, which every virtualenv with pip has (pip vendors it).
 """
@@ -66,9 +67,22 @@ def closure(
     return list(seen)
 
 
+# What pip writes of how a distribution was installed, not of what it holds: REQUESTED marks one
+# asked for by name rather than pulled in by another, which differs between two virtualenvs with
+# the same packages.
+INSTALL_RECORDS = ("INSTALLER", "REQUESTED", "direct_url.json")
+
+
 def record_digest(record: str) -> str:
-    """SHA-256 of a RECORD's rows for files inside site-packages, whatever the virtualenv's path."""
-    rows = [row for row in csv.reader(io.StringIO(record)) if row and not row[0].startswith("../")]
+    """SHA-256 of a RECORD's rows for the files inside site-packages that the distribution holds,
+    whatever the virtualenv's path and however it came to be installed."""
+
+    def kept(path: str) -> bool:
+        directory, _, name = path.rpartition("/")
+        installed_how = directory.endswith(".dist-info") and name in INSTALL_RECORDS
+        return not path.startswith("../") and not installed_how
+
+    rows = [row for row in csv.reader(io.StringIO(record)) if row and kept(row[0])]
     return hashlib.sha256("\n".join(",".join(row) for row in rows).encode()).hexdigest()
 
 

@@ -327,13 +327,17 @@ def test_the_trainer_layer_maps_the_virtualenv_onto_debians_python() -> None:
 
 def test_a_records_digest_does_not_depend_on_the_virtualenvs_path() -> None:
     """Two checkouts with the same packages key the same image: a console script's hash carries its
-    `#!` line, which names the virtualenv; a file inside site-packages changing changes the key."""
+    `#!` line, which names the virtualenv, and pip marks a distribution asked for by name; a file
+    inside site-packages changing changes the key."""
     inside = "torch/__init__.py,sha256=AAA,10\ntorch-2.9.dist-info/entry_points.txt,sha256=BBB,20\n"
     here = inside + "../../../bin/torchrun,sha256=CCC,200\n"
     there = inside + "../../../bin/torchrun,sha256=DDD,207\n"
     assert record_digest(here) == record_digest(there)
     assert record_digest(here.replace("AAA", "EEE")) != record_digest(here)
     assert record_digest(here.replace("entry_points.txt", "entry_points.txt.old")) != record_digest(here)
+    asked_for = here + "torch-2.9.dist-info/REQUESTED,,0\ntorch-2.9.dist-info/INSTALLER,,4\n"
+    assert record_digest(asked_for) == record_digest(here)
+    assert record_digest(here + "torch/REQUESTED,sha256=47D,0\n") != record_digest(here)
 
 
 def test_the_closure_follows_requirements_markers_and_extras() -> None:
