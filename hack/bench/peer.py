@@ -105,6 +105,12 @@ def size_options(options: Options, jobs: int) -> Options:
     return replace(options, jobs=jobs, nodes=nodes, timeout=max(options.timeout, jobs * TIMEOUT_PER_JOB))
 
 
+def options_per_size(options: Options, sizes: tuple[int, ...]) -> list[Options]:
+    """`size_options` for each job count, all from the options as given: a run replaces the bench's
+    options with its job count's, and the nodes of the first count must not become the next's."""
+    return [size_options(options, jobs) for jobs in sizes]
+
+
 class PeerBench(Bench):
     """The runs of one `make bench-peer`, each on a fresh bench cluster."""
 
@@ -119,8 +125,8 @@ class PeerBench(Bench):
             say("building Kubeflow's training-operator on first use")
             self.binary = binary()
         sizes = []
-        for jobs in self.peer.sizes:
-            options = size_options(self.options, jobs)
+        for options in options_per_size(self.options, self.peer.sizes):
+            jobs = options.jobs
             runs = [self.one_run(options, index, label) for index, label in enumerate(self.peer.sequence)]
             runs = self.judge(options, runs)
             sizes.append(

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+from dataclasses import replace
 from typing import Any
 
 from controller.resources import PODS, TRAININGJOBS
@@ -24,7 +25,7 @@ from hack.bench.comparison import (
     why_not_compared,
 )
 from hack.bench.kubeflow import pytorch_job, pytorch_job_running
-from hack.bench.peer import parse, size_options
+from hack.bench.peer import options_per_size, parse, size_options
 from hack.bench.quiet import ancestors, busy_processes
 from hack.bench.sampler import Sampler
 from hack.bench.tracker import Tracker, spread
@@ -229,6 +230,9 @@ def test_each_job_count_gets_nodes_for_every_pod_and_a_time_limit_that_grows_wit
     assert size_options(options, 5000).nodes == 201
     assert size_options(options, 5000).timeout == 3000
     assert size_options(options, 500).timeout == 900
+    # Each job count's nodes come from the options as given, not from the count before it.
+    assert [each.nodes for each in options_per_size(options, (500, 2000, 5000))] == [21, 81, 201]
+    assert [each.nodes for each in options_per_size(replace(options, nodes=30), (500, 2000))] == [30, 30]
 
 
 def test_the_peers_job_has_one_master_and_the_rest_workers_in_the_pytorch_container() -> None:
