@@ -180,6 +180,7 @@ class PeerBench(Bench):
     def one_run(self, options: Options, index: int, label: str, attempt: int = 1) -> JsonDict:
         say(f"{options.jobs} jobs, run {index + 1}/{len(self.peer.sequence)}: {label} (attempt {attempt})")
         self.options = options
+        self.stop_earlier_cluster()  # before the wait: the last run's cluster is what loads the machine
         self.wait_for_quiet()
         self.start_cluster(options.nodes)
         create_namespace(self.client, NAMESPACE)

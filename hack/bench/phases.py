@@ -61,14 +61,20 @@ class BenchCluster:
         self._tracker = Tracker(self.client, contract.OPERATOR_NAME)
         self._tracker.start()
 
-    def start_cluster(self, nodes: int) -> None:
-        """A fresh bench cluster of `nodes` kwok nodes (any earlier one in the dev directory is stopped
-        first) with the CRD Established, and the bench's client of it."""
+    def stop_earlier_cluster(self) -> None:
+        """Stops the bench cluster a run before left in the dev directory, if any: a cluster that
+        held 20,000 pods keeps its controllers busy for minutes after its run, and nobody would
+        measure on a machine it keeps loaded."""
         say(f"stopping any earlier bench cluster in {self.dev_dir}")
         if self._client is not None:
             self._client.close()
             self._client = None
         run_devcluster(self.dev_dir, "down", check=False)
+
+    def start_cluster(self, nodes: int) -> None:
+        """A fresh bench cluster of `nodes` kwok nodes (any earlier one in the dev directory is stopped
+        first) with the CRD Established, and the bench's client of it."""
+        self.stop_earlier_cluster()
         say(f"starting the bench cluster: {nodes} kwok nodes")
         self.cluster_started = True
         run_devcluster(self.dev_dir, "up", "--nodes", str(nodes), "--gpus-per-node", str(GPUS_PER_NODE))
