@@ -281,37 +281,55 @@ def import_images(builds: dict[str, Path]) -> None:
     with the key it was built under (containerd's root is kept in the cache across `down`, and the
     trainer image takes a minute and a half to import), and pinned: the kubelet's image garbage
     collection (under disk pressure, whatever its thresholds say) never removes a pinned image, and
-    these cannot be pulled again. So the images this tree no longer builds (a trainer tagged with
-    an older framework version) are removed here, or the store would keep every one ever imported."""
+    these cannot be pulled again. So what this tree does not build as it is goes first, and
+    synchronously: containerd collects a replaced image's layers only after a hundred changes to its
+    store or at its next start, and the store kept two or three generations of the torch image
+    (5 GB unpacked each)."""
+    built = {name: images.ensure(name) for name in IMAGES}
+    paths = {
+        name: [images_refs.repository_path(ref) for ref in image.references] for name, image in built.items()
+    }
+    wanted = {path: built[name].key for name, image_paths in paths.items() for path in image_paths}
     held = imported_keys(builds)
-    every_wanted: list[str] = []
-    for name in IMAGES:
-        image = images.ensure(name)
-        wanted = [images_refs.repository_path(reference) for reference in image.references]
-        every_wanted.extend(wanted)
-        found = {
-            path: key for reference, key in held.items() for path in wanted if reference.endswith("/" + path)
-        }
-        imported = all(found.get(path) == image.key for path in wanted)
+    for reference in stale_images(held, wanted):
+        say(f"real node: removing {reference}, which this tree does not build as it is")
+        ctr(builds, "images", "rm", "--sync", reference, timeout=IMPORT_TIMEOUT)
+    listing = [line.split() for line in ctr(builds, "images", "list").splitlines()[1:] if line.strip()]
+    for reference in orphaned_image_ids([(fields[0], fields[2]) for fields in listing]):
+        ctr(builds, "images", "rm", "--sync", reference, timeout=IMPORT_TIMEOUT)
+    held = imported_keys(builds)
+    for name, image in built.items():
+        imported = all(any(ref.endswith("/" + path) for ref in held) for path in paths[name])
         began = time.monotonic()
         if not imported:
             say(f"real node: importing {name} ({image.size / 1e6:.0f} MB)")
             ctr(builds, "images", "import", str(image.archive), timeout=IMPORT_TIMEOUT)
-        for reference in imported_references(builds, wanted):
+        for reference in imported_references(builds, paths[name]):
             ctr(builds, "images", "label", reference, f"{IMAGE_KEY_LABEL}={image.key}", PINNED_LABEL)
         if not imported:
             took = time.monotonic() - began
             say(f"real node: imported {name} ({', '.join(image.references)}) in {took:.1f}s")
-    for reference in no_longer_built(held, every_wanted):
-        say(f"real node: removing {reference}, which this tree no longer builds")
-        ctr(builds, "images", "rm", reference)
 
 
-def no_longer_built(held: dict[str, str], wanted_paths: list[str]) -> list[str]:
-    """The references a build of this project imported (they carry its key label) whose repository
-    path is none of `wanted_paths`. Images imported by hand or pulled carry no such label: kept."""
+def stale_images(held: dict[str, str], wanted: dict[str, str]) -> list[str]:
+    """Of the references a build of this project imported (`held`: reference -> the key it carries
+    in its label), those this tree does not build as they are (`wanted`: repository path -> key): a
+    path it no longer builds (a trainer tagged with an older framework version) or one it builds
+    under another key. Images imported by hand or pulled carry no such label and are not held."""
+
+    def wanted_key(reference: str) -> str | None:
+        return next((key for path, key in wanted.items() if reference.endswith("/" + path)), None)
+
+    return sorted(reference for reference, key in held.items() if wanted_key(reference) != key)
+
+
+def orphaned_image_ids(images_and_targets: list[tuple[str, str]]) -> list[str]:
+    """The image records named by an image ID (`sha256:...`, which the kubelet's image service adds
+    beside each tag) whose image no named reference points at any more: they alone kept a removed
+    image's layers, 5 GB unpacked for the torch trainer, in the store."""
+    named = {target for name, target in images_and_targets if not name.startswith("sha256:")}
     return sorted(
-        reference for reference in held if not any(reference.endswith("/" + path) for path in wanted_paths)
+        name for name, target in images_and_targets if name.startswith("sha256:") and target not in named
     )
 
 

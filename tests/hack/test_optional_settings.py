@@ -180,14 +180,34 @@ def test_the_real_nodes_images_build_while_the_go_builds_run(monkeypatch: pytest
     assert built == {"kueue": Path("/cache/kueue"), "real-node": Path("/cache/kubelet")}
 
 
-def test_images_this_tree_no_longer_builds_leave_the_nodes_store() -> None:
-    """A trainer tagged with an older framework version goes; what the tree builds, and images
-    imported without the project's key label, stay."""
+def test_images_this_tree_does_not_build_as_they_are_leave_the_nodes_store() -> None:
+    """A trainer tagged with an older framework version goes, and so does one built under another
+    key (before its new build is imported); what the tree builds stays."""
     held = {
         "docker.io/library/trainingjob-trainer:torch-2.9.1": "k1",
         "docker.io/library/trainingjob-trainer:torch-2.8.0": "k0",
         "docker.io/library/trainingjob-operator:latest": "k2",
+        "docker.io/library/trainingjob-operator:0.1.0": "k2",
     }
-    wanted = ["library/trainingjob-trainer:torch-2.9.1", "library/trainingjob-operator:latest"]
-    assert realnode.no_longer_built(held, wanted) == ["docker.io/library/trainingjob-trainer:torch-2.8.0"]
-    assert realnode.no_longer_built({}, wanted) == []
+    wanted = {
+        "library/trainingjob-trainer:torch-2.9.1": "k1",
+        "library/trainingjob-operator:latest": "k3",
+        "library/trainingjob-operator:0.1.0": "k3",
+    }
+    assert realnode.stale_images(held, wanted) == [
+        "docker.io/library/trainingjob-operator:0.1.0",
+        "docker.io/library/trainingjob-operator:latest",
+        "docker.io/library/trainingjob-trainer:torch-2.8.0",
+    ]
+    assert realnode.stale_images({}, wanted) == []
+    assert realnode.stale_images({"docker.io/library/trainingjob-trainer:torch-2.9.1": "k1"}, wanted) == []
+
+
+def test_an_image_id_whose_image_lost_every_name_leaves_the_store() -> None:
+    listing = [
+        ("docker.io/library/trainingjob-trainer:torch-2.15.0", "sha256:new"),
+        ("sha256:1d", "sha256:new"),
+        ("sha256:2d", "sha256:old"),
+    ]
+    assert realnode.orphaned_image_ids(listing) == ["sha256:2d"]
+    assert realnode.orphaned_image_ids(listing[:2]) == []
