@@ -148,9 +148,9 @@ generate: $(STAMP) generate-monitoring ## regenerate the CRD YAML (and the Helm 
 	$(VENV_PY) -m crd write
 
 .PHONY: install
-install: ## apply the CRD and the trainers' admission policy to the cluster of $KUBECONFIG; wait until Established
+install: ## apply crd/ (the CRD and the admission policies) to the cluster of $KUBECONFIG; wait until Established
 	@command -v $(KUBECTL) >/dev/null || { echo "kubectl not found: 'make dev-cluster' builds one, or install kubectl" >&2; exit 1; }
-	$(KUBECTL) apply --server-side --force-conflicts -f crd/trainingjobs.ml.example.com.yaml -f crd/trainer-progress-policy.yaml
+	$(KUBECTL) apply --server-side --force-conflicts -k crd/
 	$(KUBECTL) wait --for=condition=Established --timeout=60s crd/trainingjobs.ml.example.com
 
 .PHONY: run

@@ -2,8 +2,9 @@
 
 python -m crd yaml    print the CustomResourceDefinition YAML
 python -m crd docs    print the markdown API reference (docs/api.md)
-python -m crd write   rewrite crd/trainingjobs.ml.example.com.yaml, its copy in the Helm chart
-                      (deploy/helm/trainingjob-operator/files/) and docs/api.md
+python -m crd write   rewrite crd/trainingjobs.ml.example.com.yaml, crd/immutable-spec-policy.yaml,
+                      their copies in the Helm chart (deploy/helm/trainingjob-operator/files/) and
+                      docs/api.md
 python -m crd check   exit 1 if any of them differs from crd/schema.py
 python -m crd kube-schemas [--kubectl K] [--kubeconfig F] [--check]
                       regenerate crd/kube_schemas.json (the core/v1 schemas the spec embeds) from a
@@ -18,18 +19,28 @@ import sys
 from pathlib import Path
 
 from crd import kube_schemas
+from crd.immutability import POLICY_FILE_NAME, policy_yaml
 from crd.render import CRD_FILE_NAME, api_docs, crd_yaml
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 CRD_FILE = PACKAGE_DIR / CRD_FILE_NAME
 DOCS_FILE = PACKAGE_DIR.parent / "docs" / "api.md"
 # Helm reads no file outside a chart, so the chart carries a copy of the CRD (deploy/README.md).
-CHART_CRD_FILE = PACKAGE_DIR.parent / "deploy" / "helm" / "trainingjob-operator" / "files" / CRD_FILE_NAME
+CHART_FILES = PACKAGE_DIR.parent / "deploy" / "helm" / "trainingjob-operator" / "files"
+CHART_CRD_FILE = CHART_FILES / CRD_FILE_NAME
+POLICY_FILE = PACKAGE_DIR / POLICY_FILE_NAME
+CHART_POLICY_FILE = CHART_FILES / POLICY_FILE_NAME
 
 
 def _artifacts() -> dict[Path, str]:
-    crd = crd_yaml()
-    return {CRD_FILE: crd, CHART_CRD_FILE: crd, DOCS_FILE: api_docs()}
+    crd, policy = crd_yaml(), policy_yaml()
+    return {
+        CRD_FILE: crd,
+        CHART_CRD_FILE: crd,
+        POLICY_FILE: policy,
+        CHART_POLICY_FILE: policy,
+        DOCS_FILE: api_docs(),
+    }
 
 
 def _write() -> int:

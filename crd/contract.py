@@ -127,6 +127,11 @@ SHARED_COMPONENT: Final = "trainer"
 # The ValidatingAdmissionPolicy (crd/trainer-progress-policy.yaml) that narrows TRAINER_ACCOUNT to the
 # progress annotation of its own pod, and its binding (same name).
 TRAINER_POLICY: Final = "trainingjob-trainer-progress"
+# The ValidatingAdmissionPolicy (crd/immutable-spec-policy.yaml, from crd/immutability.py) that refuses
+# a change of the spec fields that cannot change after create, and its binding (same name).
+IMMUTABLE_SPEC_POLICY: Final = "trainingjob-immutable-spec"
+# crd/'s admission policies, each with a binding of the same name.
+CRD_POLICIES: Final = (TRAINER_POLICY, IMMUTABLE_SPEC_POLICY)
 
 # The operator's container of every worker Pod, and the named ports it exposes.
 CONTAINER_NAME: Final = "trainer"

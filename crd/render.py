@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from crd import contract
+from crd.immutability import IMMUTABLE_FIELDS, POLICY_FILE_NAME
 from crd.openapi import Schema
 from crd.schema import custom_resource_definition, open_api_schema_of, printer_columns
 from crd.schema_tensorflow import ROLE_RULES
@@ -177,8 +178,7 @@ def api_docs() -> str:
         "",
         "## Validation rules (CEL)",
         "",
-        "Checked by the API server on create and update. Rules that mention `oldSelf` are transition rules, "
-        "checked on update only.",
+        "Checked by the API server on create and update; the answer names the field of each violation.",
         "",
         "| Where | Rule | Message |",
         "|---|---|---|",
@@ -188,8 +188,25 @@ def api_docs() -> str:
             for path, entry in rules(root, "")
         ),
         "",
+        "## Fields that cannot change",
+        "",
+        f"A change of these is refused by the ValidatingAdmissionPolicy `{contract.IMMUTABLE_SPEC_POLICY}` "
+        f"(crd/{POLICY_FILE_NAME}, installed with the CRD), whose answer names every field that changed "
+        "(`spec.model is immutable`). A policy and not transition rules in the schema: the API server "
+        "evaluates the schema's rules on status writes too, and those cannot change spec. "
+        '"Added or removed": a field without a default may not be added or removed after create either.',
+        "",
+        "| Field | Added or removed too |",
+        "|---|---|",
+        *_immutable_rows(),
+        "",
     ]
     return "\n".join(lines)
+
+
+def _immutable_rows() -> Iterator[str]:
+    for field in IMMUTABLE_FIELDS:
+        yield f"| `{field.name}` | {'yes' if field.presence else 'no (always present)'} |"
 
 
 def _field_path_note(entry: dict[str, Any]) -> str:

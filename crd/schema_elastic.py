@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from crd import contract
 from crd.openapi import Rule, Schema, integer, obj, rule
-from crd.schema_parts import immutable_optional
 
 
 def rendezvous() -> Schema:
@@ -104,7 +103,6 @@ def elastic_rules() -> list[Rule]:
     """Spec-level rules of an elastic job (each names the field it is about)."""
     frameworks = " || ".join(f"self.framework == '{name}'" for name in contract.ELASTIC_FRAMEWORKS)
     return [
-        immutable_optional("elastic"),
         rule(
             "!has(self.elastic) || (self.numWorkers >= self.elastic.minWorkers && "
             "self.numWorkers <= self.elastic.maxWorkers)",

@@ -32,20 +32,6 @@ def cel_list(values: tuple[str, ...]) -> str:
     return "[" + ", ".join(f"'{v}'" for v in values) + "]"
 
 
-def immutable(field: str) -> Rule:
-    """A transition rule on a field that is always present (required or defaulted)."""
-    return rule("self == oldSelf", message=f"{field} is immutable")
-
-
-def immutable_optional(field: str) -> Rule:
-    """A transition rule, placed on the parent, that also forbids adding or removing an optional field."""
-    expression = (
-        f"has(self.{field}) == has(oldSelf.{field}) && "
-        f"(!has(self.{field}) || self.{field} == oldSelf.{field})"
-    )
-    return rule(expression, message=f"{field} is immutable", field_path=f".{field}")
-
-
 def value_from() -> Schema:
     """env[].valueFrom: the generated core/v1 EnvVarSource, with exactly one source."""
     source = schema("EnvVarSource")

@@ -36,8 +36,6 @@ from crd.schema_parts import (
     URL_LENGTH,
     env_var,
     gpu_rule,
-    immutable,
-    immutable_optional,
     not_above,
     parses,
     string_list,
@@ -60,7 +58,7 @@ def resources() -> Schema:
     within = f"!(k in self.limits) || !{parses(request)} || !{parses(cap)} || {not_above(request, cap)}"
     return obj(
         "Compute resources of each worker's trainer container. nvidia.com/gpu is set from gpusPerWorker "
-        "(requests and limits); if given here it must equal gpusPerWorker.",
+        "(requests and limits); if given here it must equal gpusPerWorker. Immutable.",
         {
             "requests": quantity_map('Minimum resources, e.g. cpu: "8", memory: 32Gi.', max_properties=limit),
             "limits": quantity_map("Maximum resources, e.g. memory: 64Gi.", max_properties=limit),
@@ -234,7 +232,6 @@ def networking() -> Schema:
             ),
         },
         default_empty=True,
-        rules=[immutable("networking")],
     )
 
 
@@ -364,13 +361,11 @@ def spec() -> Schema:
                 "Model architecture or identifier to train. Immutable.",
                 min_length=1,
                 max_length=512,
-                rules=[immutable("model")],
             ),
             "dataset": string(
                 "Dataset name or location. Immutable.",
                 min_length=1,
                 max_length=512,
-                rules=[immutable("dataset")],
             ),
             "numWorkers": integer(
                 "Number of worker pods (torchrun nodes; TensorFlow's workers, besides the roles of "
@@ -387,7 +382,6 @@ def spec() -> Schema:
                 minimum=0,
                 maximum=16,
                 default=1,
-                rules=[immutable("gpusPerWorker")],
             ),
             "framework": string(
                 "ML framework; selects the default image and the distributed environment (PET_*, TF_CONFIG "
@@ -395,7 +389,6 @@ def spec() -> Schema:
                 max_length=16,
                 enum=list(contract.FRAMEWORKS),
                 default="pytorch",
-                rules=[immutable("framework")],
             ),
             "image": string(
                 "Trainer container image. Unset: "
@@ -459,18 +452,6 @@ def spec() -> Schema:
         },
         required=["model", "dataset", "numWorkers"],
         rules=[
-            *(
-                immutable_optional(field)
-                for field in (
-                    "image",
-                    "command",
-                    "args",
-                    "env",
-                    "resources",
-                    "hyperparameters",
-                    "podTemplate",
-                )
-            ),
             gpu_rule("limits"),
             gpu_rule("requests"),
             rule(

@@ -15,7 +15,6 @@ from crd.schema_parts import (
     PATH_LENGTH,
     URL_LENGTH,
     cel_list,
-    immutable,
 )
 
 
@@ -146,7 +145,6 @@ def storage() -> Schema:
         },
         default_empty=True,
         rules=[
-            immutable("checkpoint.storage"),
             rule(
                 f"{STORAGE_TYPE} != 's3' || has(self.s3Bucket) || (has(self.s3) && has(self.s3.bucket))",
                 message="checkpoint.storage: type s3 needs a bucket (s3.bucket or s3Bucket)",

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from crd import contract
 from crd.openapi import Rule, Schema, integer, obj, rule
-from crd.schema_parts import immutable_optional
 
 # What each role's pods are, and what their end does to the job: docs/api.md's table of the roles,
 # decided by controller/planner/roles.py. Columns: role, pod names, in TF_CONFIG's cluster, its success,
@@ -111,7 +110,6 @@ def tensorflow() -> Schema:
 def tensorflow_rules() -> list[Rule]:
     """Spec-level rules of the TensorFlow roles (each names the field it is about)."""
     return [
-        immutable_optional("tensorflow"),
         rule(
             "!has(self.tensorflow) || (has(self.framework) && self.framework == 'tensorflow')",
             message=(

@@ -7,8 +7,8 @@
 # Why a script: before touching the cluster it checks that kubectl exists and the cluster answers,
 # renders the kustomization (with IMAGE, NODE_SELECTOR and TOLERATE, if given) and validates every
 # object with a server-side dry run, so a mistake is reported with nothing half-installed. `delete`
-# keeps crd/'s objects, the CRD (deleting it deletes every TrainingJob) and the trainers' admission
-# policy, unless DELETE_CRD=1, which deletes the jobs first, while the operator still runs to let
+# keeps crd/'s objects, the CRD (deleting it deletes every TrainingJob) and the admission policies,
+# unless DELETE_CRD=1, which deletes the jobs first, while the operator still runs to let
 # their pods go. `render` prints what `apply` would send, without a cluster.
 #
 # NODE_SELECTOR and TOLERATE place the operator's pods on a dedicated, tainted node pool:
@@ -138,14 +138,15 @@ if [[ "$ACTION" == delete ]]; then
     echo "deploy: removed the operator and the TrainingJob CRD"
   else
     # Every rendered document except crd/'s (kustomize separates documents with '---' lines): the CRD,
-    # and the trainers' admission policy and its binding, which guard the trainers of the jobs that
-    # remain (their Role lets them patch pods; the policy narrows it to their own progress).
+    # and the admission policies and their bindings, which guard the jobs that remain (the trainers'
+    # Role lets them patch pods, and one policy narrows it to their own progress; the other keeps the
+    # jobs' immutable spec fields as they are).
     awk 'function flush() { if (doc !~ crd_kinds) printf "%s", doc; doc = "" }
          /^---$/ { flush(); print; next } { doc = doc $0 "\n" } END { flush() }' \
       crd_kinds='\nkind: (CustomResourceDefinition|ValidatingAdmissionPolicy|ValidatingAdmissionPolicyBinding)\n' \
       "$rendered" >"$work/without-crd.yaml"
     "$KUBECTL" delete --ignore-not-found -f "$work/without-crd.yaml"
-    echo "deploy: removed the operator; the TrainingJob CRD, the trainers' admission policy and the jobs remain" \
+    echo "deploy: removed the operator; the TrainingJob CRD, the admission policies and the jobs remain" \
       "(DELETE_CRD=1 removes them too)"
   fi
   exit 0

@@ -92,14 +92,15 @@ def present(cluster: Kubectl) -> list[tuple[str, str, str]]:
 
 
 def crd_objects_present(cluster: Kubectl) -> bool:
-    """crd/'s objects, which an uninstall keeps: the CRD and the trainers' admission policy."""
+    """crd/'s objects, which an uninstall keeps: the CRD and the admission policies."""
+    policies = [
+        (kind, name)
+        for kind in ("validatingadmissionpolicy", "validatingadmissionpolicybinding")
+        for name in contract.CRD_POLICIES
+    ]
     return all(
         cluster.get_or_none(kind, name) is not None
-        for kind, name in (
-            ("customresourcedefinition", f"{contract.PLURAL}.{contract.GROUP}"),
-            ("validatingadmissionpolicy", contract.TRAINER_POLICY),
-            ("validatingadmissionpolicybinding", contract.TRAINER_POLICY),
-        )
+        for kind, name in (("customresourcedefinition", f"{contract.PLURAL}.{contract.GROUP}"), *policies)
     )
 
 

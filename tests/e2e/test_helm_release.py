@@ -66,11 +66,12 @@ class Site:
 @pytest.fixture(scope="module")
 def site(helm: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     with throwaway_cluster(tmp_path_factory.mktemp("helm-cluster")) as cluster:
-        # The dev cluster installs crd/ (the CRD, the trainers' admission policy) as it starts; a new
-        # cluster has none of it.
+        # The dev cluster installs crd/ (the CRD, the admission policies) as it starts; a new cluster
+        # has none of it.
         cluster.run("delete", "customresourcedefinition", CRD_NAME, "--wait=true")
         for kind in ("validatingadmissionpolicybinding", "validatingadmissionpolicy"):
-            cluster.run("delete", kind, contract.TRAINER_POLICY, "--wait=true")
+            for name in contract.CRD_POLICIES:
+                cluster.run("delete", kind, name, "--wait=true")
         # deploy/README.md: the namespace first, with its Pod Security labels (the chart does not own it).
         cluster.run("apply", "-f", str(REPO / "deploy" / "base" / "namespace.yaml"))
         cluster.run("create", "namespace", JOBS_NAMESPACE)
@@ -242,9 +243,10 @@ def test_install_upgrade_uninstall(site: Site) -> None:
         assert gone(site, kind, name, namespace), f"{kind} {name} left after helm uninstall --wait"
     assert release_secrets(site) == []
     assert not gone(site, "customresourcedefinition", CRD_NAME, "")
-    # The trainers' admission policy stays with the CRD: it guards the trainers of the jobs kept.
+    # The admission policies stay with the CRD: they guard the jobs kept.
     for kind in ("validatingadmissionpolicy", "validatingadmissionpolicybinding"):
-        assert not gone(site, kind, contract.TRAINER_POLICY, ""), kind
+        for name in contract.CRD_POLICIES:
+            assert not gone(site, kind, name, ""), (kind, name)
     jobs = [job["metadata"]["name"] for job in cluster.items("trainingjobs", "-n", JOBS_NAMESPACE)]
     assert sorted(jobs) == ["after-install", "after-upgrade", "single-namespace"]
 

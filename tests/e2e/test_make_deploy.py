@@ -18,7 +18,7 @@ from tests.cluster import REPO, Kubectl, throwaway_cluster, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
-TRAINER_POLICY_KINDS = ("validatingadmissionpolicy", "validatingadmissionpolicybinding")
+POLICY_KINDS = ("validatingadmissionpolicy", "validatingadmissionpolicybinding")
 
 
 @pytest.fixture(scope="module")
@@ -47,18 +47,20 @@ def test_deploy_installs_everything_and_undeploy_keeps_the_crd(own_cluster: Kube
 
     result = make("undeploy", own_cluster.kubeconfig)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "the TrainingJob CRD, the trainers' admission policy and the jobs remain" in result.stdout
+    assert "the TrainingJob CRD, the admission policies and the jobs remain" in result.stdout
     assert own_cluster.get_or_none("clusterrole", "trainingjob-operator") is None
-    # crd/'s objects stay: the CRD, and the policy that guards the trainers of the jobs it keeps.
+    # crd/'s objects stay: the CRD, and the policies that guard the jobs it keeps.
     assert own_cluster.get_or_none("crd", "trainingjobs.ml.example.com") is not None
-    for kind in TRAINER_POLICY_KINDS:
-        assert own_cluster.get_or_none(kind, contract.TRAINER_POLICY) is not None, kind
+    for kind in POLICY_KINDS:
+        for name in contract.CRD_POLICIES:
+            assert own_cluster.get_or_none(kind, name) is not None, (kind, name)
 
     result = make("undeploy", own_cluster.kubeconfig, DELETE_CRD="1")
     assert result.returncode == 0, result.stdout + result.stderr
     assert own_cluster.get_or_none("crd", "trainingjobs.ml.example.com") is None
-    for kind in TRAINER_POLICY_KINDS:
-        assert own_cluster.get_or_none(kind, contract.TRAINER_POLICY) is None, kind
+    for kind in POLICY_KINDS:
+        for name in contract.CRD_POLICIES:
+            assert own_cluster.get_or_none(kind, name) is None, (kind, name)
 
 
 def test_refused_install_leaves_nothing_behind(own_cluster: Kubectl) -> None:

@@ -13,9 +13,10 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from crd import contract
+from crd import contract, immutability
 from crd.__main__ import main as crd_main
 from crd.defaults import apply_schema_defaults, subschema, with_defaults
+from crd.immutability import IMMUTABLE_FIELDS, POLICY_FILE_NAME, policy_yaml
 from crd.openapi import Schema
 from crd.render import CRD_FILE_NAME, api_docs, crd_yaml, documented, walk
 from crd.schema import custom_resource_definition, open_api_schema_of
@@ -173,12 +174,9 @@ def test_descriptions_state_defaults_and_bounds() -> None:
 
 
 def test_immutable_fields() -> None:
-    immutable = {
-        f"{path}.{entry['fieldPath'].lstrip('.')}" if "fieldPath" in entry else path
-        for path, entry in all_rules()
-        if "oldSelf" in entry["rule"]
-    }
-    assert immutable == {
+    """The fields the admission policy keeps as they were; the schema has no transition rule left, so
+    that a status write evaluates none (crd/immutability.py)."""
+    assert {field.name for field in IMMUTABLE_FIELDS} == {
         f"spec.{f}"
         for f in (
             "model",
@@ -198,9 +196,48 @@ def test_immutable_fields() -> None:
             "tensorflow",
         )
     }
-    assert all(
-        entry["message"].endswith("is immutable") for _, entry in all_rules() if "oldSelf" in entry["rule"]
+    assert not [entry for _, entry in all_rules() if "oldSelf" in entry["rule"]]
+    spec = ROOT["properties"]["spec"]
+    for field in IMMUTABLE_FIELDS:
+        *parents, leaf = field.path.split(".")
+        node = spec
+        for name in parents:
+            node = node["properties"][name]
+        described = node["properties"][leaf]
+        assert "Immutable" in described["description"], field.name
+        # An optional field without a default may not be added or removed either; one that is always
+        # there (required, or defaulted with its parents) is compared when both versions have it.
+        always_there = leaf in node.get("required", ()) or "default" in described
+        assert field.presence != always_there, field.name
+
+
+def test_immutable_spec_policy_matches_updates_of_the_resource_not_of_status() -> None:
+    policy, binding = immutability.policy(), immutability.binding()
+    (rules,) = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert rules["resources"] == [contract.PLURAL]
+    assert rules["operations"] == ["UPDATE"]
+    assert binding["spec"] == {"policyName": contract.IMMUTABLE_SPEC_POLICY, "validationActions": ["Deny"]}
+    (validation,) = policy["spec"]["validations"]
+    assert validation["reason"] == "Invalid"
+    committed = list(yaml.safe_load_all((REPO / "crd" / POLICY_FILE_NAME).read_text()))
+    assert committed == [policy, binding]
+
+
+def test_an_immutable_field_expression_reads_as_its_transition_rule_did() -> None:
+    always = immutability.Immutable("checkpoint.storage")
+    assert always.unchanged("self", "oldSelf") == (
+        "!((has(self.checkpoint) && has(self.checkpoint.storage)) && "
+        "(has(oldSelf.checkpoint) && has(oldSelf.checkpoint.storage))) || "
+        "self.checkpoint.storage == oldSelf.checkpoint.storage"
     )
+    optional = immutability.Immutable("image", presence=True)
+    assert optional.unchanged() == (
+        "has(object.spec.image) == has(oldObject.spec.image) && "
+        "(!has(object.spec.image) || object.spec.image == oldObject.spec.image)"
+    )
+    changed = immutability.changed_fields_expression((always, optional))
+    assert changed.count(" ? [] : ") == 2
+    assert '["spec.image"]' in changed
 
 
 def test_name_rules_explain_the_generated_names() -> None:
@@ -280,8 +317,11 @@ def test_check_command_fails_on_stale_files_and_write_fixes_them(
 ) -> None:
     crd_file, docs_file = tmp_path / CRD_FILE_NAME, tmp_path / "docs" / "api.md"
     chart_file = tmp_path / "chart" / CRD_FILE_NAME
+    policy_file, chart_policy_file = tmp_path / POLICY_FILE_NAME, tmp_path / "chart" / POLICY_FILE_NAME
     monkeypatch.setattr("crd.__main__.CRD_FILE", crd_file)
     monkeypatch.setattr("crd.__main__.CHART_CRD_FILE", chart_file)
+    monkeypatch.setattr("crd.__main__.POLICY_FILE", policy_file)
+    monkeypatch.setattr("crd.__main__.CHART_POLICY_FILE", chart_policy_file)
     monkeypatch.setattr("crd.__main__.DOCS_FILE", docs_file)
     monkeypatch.setattr("crd.__main__.PACKAGE_DIR", tmp_path / "crd")
     assert crd_main(["check"]) == 1
@@ -297,6 +337,10 @@ def test_check_command_fails_on_stale_files_and_write_fixes_them(
     assert crd_main(["check"]) == 1
     assert crd_main(["write"]) == 0
     assert chart_file.read_text(encoding="utf-8") == crd_file.read_text(encoding="utf-8")
+    chart_policy_file.write_text(policy_yaml().replace("Deny", "Warn"), encoding="utf-8")
+    assert crd_main(["check"]) == 1
+    assert crd_main(["write"]) == 0
+    assert chart_policy_file.read_text(encoding="utf-8") == policy_file.read_text(encoding="utf-8")
 
 
 def test_yaml_command_prints_the_crd() -> None:
@@ -306,9 +350,9 @@ def test_yaml_command_prints_the_crd() -> None:
     assert result.stdout == crd_yaml()
 
 
-def test_kustomization_lists_the_crd_and_the_trainers_admission_policy() -> None:
+def test_kustomization_lists_the_crd_and_the_admission_policies() -> None:
     kustomization = yaml.safe_load((REPO / "crd" / "kustomization.yaml").read_text())
-    assert kustomization["resources"] == [CRD_FILE_NAME, "trainer-progress-policy.yaml"]
+    assert kustomization["resources"] == [CRD_FILE_NAME, "trainer-progress-policy.yaml", POLICY_FILE_NAME]
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ import pytest
 
 from crd import contract
 from crd.defaults import subschema
+from crd.immutability import IMMUTABLE_FIELDS
 from crd.validation import FieldError, validate
 from tests.unit import crd_cases
 from tests.unit.crd_cases import InvalidCase, job
@@ -75,6 +76,12 @@ def test_transition_cases_differ_only_in_a_mutable_way_from_before() -> None:
         if case.layer == "transition":
             assert case.before is not None, case.id
             assert case.before != case.manifest, case.id
+
+
+def test_every_immutable_field_has_a_transition_case() -> None:
+    """tests/e2e/test_api.py applies each against the admission policy of crd/immutability.py."""
+    changed = {case.field for case in CASES if case.layer == "transition"}
+    assert changed == {field.name for field in IMMUTABLE_FIELDS}
 
 
 @pytest.mark.parametrize(("name", "manifest"), sorted(crd_cases.valid_manifests().items()))

@@ -425,16 +425,27 @@ CRD_KINDS: Final = (
 )
 
 
+def crd_directory_objects() -> list[tuple[str, str]]:
+    """(kind, name) of every object crd/ installs."""
+    found = []
+    for path in sorted((REPO / "crd").glob("*.yaml")):
+        if path.name != "kustomization.yaml":
+            documents = [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+            found += [(doc["kind"], doc["metadata"]["name"]) for doc in documents]
+    return sorted(found)
+
+
 def test_crd_values_cover_crds_objects(chart: Helm) -> None:
-    """crd/'s objects, the CRD and the trainers' admission policy, go together: a cluster that has them
-    from `make install` takes the chart with crds.install=false, and an uninstall that keeps the CRD's
-    jobs keeps the policy that guards their trainers."""
+    """crd/'s objects, the CRD and the admission policies (the trainers', the immutable spec fields'), go
+    together: a cluster that has them from `make install` takes the chart with crds.install=false, and
+    an uninstall that keeps the CRD's jobs keeps the policies that guard them."""
     kept = [obj for obj in chart.template() if obj["kind"] in CRD_KINDS]
-    assert sorted(obj["kind"] for obj in kept) == sorted(CRD_KINDS)
+    assert sorted((obj["kind"], obj["metadata"]["name"]) for obj in kept) == crd_directory_objects()
+    assert len(kept) == 5
     assert all(obj["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"} for obj in kept)
     assert not [obj for obj in chart.template({"crds": {"install": False}}) if obj["kind"] in CRD_KINDS]
     removed = [obj for obj in chart.template({"crds": {"keep": False}}) if obj["kind"] in CRD_KINDS]
-    assert len(removed) == len(CRD_KINDS)
+    assert len(removed) == len(kept)
     assert not [obj for obj in removed if "annotations" in obj["metadata"]], (
         "without keep, uninstall deletes them"
     )

@@ -70,13 +70,14 @@ def test_names_follow_the_release_and_stay_consistent(chart: Helm) -> None:
 
 def test_fullname_override_and_a_release_named_after_the_chart(chart: Helm) -> None:
     names = {obj["metadata"]["name"] for obj in chart.template({"fullnameOverride": "tjo"}, release="x")}
-    # The CRD and the trainers' admission policy are the API's, named as the operator knows them.
+    # The CRD and the admission policies are the API's, named as the operator knows them.
     assert names == {
         "tjo",
         "tjo-leader-election",
         "tjo-metrics",
         "trainingjobs.ml.example.com",
         "trainingjob-trainer-progress",
+        "trainingjob-immutable-spec",
     }
     names = {obj["metadata"]["name"] for obj in chart.template(release="team-trainingjob-operator")}
     assert "team-trainingjob-operator" in names

@@ -32,7 +32,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from crd.__main__ import CHART_CRD_FILE
+from crd import contract
+from crd.__main__ import CHART_CRD_FILE, CHART_POLICY_FILE, POLICY_FILE
 from tests.cluster import REPO
 from tests.e2e.operator_identity import DEPLOY, NAMESPACE, SERVICE_ACCOUNT, render
 from tests.unit.manifests_support import (
@@ -91,6 +92,17 @@ def test_crd_is_never_copied_into_deploy() -> None:
     ]
     assert not copies, f"deploy/ must take the CRD from crd/, not copy it: {copies}"
     assert CHART_CRD_FILE.read_text(encoding="utf-8") == CRD_FILE.read_text(encoding="utf-8")
+    assert CHART_POLICY_FILE.read_text(encoding="utf-8") == POLICY_FILE.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_every_target_installs_the_immutable_spec_policy(target: str) -> None:
+    objects = rendered(target)
+    source = list(yaml.safe_load_all(POLICY_FILE.read_text(encoding="utf-8")))
+    for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"):
+        installed = one(objects, kind, contract.IMMUTABLE_SPEC_POLICY)
+        assert "namespace" not in installed["metadata"], "cluster-scoped"
+        assert installed["spec"] == next(doc for doc in source if doc["kind"] == kind)["spec"]
 
 
 def with_every_component(directory: Path) -> Path:
