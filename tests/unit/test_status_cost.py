@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from crd import contract
+from crd.immutability import IMMUTABLE_FIELDS
 from hack.bench import statuscost
 from hack.common import ToolError
 from tests.cluster import REPO
@@ -30,10 +31,13 @@ def test_each_variant_is_the_crd_under_its_own_group_with_only_the_rules_it_keep
     properties = copied["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
     assert set(properties) == set(CRD["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"])
 
-    no_transition = statuscost.with_rules(CRD, statuscost.VARIANTS["no_transition_rules"])
-    assert 0 < statuscost.count_rules(no_transition) < total
-    assert "oldSelf" not in yaml.safe_dump(no_transition)
-    assert statuscost.with_rules(CRD, statuscost.VARIANTS["all_rules"])["spec"] == CRD["spec"]
+    assert "oldSelf" not in yaml.safe_dump(CRD)  # immutability is the admission policy's
+    before = statuscost.with_rules(CRD, statuscost.VARIANTS["immutability_as_transition_rules"])
+    assert statuscost.count_rules(before) == total + len(IMMUTABLE_FIELDS)
+    spec_rules = before["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    transition = [rule for rule in spec_rules["x-kubernetes-validations"] if "oldSelf" in rule["rule"]]
+    assert [rule["message"] for rule in transition] == [f"{f.name} is immutable" for f in IMMUTABLE_FIELDS]
+    assert statuscost.with_rules(CRD, statuscost.VARIANTS["as_shipped"])["spec"] == CRD["spec"]
 
 
 def test_the_status_written_is_one_the_crd_accepts_whole() -> None:
