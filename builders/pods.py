@@ -6,8 +6,10 @@ itself: restartPolicy is Never so the kubelet never restarts a single trainer th
 the collective. Each pod gets a stable DNS name (hostname + the headless Service as subdomain), the
 training environment, the trainer's sources (builders/configmap.py), checkpoint
 storage and a memory-backed /dev/shm, and records the world size and spec generation it was built for
-so stale pods can be recognised. Last, spec.podTemplate is merged onto it (builders/podtemplate.py),
-then, for a job Kueue admitted, the admission's node labels and tolerations (builders/placement.py).
+so stale pods can be recognised. Its security settings (the "restricted" Pod Security Standard where it
+costs the trainer nothing, the token in the trainer alone) are builders/podsecurity.py's. Last,
+spec.podTemplate is merged onto it (builders/podtemplate.py), then, for a job Kueue admitted, the
+admission's node labels and tolerations (builders/placement.py).
 """
 
 from __future__ import annotations
@@ -21,6 +23,14 @@ from builders.meta import object_meta
 from builders.names import headless_service_name, pod_name, service_account_name
 from builders.placement import Placement, place
 from builders.podgroup import GangScheduler, pod_decoration
+from builders.podsecurity import (
+    container_security_context,
+    pod_security_context,
+    template_sets_token,
+    token_mount,
+    token_volume,
+    with_trainer_user,
+)
 from builders.podtemplate import merge_pod_template
 from builders.storage import CheckpointStorage, checkpoint_storage
 from crd import contract
@@ -117,22 +127,6 @@ def volumes_and_mounts(
     return volumes, mounts
 
 
-def security_context(job: TrainingJob) -> dict[str, Any]:
-    """The trainer's: no privilege escalation; RDMA needs to pin memory (IPC_LOCK, which the "baseline"
-    Pod Security Standard does not allow, so RDMA jobs need a privileged namespace)."""
-    context: dict[str, Any] = {"allowPrivilegeEscalation": False}
-    if job.spec.networking.rdma_enabled:
-        context["capabilities"] = {"add": ["IPC_LOCK"]}
-    return context
-
-
-def pod_security_context() -> dict[str, Any]:
-    """The container runtime's default seccomp profile, which "baseline" allows and "restricted"
-    requires. User and group IDs are left to the image (the default framework images run as root, which
-    "restricted" forbids): docs/pod-template.md shows the podTemplate that passes "restricted"."""
-    return {"seccompProfile": {"type": "RuntimeDefault"}}
-
-
 def trainer_container(
     job: TrainingJob, slot: int, *, attempt: int, resume_from: str | None, mounts: list[dict[str, Any]]
 ) -> dict[str, Any]:
@@ -148,7 +142,7 @@ def trainer_container(
     if resources:
         container["resources"] = resources
     container["volumeMounts"] = mounts
-    container["securityContext"] = security_context(job)
+    container["securityContext"] = container_security_context(job)
     # The tail of the log becomes the termination message when the trainer dies without writing one,
     # so status can say why a worker failed.
     container["terminationMessagePolicy"] = "FallbackToLogsOnError"
@@ -220,6 +214,9 @@ def build_pod(
     """
     storage = checkpoint_storage(job)
     volumes, mounts = volumes_and_mounts(job, storage)
+    if not template_sets_token(job):
+        volumes.append(token_volume())
+        mounts.append(token_mount())
     account = service_account or service_account_name(job)
     labels = pod_labels(job, slot, attempt)
     annotations = pod_annotations(job)
@@ -234,14 +231,12 @@ def build_pod(
         "volumes": volumes,
         "securityContext": pod_security_context(),
         "serviceAccountName": account,
+        # The token goes into the trainer alone (the volume above), unless the template chooses.
+        "automountServiceAccountToken": False,
         "terminationGracePeriodSeconds": termination_grace_seconds(job),
         "enableServiceLinks": False,
         **scheduling_fields(job),
     }
-    if account == contract.TRAINER_ACCOUNT:
-        # The trainers' account exists only so the pod can report progress on itself, with a token
-        # bound to the pod (the admission policy checks the pod it names).
-        pod_spec["automountServiceAccountToken"] = True
     if gang is not None:
         decoration = pod_decoration(job, gang)
         labels.update(decoration.labels)
@@ -251,4 +246,5 @@ def build_pod(
     # Held until the pod's end is in the job's status (controller/planner/tracking.py).
     metadata["finalizers"] = [contract.TRACKING_FINALIZER]
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
-    return with_default_container(place(merge_pod_template(pod, job.spec.pod_template), placement))
+    merged = with_trainer_user(job, merge_pod_template(pod, job.spec.pod_template))
+    return with_default_container(place(merged, placement))

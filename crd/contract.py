@@ -141,13 +141,28 @@ METRICS_PORT_NAME: Final = "metrics"
 RDZV_PORT_NAME: Final = "rdzv"
 OPERATOR_PORT_NAMES: Final = (DIST_PORT_NAME, METRICS_PORT_NAME, RDZV_PORT_NAME)
 
-# The volumes the operator defines in every worker Pod (the last two only with checkpoint storage that
-# needs them). spec.podTemplate may mount them in its containers but not define volumes of these names.
+# The volumes the operator defines in every worker Pod (checkpoints and gcs-credentials only with
+# checkpoint storage that needs them, the token unless spec.podTemplate sets automountServiceAccountToken).
+# spec.podTemplate may mount them in its containers but not define volumes of these names.
 CONFIG_VOLUME: Final = "config"
 SHM_VOLUME: Final = "dshm"
 CHECKPOINT_VOLUME: Final = "checkpoints"
 GCS_CREDENTIALS_VOLUME: Final = "gcs-credentials"
-OPERATOR_VOLUMES: Final = (CONFIG_VOLUME, SHM_VOLUME, CHECKPOINT_VOLUME, GCS_CREDENTIALS_VOLUME)
+# The pod's ServiceAccount token, projected as the kubelet's own automount projects it (a token bound to
+# the pod, the cluster's CA from the kube-root-ca.crt ConfigMap, the namespace), but mounted into the
+# trainer container alone: the pod says automountServiceAccountToken false, so sidecars and init
+# containers get no token (docs/security.md, "Trainer pods").
+TOKEN_VOLUME: Final = "kube-api-access"  # noqa: S105 - a volume name, not a password
+OPERATOR_VOLUMES: Final = (CONFIG_VOLUME, SHM_VOLUME, CHECKPOINT_VOLUME, GCS_CREDENTIALS_VOLUME, TOKEN_VOLUME)
+TOKEN_MOUNT_PATH: Final = "/var/run/secrets/kubernetes.io/serviceaccount"  # noqa: S105 - a path
+TOKEN_FILE: Final = "token"  # noqa: S105 - a file name
+# The kubelet's own lifetime for the token it projects: the API server may extend a token requested with
+# exactly this lifetime (--service-account-extend-token-expiration) and the kubelet renews it at 80%.
+TOKEN_EXPIRATION_SECONDS: Final = 3607
+# The ConfigMap the kube-controller-manager publishes in every namespace with the cluster's CA.
+ROOT_CA_CONFIGMAP: Final = "kube-root-ca.crt"
+ROOT_CA_KEY: Final = "ca.crt"
+NAMESPACE_FILE: Final = "namespace"
 
 # Where the reference trainer and the progress helper (the namespace's trainer ConfigMap) are mounted,
 # read-only.
@@ -167,8 +182,13 @@ SHM_MOUNT_PATH: Final = "/dev/shm"  # noqa: S108 - a mount point in the pod, not
 # The GCS service-account key Secret is mounted here; the Secret must hold the key under GCS_KEY_FILE.
 GCS_CREDENTIALS_MOUNT_PATH: Final = "/var/run/secrets/trainingjob/gcs"
 GCS_KEY_FILE: Final = "key.json"
-# Mount paths the user's checkpoint.mountPath must not shadow.
-RESERVED_MOUNT_PATHS: Final = (CONFIG_MOUNT_PATH, SHM_MOUNT_PATH, GCS_CREDENTIALS_MOUNT_PATH)
+# Mount paths the user's checkpoint.mountPath and the trainer's template mounts must not shadow.
+RESERVED_MOUNT_PATHS: Final = (
+    CONFIG_MOUNT_PATH,
+    SHM_MOUNT_PATH,
+    GCS_CREDENTIALS_MOUNT_PATH,
+    TOKEN_MOUNT_PATH,
+)
 
 # Public Docker Hub images used when spec.image is absent.
 DEFAULT_IMAGES: Final = {
@@ -177,6 +197,34 @@ DEFAULT_IMAGES: Final = {
     "jax": "python:3.11-slim",
 }
 FRAMEWORKS: Final = tuple(DEFAULT_IMAGES)
+
+# The security settings of the pods the operator builds (builders/pods.py), each kept unless
+# spec.podTemplate sets the field: the "restricted" Pod Security Standard wherever it costs the trainer
+# nothing (docs/security.md, "Trainer pods"). The admission policy that judges a job's pods against a
+# namespace's Pod Security level reads the same values.
+# - the pod: the container runtime's default seccomp profile;
+SECCOMP_PROFILE_TYPE: Final = "RuntimeDefault"
+# - the trainer container, and any container the operator adds: no privilege escalation and no
+#   capabilities (networking.rdmaEnabled adds RDMA_CAPABILITIES back, which "baseline" forbids);
+ALLOW_PRIVILEGE_ESCALATION: Final = False
+DROPPED_CAPABILITIES: Final = ("ALL",)
+RDMA_CAPABILITIES: Final = ("IPC_LOCK",)
+# - the trainer runs as NON_ROOT_USER:NON_ROOT_GROUP with runAsNonRoot, where the operator knows it works
+#   that way: the reference trainer (spec.command one of NON_ROOT_COMMANDS) in a framework's default image
+#   (spec.image one of NON_ROOT_IMAGES: they run as root but any user can run their Python), writing only
+#   where any user may (the image's /tmp, /dev/shm, emptyDir volumes). So not when the trainer mounts a
+#   volume it could write to whose owner the operator cannot know: the checkpoint volume (pvc or nfs
+#   storage in use), or a template volume of a type outside NON_ROOT_VOLUME_TYPES mounted without readOnly.
+#   Nor when spec.podTemplate states the identity itself (NON_ROOT_POD_FIELDS in the pod's
+#   securityContext, NON_ROOT_CONTAINER_FIELDS in the trainer's): then it has all of it, none of these.
+NON_ROOT_USER: Final = 1000
+NON_ROOT_GROUP: Final = 1000
+NON_ROOT_IMAGES: Final = tuple(DEFAULT_IMAGES.values())
+NON_ROOT_COMMANDS: Final = (DEFAULT_COMMAND, ELASTIC_DEFAULT_COMMAND)
+# Volume types any user can use as the kubelet makes them: emptyDir is world-writable, the others read-only.
+NON_ROOT_VOLUME_TYPES: Final = ("emptyDir", "configMap", "secret", "projected", "downwardAPI", "image")
+NON_ROOT_POD_FIELDS: Final = ("runAsUser", "runAsGroup", "runAsNonRoot", "fsGroup")
+NON_ROOT_CONTAINER_FIELDS: Final = ("runAsUser", "runAsGroup", "runAsNonRoot")
 
 # A checkpoint claim the operator creates (storage type pvc without claimName) is named
 # "<job>-checkpoints" and gets this size unless spec.checkpoint.storage.pvc.create.size says otherwise.

@@ -42,7 +42,6 @@ OWNED_POD_FIELDS: dict[str, str] = {
     "subdomain": "is set by the operator: the job's headless Service",
     "nodeName": "cannot be set: workers are placed by the scheduler (spec.scheduling)",
     "serviceAccountName": "cannot be set here: use spec.serviceAccountName",
-    "automountServiceAccountToken": "is set by the operator: the trainer's progress reports need the token",
     "schedulerName": "cannot be set here: use spec.scheduling.schedulerName (gang scheduling sets it too)",
     "priorityClassName": "cannot be set here: use spec.scheduling.priority",
     "priority": "cannot be set: the API server computes it from spec.scheduling.priority",
@@ -208,6 +207,12 @@ def _describe(spec: Schema) -> None:
     )
     for field, why in OWNED_POD_FIELDS.items():
         properties[field]["description"] = f"Refused at admission: {field} {why}."
+    properties["automountServiceAccountToken"]["description"] = (
+        "Unset: the pod's ServiceAccount token (bound to the pod) is mounted into the trainer container "
+        f"only, from the operator's volume {contract.TOKEN_VOLUME}, so sidecars and init containers get "
+        "none. Set: Kubernetes decides as for any pod (true mounts the token into every container, false "
+        "into none: the trainer's progress reports then need a token of their own)."
+    )
     for field, spec_field in OWNED_TRAINER_FIELDS.items():
         container = properties["containers"]["items"]["properties"][field]
         container["description"] = (
@@ -276,10 +281,15 @@ def _gcs_credentials_in_use() -> str:
     )
 
 
+def _token_volume_in_use() -> str:
+    return f"!({HAS_TEMPLATE_SPEC} && has({SPEC_TEMPLATE}.automountServiceAccountToken))"
+
+
 def _known_volume(name: str) -> str:
     always = cel_list((contract.CONFIG_VOLUME, contract.SHM_VOLUME))
     return (
         f"{name} in {always} || "
+        f"({name} == '{contract.TOKEN_VOLUME}' && {_token_volume_in_use()}) || "
         f"({name} == '{contract.CHECKPOINT_VOLUME}' && {checkpoint_volume_in_use()}) || "
         f"({name} == '{contract.GCS_CREDENTIALS_VOLUME}' && {_gcs_credentials_in_use()}) || "
         f"(has({SPEC_TEMPLATE}.volumes) && {SPEC_TEMPLATE}.volumes.exists(v, v.name == {name}))"
@@ -294,7 +304,8 @@ def _mounts_rule(kind: str) -> Rule:
             f"{TEMPLATE}.spec.{kind}[].volumeMounts: a mount names a volume that is not defined: define "
             f"it in {TEMPLATE}.spec.volumes, or mount one of the operator's ({contract.CONFIG_VOLUME}, "
             f"{contract.SHM_VOLUME}; {contract.CHECKPOINT_VOLUME} with pvc or nfs checkpoint storage; "
-            f"{contract.GCS_CREDENTIALS_VOLUME} with a GCS credentials Secret)"
+            f"{contract.GCS_CREDENTIALS_VOLUME} with a GCS credentials Secret; {contract.TOKEN_VOLUME} "
+            "unless automountServiceAccountToken is set)"
         ),
         field_path=f".podTemplate.spec.{kind}",
     )

@@ -27,7 +27,6 @@ OWNED_SAMPLES: dict[str, Any] = {
     "subdomain": "sub",
     "nodeName": "gpu-node-0",
     "serviceAccountName": "trainer",
-    "automountServiceAccountToken": False,
     "schedulerName": "volcano",
     "priorityClassName": "high",
     "priority": 1000,
@@ -282,6 +281,28 @@ def _container_cases() -> list[InvalidCase]:
             "cel",
         ),
         _with_template(
+            "podTemplate-mount-of-the-token-volume-without-it",
+            {
+                "automountServiceAccountToken": True,
+                "containers": [
+                    {**PROXY, "volumeMounts": [{"name": contract.TOKEN_VOLUME, "mountPath": "/t"}]}
+                ],
+            },
+            f"{T}.spec.containers",
+            "cel",
+        ),
+        _with_template(
+            "podTemplate-trainer-mount-over-the-token",
+            {
+                "volumes": [DATA_VOLUME],
+                "containers": [
+                    trainer(volumeMounts=[{"name": "data", "mountPath": contract.TOKEN_MOUNT_PATH}])
+                ],
+            },
+            f"{T}.spec.containers",
+            "cel",
+        ),
+        _with_template(
             "podTemplate-mount-of-checkpoints-without-storage",
             {
                 "containers": [
@@ -430,8 +451,14 @@ def podtemplate_manifests() -> dict[str, dict[str, Any]]:
     checkpoint_reader = template(
         {"containers": [{**PROXY, "volumeMounts": [{"name": contract.CHECKPOINT_VOLUME, "mountPath": "/c"}]}]}
     )
+    token_reader = template(
+        {"containers": [{**PROXY, "volumeMounts": [{"name": contract.TOKEN_VOLUME, "mountPath": "/t"}]}]}
+    )
     return {
         "podTemplate-bring-your-own": job({T: byo}),
+        "podTemplate-sidecar-mounts-the-token": job({T: token_reader}),
+        "podTemplate-token-mounted-everywhere": job({T: template({"automountServiceAccountToken": True})}),
+        "podTemplate-no-token": job({T: template({"automountServiceAccountToken": False})}),
         "podTemplate-sidecar-reads-checkpoints": job({T: checkpoint_reader, "spec.checkpoint.enabled": True}),
         "podTemplate-empty": job({T: {}}),
     }

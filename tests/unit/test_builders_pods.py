@@ -69,7 +69,16 @@ def test_pod_runtime_settings() -> None:
     assert trainer["image"] == contract.DEFAULT_IMAGES["pytorch"]
     assert trainer["command"] == ["python", "/etc/trainingjob/train.py"]
     assert "args" not in trainer
-    assert trainer["securityContext"] == {"allowPrivilegeEscalation": False}
+    # The reference trainer in the framework's default image, writing nowhere but /tmp and /dev/shm:
+    # "restricted" as a whole (tests/unit/test_builders_podsecurity.py has each default and override).
+    assert trainer["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "runAsNonRoot": True,
+        "runAsUser": contract.NON_ROOT_USER,
+        "runAsGroup": contract.NON_ROOT_GROUP,
+    }
+    assert spec["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
     assert trainer["ports"] == [{"name": "dist", "containerPort": 29500, "protocol": "TCP"}]
 
 
@@ -137,7 +146,7 @@ def test_object_storage_mounts_no_volume_but_gcs_credentials() -> None:
         attempt=0,
         resume_from=None,
     )
-    assert set(volumes_by_name(s3)) == {"config", "dshm"}
+    assert set(volumes_by_name(s3)) == {"config", "dshm", contract.TOKEN_VOLUME}
     gcs = build_pod(
         parse(
             defaulted(
@@ -189,24 +198,25 @@ def test_advanced_example_container() -> None:
 
 
 def test_service_account_and_token() -> None:
+    """Whichever the account, its token is the trainer's alone (test_builders_podsecurity.py)."""
     own = build_pod(parse(defaulted()), 0, attempt=0, resume_from=None)["spec"]
     assert own["serviceAccountName"] == "trainingjob-trainer"
-    assert own["automountServiceAccountToken"] is True
     users = build_pod(
         parse(defaulted({"spec.serviceAccountName": "ml-runner"})), 0, attempt=0, resume_from=None
     )["spec"]
     assert users["serviceAccountName"] == "ml-runner"
-    assert "automountServiceAccountToken" not in users
     explicit = build_pod(parse(defaulted()), 0, attempt=0, resume_from=None, service_account="other")["spec"]
     assert explicit["serviceAccountName"] == "other"
-    assert "automountServiceAccountToken" not in explicit
+    for spec in (own, users, explicit):
+        assert spec["automountServiceAccountToken"] is False
+        assert contract.TOKEN_VOLUME in {volume["name"] for volume in spec["volumes"]}
 
 
 def test_rdma_adds_ipc_lock() -> None:
     trainer = container(
         build_pod(parse(defaulted({"spec.networking.rdmaEnabled": True})), 0, attempt=0, resume_from=None)
     )
-    assert trainer["securityContext"]["capabilities"] == {"add": ["IPC_LOCK"]}
+    assert trainer["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["IPC_LOCK"]}
 
 
 def test_resume_from_reaches_the_container() -> None:

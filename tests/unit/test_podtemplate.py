@@ -68,7 +68,7 @@ def test_lists_merge_by_key_operator_items_first_then_the_templates_in_order() -
         **{"spec.env": [{"name": "NCCL_DEBUG", "value": "INFO"}]},
     )
     spec = pod["spec"]
-    assert names(spec["volumes"]) == ["config", "dshm", "zeta", "alpha"]
+    assert names(spec["volumes"]) == ["config", "dshm", contract.TOKEN_VOLUME, "zeta", "alpha"]
     assert names(spec["initContainers"]) == ["b", "a"]
     # The trainer is matched by name wherever the template lists it, and stays first.
     assert names(spec["containers"]) == [contract.CONTAINER_NAME, "proxy"]
@@ -213,6 +213,7 @@ def test_ports_and_mounts_of_the_trainer_are_added_after_the_operators() -> None
     assert names(trainer["volumeMounts"], "mountPath") == [
         contract.CONFIG_MOUNT_PATH,
         contract.SHM_MOUNT_PATH,
+        contract.TOKEN_MOUNT_PATH,
         "/data",
     ]
 
