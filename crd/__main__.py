@@ -3,8 +3,8 @@
 python -m crd yaml    print the CustomResourceDefinition YAML
 python -m crd docs    print the markdown API reference (docs/api.md)
 python -m crd write   rewrite crd/trainingjobs.ml.example.com.yaml, crd/immutable-spec-policy.yaml,
-                      their copies in the Helm chart (deploy/helm/trainingjob-operator/files/) and
-                      docs/api.md
+                      crd/escalation-policy.yaml, their copies in the Helm chart
+                      (deploy/helm/trainingjob-operator/files/) and docs/api.md
 python -m crd check   exit 1 if any of them differs from crd/schema.py
 python -m crd kube-schemas [--kubectl K] [--kubeconfig F] [--check]
                       regenerate crd/kube_schemas.json (the core/v1 schemas the spec embeds) from a
@@ -18,7 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from crd import kube_schemas
+from crd import escalation_policy, kube_schemas
 from crd.immutability import POLICY_FILE_NAME, policy_yaml
 from crd.render import CRD_FILE_NAME, api_docs, crd_yaml
 
@@ -30,15 +30,19 @@ CHART_FILES = PACKAGE_DIR.parent / "deploy" / "helm" / "trainingjob-operator" / 
 CHART_CRD_FILE = CHART_FILES / CRD_FILE_NAME
 POLICY_FILE = PACKAGE_DIR / POLICY_FILE_NAME
 CHART_POLICY_FILE = CHART_FILES / POLICY_FILE_NAME
+ESCALATION_POLICY_FILE = PACKAGE_DIR / escalation_policy.POLICY_FILE_NAME
+CHART_ESCALATION_POLICY_FILE = CHART_FILES / escalation_policy.POLICY_FILE_NAME
 
 
 def _artifacts() -> dict[Path, str]:
-    crd, policy = crd_yaml(), policy_yaml()
+    crd, policy, escalation = crd_yaml(), policy_yaml(), escalation_policy.policy_yaml()
     return {
         CRD_FILE: crd,
         CHART_CRD_FILE: crd,
         POLICY_FILE: policy,
         CHART_POLICY_FILE: policy,
+        ESCALATION_POLICY_FILE: escalation,
+        CHART_ESCALATION_POLICY_FILE: escalation,
         DOCS_FILE: api_docs(),
     }
 

@@ -130,8 +130,11 @@ TRAINER_POLICY: Final = "trainingjob-trainer-progress"
 # The ValidatingAdmissionPolicy (crd/immutable-spec-policy.yaml, from crd/immutability.py) that refuses
 # a change of the spec fields that cannot change after create, and its binding (same name).
 IMMUTABLE_SPEC_POLICY: Final = "trainingjob-immutable-spec"
+# The ValidatingAdmissionPolicy (crd/escalation-policy.yaml, from crd/escalation_policy.py) that keeps
+# what a job's pods may do within what its creator may do, and its binding (same name).
+ESCALATION_POLICY: Final = "trainingjob-escalation"
 # crd/'s admission policies, each with a binding of the same name.
-CRD_POLICIES: Final = (TRAINER_POLICY, IMMUTABLE_SPEC_POLICY)
+CRD_POLICIES: Final = (TRAINER_POLICY, IMMUTABLE_SPEC_POLICY, ESCALATION_POLICY)
 
 # The operator's container of every worker Pod, and the named ports it exposes.
 CONTAINER_NAME: Final = "trainer"

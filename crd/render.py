@@ -13,6 +13,8 @@ from typing import Any
 import yaml
 
 from crd import contract
+from crd.escalation import ESCALATE_VERB, USE_VERB
+from crd.escalation_policy import POLICY_FILE_NAME as ESCALATION_POLICY_FILE
 from crd.immutability import IMMUTABLE_FIELDS, POLICY_FILE_NAME
 from crd.openapi import Schema
 from crd.schema import custom_resource_definition, open_api_schema_of, printer_columns
@@ -199,6 +201,20 @@ def api_docs() -> str:
         "| Field | Added or removed too |",
         "|---|---|",
         *_immutable_rows(),
+        "",
+        "## Settings that need a right",
+        "",
+        f"The ValidatingAdmissionPolicy `{contract.ESCALATION_POLICY}` (crd/{ESCALATION_POLICY_FILE}, "
+        "installed with the CRD) refuses, on create and on an update that adds them, the settings that give "
+        'a job\'s pods more than the "baseline" Pod Security Standard allows (privileged containers, host '
+        "namespaces, hostPath volumes, hostPorts, added capabilities, `networking.rdmaEnabled`, ...) and a "
+        "`serviceAccountName` other than the trainers' account, unless the requester may create pods in the "
+        f"namespace (or holds the verb `{ESCALATE_VERB}` on trainingjobs, or `{USE_VERB}` on that "
+        "ServiceAccount); and it refuses pods the namespace's Pod Security level "
+        "(`pod-security.kubernetes.io/enforce`) would refuse. Its answer names each field "
+        "(`spec.podTemplate.spec.hostNetwork=true: more than the baseline Pod Security Standard allows, "
+        "...`). [security.md](security.md) says what each setting gives, how to grant the verbs and how to "
+        "relax it.",
         "",
     ]
     return "\n".join(lines)

@@ -13,7 +13,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from crd import contract, immutability
+from crd import contract, escalation_policy, immutability
 from crd.__main__ import main as crd_main
 from crd.defaults import apply_schema_defaults, subschema, with_defaults
 from crd.immutability import IMMUTABLE_FIELDS, POLICY_FILE_NAME, policy_yaml
@@ -322,6 +322,10 @@ def test_check_command_fails_on_stale_files_and_write_fixes_them(
     monkeypatch.setattr("crd.__main__.CHART_CRD_FILE", chart_file)
     monkeypatch.setattr("crd.__main__.POLICY_FILE", policy_file)
     monkeypatch.setattr("crd.__main__.CHART_POLICY_FILE", chart_policy_file)
+    monkeypatch.setattr("crd.__main__.ESCALATION_POLICY_FILE", tmp_path / escalation_policy.POLICY_FILE_NAME)
+    monkeypatch.setattr(
+        "crd.__main__.CHART_ESCALATION_POLICY_FILE", tmp_path / "chart" / escalation_policy.POLICY_FILE_NAME
+    )
     monkeypatch.setattr("crd.__main__.DOCS_FILE", docs_file)
     monkeypatch.setattr("crd.__main__.PACKAGE_DIR", tmp_path / "crd")
     assert crd_main(["check"]) == 1
@@ -352,7 +356,12 @@ def test_yaml_command_prints_the_crd() -> None:
 
 def test_kustomization_lists_the_crd_and_the_admission_policies() -> None:
     kustomization = yaml.safe_load((REPO / "crd" / "kustomization.yaml").read_text())
-    assert kustomization["resources"] == [CRD_FILE_NAME, "trainer-progress-policy.yaml", POLICY_FILE_NAME]
+    assert kustomization["resources"] == [
+        CRD_FILE_NAME,
+        "trainer-progress-policy.yaml",
+        POLICY_FILE_NAME,
+        escalation_policy.POLICY_FILE_NAME,
+    ]
 
 
 # ---------------------------------------------------------------------------------------------------

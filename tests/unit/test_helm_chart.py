@@ -436,12 +436,12 @@ def crd_directory_objects() -> list[tuple[str, str]]:
 
 
 def test_crd_values_cover_crds_objects(chart: Helm) -> None:
-    """crd/'s objects, the CRD and the admission policies (the trainers', the immutable spec fields'), go
-    together: a cluster that has them from `make install` takes the chart with crds.install=false, and
-    an uninstall that keeps the CRD's jobs keeps the policies that guard them."""
+    """crd/'s objects, the CRD and the admission policies (the trainers', the immutable spec fields', the
+    escalation policy), go together: a cluster that has them from `make install` takes the chart with
+    crds.install=false, and an uninstall that keeps the CRD's jobs keeps the policies that guard them."""
     kept = [obj for obj in chart.template() if obj["kind"] in CRD_KINDS]
     assert sorted((obj["kind"], obj["metadata"]["name"]) for obj in kept) == crd_directory_objects()
-    assert len(kept) == 5
+    assert len(kept) == 7
     assert all(obj["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"} for obj in kept)
     assert not [obj for obj in chart.template({"crds": {"install": False}}) if obj["kind"] in CRD_KINDS]
     removed = [obj for obj in chart.template({"crds": {"keep": False}}) if obj["kind"] in CRD_KINDS]

@@ -78,6 +78,7 @@ def test_fullname_override_and_a_release_named_after_the_chart(chart: Helm) -> N
         "trainingjobs.ml.example.com",
         "trainingjob-trainer-progress",
         "trainingjob-immutable-spec",
+        "trainingjob-escalation",
     }
     names = {obj["metadata"]["name"] for obj in chart.template(release="team-trainingjob-operator")}
     assert "team-trainingjob-operator" in names

@@ -33,7 +33,13 @@ import pytest
 import yaml
 
 from crd import contract
-from crd.__main__ import CHART_CRD_FILE, CHART_POLICY_FILE, POLICY_FILE
+from crd.__main__ import (
+    CHART_CRD_FILE,
+    CHART_ESCALATION_POLICY_FILE,
+    CHART_POLICY_FILE,
+    ESCALATION_POLICY_FILE,
+    POLICY_FILE,
+)
 from tests.cluster import REPO
 from tests.e2e.operator_identity import DEPLOY, NAMESPACE, SERVICE_ACCOUNT, render
 from tests.unit.manifests_support import (
@@ -93,14 +99,21 @@ def test_crd_is_never_copied_into_deploy() -> None:
     assert not copies, f"deploy/ must take the CRD from crd/, not copy it: {copies}"
     assert CHART_CRD_FILE.read_text(encoding="utf-8") == CRD_FILE.read_text(encoding="utf-8")
     assert CHART_POLICY_FILE.read_text(encoding="utf-8") == POLICY_FILE.read_text(encoding="utf-8")
+    assert CHART_ESCALATION_POLICY_FILE.read_text(encoding="utf-8") == ESCALATION_POLICY_FILE.read_text(
+        encoding="utf-8"
+    )
 
 
 @pytest.mark.parametrize("target", TARGETS)
-def test_every_target_installs_the_immutable_spec_policy(target: str) -> None:
+@pytest.mark.parametrize(
+    ("name", "path"),
+    [(contract.IMMUTABLE_SPEC_POLICY, POLICY_FILE), (contract.ESCALATION_POLICY, ESCALATION_POLICY_FILE)],
+)
+def test_every_target_installs_crds_generated_policies(target: str, name: str, path: Path) -> None:
     objects = rendered(target)
-    source = list(yaml.safe_load_all(POLICY_FILE.read_text(encoding="utf-8")))
+    source = list(yaml.safe_load_all(path.read_text(encoding="utf-8")))
     for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"):
-        installed = one(objects, kind, contract.IMMUTABLE_SPEC_POLICY)
+        installed = one(objects, kind, name)
         assert "namespace" not in installed["metadata"], "cluster-scoped"
         assert installed["spec"] == next(doc for doc in source if doc["kind"] == kind)["spec"]
 
