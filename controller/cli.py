@@ -20,14 +20,16 @@ import kubernetes
 import yaml
 
 from controller import flags, planner
-from controller.manager import Manager, Options
+from controller.manager import DISABLED, Manager, Options
 from controller.metrics import Metrics
 from controller.preflight import missing_trainer_policy
 from controller.resources import from_kubeconfig
+from controller.runtime.authfilter import DelegatingAuth
 from controller.runtime.client import KubeClient
 from controller.runtime.leaderelection import JITTER_FACTOR
 from controller.runtime.logs import parse_level, resolve_level, setup_logging
 from controller.runtime.serving import parse_address
+from controller.runtime.servingcert import CertificateError, ServingCertificate
 from crd import contract
 
 logger = logging.getLogger("controller")
@@ -48,8 +50,8 @@ ENV_PREFIX = "TRAININGJOB_OPERATOR_"
 EPILOG = """\
 Booleans take --flag, --flag=true or --flag=false. Durations take Go syntax (15s, 2m, 1h30m, 500ms) or
 a number of seconds. Every flag can also be set through the environment variable named in brackets;
-the command line wins. A bad flag or value, an unreadable kubeconfig or a metrics port in use ends
-the operator with one line and exit code 2."""
+the command line wins. A bad flag or value, an unreadable kubeconfig, a port in use or a serving
+certificate that does not load ends the operator with one line and exit code 2."""
 
 
 def parser() -> flags.FlagParser:
@@ -81,10 +83,40 @@ def parser() -> flags.FlagParser:
     add("--namespace", help="watch only this namespace (default: all namespaces)")
     add("--workers", type=flags.int_type(1), default=4, help="reconcile worker threads (default 4)")
     add(
-        "--metrics-addr",
+        "--metrics-bind-address",
+        type=flags.checked(listen_address_or_disabled, "address"),
+        default=":8443",
+        help="address /metrics is served on (default :8443, every interface; 127.0.0.1:8443 for loopback; "
+        "0 serves no metrics)",
+    )
+    add(
+        "--metrics-secure",
+        action=flags.BoolAction,
+        default=True,
+        help="serve /metrics over HTTPS, only to requesters whose bearer token the API server "
+        "authenticates (TokenReview) and whose user may get the non-resource URL /metrics "
+        "(SubjectAccessReview) (default true); false serves plain HTTP to anyone, for local development",
+    )
+    add(
+        "--metrics-cert-path",
+        default=None,
+        metavar="DIRECTORY",
+        help="directory holding tls.crt and tls.key for /metrics, as a Secret volume (cert-manager's) "
+        "mounts them; read again when they change (default: a self-signed certificate written under "
+        "the temporary directory at start-up)",
+    )
+    add(
+        "--health-probe-bind-address",
+        type=flags.checked(listen_address_or_disabled, "address"),
+        default=":8081",
+        help="address /healthz, /livez and /readyz are served on, in plain HTTP (default :8081; 0 serves "
+        "no probes)",
+    )
+    add(
+        DEPRECATED_METRICS_FLAG,
         type=flags.checked(listen_address, "address"),
-        default=":8080",
-        help="/metrics /healthz /readyz address (default :8080, all interfaces; 127.0.0.1:8080 for loopback)",
+        default=None,
+        help=argparse.SUPPRESS,
     )
     add(
         "--leader-elect",
@@ -169,13 +201,47 @@ def listen_address(text: str) -> str:
     return text
 
 
+def listen_address_or_disabled(text: str) -> str:
+    """A listen address, or "0" for none (controller-runtime's bind address flags)."""
+    return DISABLED if text.strip() == DISABLED else listen_address(text)
+
+
+# The flag that served /metrics and the probes in plain HTTP on one port, before the metrics endpoint
+# became HTTPS and the probes got a port of their own; it still sets --metrics-bind-address.
+DEPRECATED_METRICS_FLAG = "--metrics-addr"
+DEPRECATION_WARNING = (
+    "--metrics-addr is deprecated: use --metrics-bind-address (HTTPS unless --metrics-secure=false); "
+    "/healthz and /readyz are served on --health-probe-bind-address"
+)
+
+
+def follow_deprecated_flags(args: argparse.Namespace) -> str | None:
+    """Moves --metrics-addr's value to --metrics-bind-address; what is wrong if the two disagree."""
+    if args.metrics_addr is None:
+        return None
+    default = parser().get_default("metrics_bind_address")
+    if args.metrics_bind_address not in (default, args.metrics_addr):
+        return (
+            f"--metrics-addr={args.metrics_addr} and --metrics-bind-address={args.metrics_bind_address} "
+            "disagree: give only --metrics-bind-address"
+        )
+    args.metrics_bind_address = args.metrics_addr
+    return None
+
+
 def log_level_name(text: str) -> str:
     parse_level(text)
     return text
 
 
 def check_relations(args: argparse.Namespace) -> str | None:
-    """What is wrong between flags that are each valid alone (client-go's leader election rules)."""
+    """What is wrong between flags that are each valid alone (client-go's leader election rules, the
+    metrics endpoint's certificate without HTTPS, two servers on one port)."""
+    if args.metrics_cert_path and not args.metrics_secure:
+        return "--metrics-cert-path needs --metrics-secure: plain HTTP serves no certificate"
+    addresses = (args.metrics_bind_address, args.health_probe_bind_address)
+    if DISABLED not in addresses and addresses[0] == addresses[1] and parse_address(addresses[0])[1] != 0:
+        return f"--metrics-bind-address and --health-probe-bind-address are both {addresses[0]}"
     if args.lease_duration <= args.renew_deadline:
         return (
             f"--lease-duration ({flags.format_duration(args.lease_duration)}) must be longer than "
@@ -258,13 +324,55 @@ def lease_and_events_clients(
     return lease_client, events_client
 
 
-def build(args: argparse.Namespace, metrics: Metrics, client: KubeClient) -> Manager:
+# The reviews of /metrics's requesters (TokenReview, SubjectAccessReview): their own client-side rate
+# limit, so that requesters with ever new tokens never spend the reconciles' budget; answers are cached,
+# so a scrape every 30 s needs none once warm.
+METRICS_AUTH_QPS = 5.0
+METRICS_AUTH_BURST = 10
+
+
+def metrics_security(
+    args: argparse.Namespace, metrics: Metrics, client: KubeClient
+) -> tuple[ServingCertificate | None, DelegatingAuth | None]:
+    """The serving certificate and the authentication and authorization filter of /metrics; none in
+    plain mode. StartupError when the certificate cannot be loaded or made."""
+    if not args.metrics_secure or args.metrics_bind_address == DISABLED:
+        return None, None
+    try:
+        if args.metrics_cert_path:
+            certificate = ServingCertificate.from_directory(args.metrics_cert_path)
+        else:
+            certificate = ServingCertificate.generate()
+    except CertificateError as error:
+        raise StartupError(f"cannot serve /metrics over HTTPS: {error}") from None
+    # A scrape gives up after 10 s (Prometheus's default scrape timeout): reviews fail fast.
+    reviews = KubeClient(
+        client.api_client,
+        qps=METRICS_AUTH_QPS,
+        burst=METRICS_AUTH_BURST,
+        metrics=metrics.rest_metrics(),
+        max_attempts=3,
+        max_elapsed=5.0,
+        timeout=(5.0, 5.0),
+        fast_http_client=args.fast_http_client,
+    )
+    return certificate, DelegatingAuth(reviews)
+
+
+def build(
+    args: argparse.Namespace,
+    metrics: Metrics,
+    client: KubeClient,
+    certificate: ServingCertificate | None = None,
+    auth: DelegatingAuth | None = None,
+) -> Manager:
     workers = args.workers
     lease_client, events_client = lease_and_events_clients(args, metrics, client)
     options = Options(
         namespace=args.namespace,
         workers=workers,
-        metrics_addr=args.metrics_addr,
+        metrics_bind_address=args.metrics_bind_address,
+        health_probe_bind_address=args.health_probe_bind_address,
         leader_elect=args.leader_elect,
         lease_name=args.lease_name,
         lease_namespace=args.lease_namespace or default_lease_namespace(),
@@ -279,7 +387,42 @@ def build(args: argparse.Namespace, metrics: Metrics, client: KubeClient) -> Man
             node_lost_after=args.node_lost_after,
         ),
     )
-    return Manager(client, lease_client, options, metrics, events_client=events_client)
+    return Manager(
+        client,
+        lease_client,
+        options,
+        metrics,
+        events_client=events_client,
+        metrics_certificate=certificate,
+        metrics_auth=auth,
+    )
+
+
+def start_servers(args: argparse.Namespace, manager: Manager) -> str | None:
+    """Binds the probes' and the metrics' ports; what went wrong, naming the flag, if one cannot."""
+    servers = (
+        ("--health-probe-bind-address", args.health_probe_bind_address, manager.probe_server),
+        ("--metrics-bind-address", args.metrics_bind_address, manager.metrics_server),
+    )
+    for flag, address, server in servers:
+        if server is None:
+            continue
+        try:
+            server.start()
+        except OSError as error:
+            for other in manager.servers():
+                other.stop()
+            return f"cannot listen on {flag}={address}: {error.strerror or error}"
+    if manager.metrics_server is None:
+        logger.info("serving no metrics (--metrics-bind-address=0)")
+    elif manager.metrics_server.certificate is None:
+        logger.warning("serving /metrics over plain HTTP to anyone who can reach it (--metrics-secure=false)")
+    else:
+        logger.info(
+            "serving /metrics over HTTPS to authenticated and authorized requesters",
+            extra={"certificate": manager.metrics_server.certificate.describe()},
+        )
+    return None
 
 
 def fail(message: str) -> int:
@@ -291,10 +434,12 @@ def fail(message: str) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     command = parser()
     args = command.parse(argv)  # exits 2 with one line on a bad flag or value
-    problem = check_relations(args)
+    problem = follow_deprecated_flags(args) or check_relations(args)
     if problem:
         command.error(problem)
     setup_logging(resolve_level(args.log_level))
+    if args.metrics_addr is not None:
+        logger.warning(DEPRECATION_WARNING)
     metrics = Metrics()
     try:
         client = connect(args, metrics, pool_size(args))
@@ -306,14 +451,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if problem:
         return fail(problem)
     try:
-        manager = build(args, metrics, client)
+        certificate, auth = metrics_security(args, metrics, client)
+    except StartupError as error:
+        return fail(str(error))
+    try:
+        manager = build(args, metrics, client, certificate, auth)
     except Exception as error:
         logger.error("cannot start: %s", error)
         return 1
-    try:
-        manager.server.start()  # here, not in run(), so a port in use is told in one line
-    except OSError as error:
-        return fail(f"cannot listen on --metrics-addr={args.metrics_addr}: {error.strerror or error}")
+    problem = start_servers(args, manager)  # here, not in run(), so a port in use is told in one line
+    if problem:
+        return fail(problem)
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         logger.info("received %s", signal.Signals(signum).name)

@@ -25,7 +25,7 @@ from controller.reconciler import Reconciler
 from controller.resources import POD_GROUPS, WORKLOADS, Apis, discover
 from controller.runtime.client import KubeClient
 from controller.runtime.informer import Informer
-from controller.runtime.serving import MetricsServer
+from controller.runtime.serving import Probes
 from controller.watches import Watches
 
 logger = logging.getLogger(__name__)
@@ -74,14 +74,14 @@ class Discovery:
         client: KubeClient,
         watches: Watches,
         reconciler: Reconciler,
-        server: MetricsServer,
+        probes: Probes,
         *,
         interval: float,
     ) -> None:
         self._client = client
         self._watches = watches
         self._reconciler = reconciler
-        self._server = server
+        self._probes = probes
         self.interval = interval
         self.apis = Apis()
         self._gang: OptionalWatch | None = None
@@ -163,9 +163,9 @@ class Discovery:
 
     def _begin(self, watch: OptionalWatch) -> OptionalWatch:
         watch.start()
-        self._server.add_ready_check(f"informers {watch.name}", watch.check)
+        self._probes.add_ready_check(f"informers {watch.name}", watch.check)
         return watch
 
     def _end(self, watch: OptionalWatch) -> None:
-        self._server.remove_ready_check(f"informers {watch.name}")
+        self._probes.remove_ready_check(f"informers {watch.name}")
         watch.stop()

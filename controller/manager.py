@@ -1,9 +1,9 @@
 """Wires the runtime together: watches -> work queue -> worker threads -> reconciler.
 
 Building a `Manager` talks to nothing; `run()` does, in the order client-go controllers use: serve
-the probes (unless the caller started the server already), find out which optional APIs (a gang
-scheduler's PodGroups, Kueue) the cluster serves (discovery.py, which decides what is watched, and
-asks again every --discovery-interval), start the caches (standbys keep them warm too), and start
+the probes and /metrics (unless the caller started the servers already), find out which optional APIs
+(a gang scheduler's PodGroups, Kueue) the cluster serves (discovery.py, which decides what is watched,
+and asks again every --discovery-interval), start the caches (standbys keep them warm too), and start
 workers only after every required cache has synced and this process leads. Shutdown runs the other
 way: workers drain, the lease is released (a standby takes over at once), informers stop. Losing the
 lease ends the process (crash-only): there is never a half-leader.
@@ -23,6 +23,7 @@ from controller import planner
 from controller.discovery import Discovery
 from controller.metrics import Metrics
 from controller.reconciler import Reconciler, Result
+from controller.runtime.authfilter import DelegatingAuth
 from controller.runtime.client import KubeClient
 from controller.runtime.clock import Clock, RealClock
 from controller.runtime.errors import KubeError
@@ -32,7 +33,8 @@ from controller.runtime.informer import Informer
 from controller.runtime.leaderelection import LeaderElector, LeaseLock
 from controller.runtime.logs import log_context, new_reconcile_id
 from controller.runtime.ratelimit import default_controller_rate_limiter
-from controller.runtime.serving import MetricsServer, parse_address
+from controller.runtime.serving import MetricsServer, Probes, ProbeServer, parse_address
+from controller.runtime.servingcert import ServingCertificate
 from controller.runtime.store import object_key
 from controller.runtime.trackers import StatusWrites
 from controller.runtime.workqueue import WorkQueue
@@ -47,13 +49,17 @@ EVENT_WRITERS = 4
 # Distinct messages of one reason per job before Events fold into a combined one (client-go: 10). A gang
 # start records one create per pod and per supporting object; up to 100 workers keep their own Events.
 EVENT_MAX_SIMILAR = 128
+# A listen address that turns a server off, as controller-runtime's bind address flags take it.
+DISABLED = "0"
 
 
 @dataclass(frozen=True)
 class Options:
     namespace: str | None = None
     workers: int = 4
-    metrics_addr: str = ":8080"
+    # /metrics (HTTPS when the Manager is given a certificate) and the probes, each on its own port.
+    metrics_bind_address: str = ":8443"
+    health_probe_bind_address: str = ":8081"
     leader_elect: bool = True
     lease_name: str = contract.OPERATOR_NAME
     lease_namespace: str = "default"
@@ -163,6 +169,8 @@ class Manager:
         *,
         clock: Clock | None = None,
         events_client: KubeClient | None = None,
+        metrics_certificate: ServingCertificate | None = None,
+        metrics_auth: DelegatingAuth | None = None,
     ) -> None:
         self.client = client
         self.options = options
@@ -239,19 +247,27 @@ class Manager:
         # alerts tell one leader from none or two, and an absent series cannot be told from a dead target.
         metrics.set_leader(options.lease_name, False)
         self._leading = threading.Event()
-        host, port = parse_address(options.metrics_addr)
-        self.server = MetricsServer(
-            host, port, metrics.registry, ready=self._readiness(), healthy=self._health
-        )
+        self.probes = Probes(ready=self._readiness(), healthy=self._health)
+        self.probe_server: ProbeServer | None = None
+        if options.health_probe_bind_address != DISABLED:
+            host, port = parse_address(options.health_probe_bind_address)
+            self.probe_server = ProbeServer(host, port, self.probes)
+        self.metrics_server: MetricsServer | None = None
+        if options.metrics_bind_address != DISABLED:
+            host, port = parse_address(options.metrics_bind_address)
+            self.metrics_server = MetricsServer(
+                host, port, metrics.registry, certificate=metrics_certificate, auth=metrics_auth
+            )
         self.discovery = Discovery(
-            client, self.watches, self.reconciler, self.server, interval=options.discovery_interval
+            client, self.watches, self.reconciler, self.probes, interval=options.discovery_interval
         )
 
     # ---------------------------------------------------------------------------------------- run
 
     def run(self) -> int:
         """Runs until SIGTERM/SIGINT (stop_event) or the loss of the lease; returns the exit code."""
-        logger.info("serving /metrics, /healthz and /readyz on port %d", self.server.start())
+        for server in self.servers():
+            server.start()
         self.discovery.refresh()
         self.events.start()
         threads = [
@@ -285,10 +301,15 @@ class Manager:
         self.discovery.stop()
         self.events.stop(timeout=5)
         self.executor.shutdown(wait=False, cancel_futures=True)
-        self.server.stop()
+        for server in self.servers():
+            server.stop()
         code = 1 if self.lost_leadership.is_set() else 0
         logger.info("stopped", extra={"exit_code": code})
         return code
+
+    def servers(self) -> list[MetricsServer | ProbeServer]:
+        """The HTTP servers this manager runs (a bind address of "0" leaves one out)."""
+        return [server for server in (self.probe_server, self.metrics_server) if server is not None]
 
     def shutdown(self) -> None:
         logger.info("shutting down")

@@ -80,3 +80,9 @@ PRIORITYCLASSES: Final = Resource(
 CRDS: Final = Resource(
     "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", namespaced=False
 )
+# Reviews the API server answers without storing anything (a metrics endpoint's authentication and
+# authorization: controller/runtime/authfilter.py).
+TOKENREVIEWS: Final = Resource("authentication.k8s.io", "v1", "tokenreviews", "TokenReview", namespaced=False)
+SUBJECTACCESSREVIEWS: Final = Resource(
+    "authorization.k8s.io", "v1", "subjectaccessreviews", "SubjectAccessReview", namespaced=False
+)

@@ -184,7 +184,9 @@ def manager_for(api: FakeApi) -> Manager:
     return Manager(
         client,
         client,
-        Options(metrics_addr="127.0.0.1:0", leader_elect=False),
+        Options(
+            metrics_bind_address="127.0.0.1:0", health_probe_bind_address="127.0.0.1:0", leader_elect=False
+        ),
         Metrics(CollectorRegistry(), process_metrics=False),
     )
 

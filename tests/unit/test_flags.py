@@ -4,6 +4,7 @@ variables, and one-line errors with exit code 2 (controller/flags.py, the operat
 from __future__ import annotations
 
 import argparse
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -184,7 +185,7 @@ def test_every_operator_flag_names_an_environment_variable_in_help() -> None:
         names = [name for name, bound in parser.environment.items() if bound is action]
         assert len(names) == 1, action.option_strings
         assert f"[env {names[0]}]" in text
-    assert len(operator_flags(parser)) == 22
+    assert len(operator_flags(parser)) == 25
     assert parser.environment["--kubeconfig".lstrip("-").upper()].dest == "kubeconfig"
     assert parser.environment["LOG_LEVEL"].dest == "log_level"
     assert parser.environment["TRAININGJOB_OPERATOR_LEADER_ELECT"].dest == "leader_elect"
@@ -229,7 +230,9 @@ def test_the_operators_flags_from_the_environment() -> None:
             "TRAININGJOB_OPERATOR_LEADER_ELECT": "false",
             "TRAININGJOB_OPERATOR_WORKERS": "9",
             "TRAININGJOB_OPERATOR_NODE_LOST_AFTER": "2m",
-            "TRAININGJOB_OPERATOR_METRICS_ADDR": "127.0.0.1:9999",
+            "TRAININGJOB_OPERATOR_METRICS_BIND_ADDRESS": "127.0.0.1:9999",
+            "TRAININGJOB_OPERATOR_METRICS_SECURE": "false",
+            "TRAININGJOB_OPERATOR_HEALTH_PROBE_BIND_ADDRESS": "0",
             "KUBECONFIG": "/some/kubeconfig",
             "LOG_LEVEL": "debug",
         },
@@ -237,7 +240,9 @@ def test_the_operators_flags_from_the_environment() -> None:
     assert parsed.leader_elect is False
     assert parsed.workers == 2  # the command line wins
     assert parsed.node_lost_after == 120.0
-    assert parsed.metrics_addr == "127.0.0.1:9999"
+    assert parsed.metrics_bind_address == "127.0.0.1:9999"
+    assert parsed.metrics_secure is False
+    assert parsed.health_probe_bind_address == "0"
     assert parsed.kubeconfig == "/some/kubeconfig"
     assert parsed.log_level == "debug"
 
@@ -252,7 +257,27 @@ def test_the_operators_flags_from_the_environment() -> None:
             "--lease-duration (15s) must be longer than --renew-deadline (20s)",
         ),
         (["--renew-deadline=2s"], {}, "--renew-deadline (2s) must be longer than 1.2 x --retry-period (2s)"),
+        (
+            ["--metrics-bind-address=8443"],
+            {},
+            "argument --metrics-bind-address: invalid listen address '8443'",
+        ),
         (["--metrics-addr=8080"], {}, "argument --metrics-addr: invalid listen address '8080'"),
+        (
+            ["--metrics-secure=false", "--metrics-cert-path=/certs"],
+            {},
+            "--metrics-cert-path needs --metrics-secure: plain HTTP serves no certificate",
+        ),
+        (
+            ["--metrics-addr=127.0.0.1:8080", "--metrics-bind-address=127.0.0.1:8443"],
+            {},
+            "--metrics-addr=127.0.0.1:8080 and --metrics-bind-address=127.0.0.1:8443 disagree",
+        ),
+        (
+            [],
+            {"TRAININGJOB_OPERATOR_HEALTH_PROBE_BIND_ADDRESS": ":8443"},
+            "--metrics-bind-address and --health-probe-bind-address are both :8443",
+        ),
         (["--workers=0"], {}, "argument --workers: invalid value '0': must be at least 1"),
         (["--qps=-1"], {}, "argument --qps: invalid value '-1': must be at least 0"),
         (["--log-level=loud"], {}, "argument --log-level: invalid log level 'loud'"),
@@ -313,11 +338,42 @@ def test_an_unusable_kubeconfig_is_one_line_and_exit_code_2(
     path = tmp_path / "kubeconfig"
     if content is not None:
         path.write_text(content)
-    code = cli.main([f"--kubeconfig={path}", "--metrics-addr=127.0.0.1:0"])
+    code = cli.main([f"--kubeconfig={path}", *LOOPBACK_PORTS])
     assert code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1, err
     assert err.startswith("trainingjob-operator: " + expected.format(path=path)), err
+
+
+LOOPBACK_PORTS = ("--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0")
+
+
+def test_the_deprecated_metrics_addr_sets_the_metrics_bind_address() -> None:
+    parser = cli.parser()
+    args = parser.parse(["--metrics-addr=127.0.0.1:8080"], environ={})
+    assert cli.follow_deprecated_flags(args) is None
+    assert args.metrics_bind_address == "127.0.0.1:8080"
+    assert args.metrics_secure is True, "the alias moves the address only"
+    args = parser.parse([], environ={"TRAININGJOB_OPERATOR_METRICS_ADDR": ":9090"})
+    assert cli.follow_deprecated_flags(args) is None
+    assert args.metrics_bind_address == ":9090"
+    same = parser.parse(["--metrics-addr=:9090", "--metrics-bind-address=:9090"], environ={})
+    assert cli.follow_deprecated_flags(same) is None
+    assert "--metrics-addr" not in parser.format_help()
+
+
+@pytest.mark.usefixtures("json_logs_removed_afterwards")
+def test_the_deprecated_metrics_addr_is_one_warning_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("LOG_LEVEL", raising=False)
+    path = tmp_path / "kubeconfig"
+    code = cli.main([f"--kubeconfig={path}", "--metrics-addr=127.0.0.1:0", "--health-probe-bind-address=0"])
+    assert code == 2
+    warning, error = capsys.readouterr().err.splitlines()
+    entry = json.loads(warning)
+    assert (entry["level"], entry["message"]) == ("WARNING", cli.DEPRECATION_WARNING)
+    assert error.startswith(f"trainingjob-operator: cannot read kubeconfig {path}")
 
 
 def test_the_readme_lists_every_operator_flag() -> None:

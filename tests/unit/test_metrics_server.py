@@ -1,8 +1,10 @@
 """What the operator serves: its metrics exposition, checked by promtool with every series exercised,
-and the HTTP server of /metrics, /healthz and /readyz (formats, gzip, name filters, named checks,
-concurrent scrapes, its port closed at stop, IPv4 and IPv6 addresses).
+and the servers of /metrics and of /healthz and /readyz in plain HTTP (formats, gzip, name filters,
+named checks, concurrent scrapes, each path on its own server only, ports closed at stop, IPv4 and
+IPv6 addresses).
 
-Split out of tests/unit/test_metrics.py (the metrics themselves).
+Split out of tests/unit/test_metrics.py (the metrics themselves). The limits every server keeps are
+tests/unit/test_httpserver.py's, HTTPS and the requesters' authentication tests/unit/test_metrics_auth.py's.
 """
 
 from __future__ import annotations
@@ -14,14 +16,16 @@ import subprocess
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 
 import pytest
 from prometheus_client import CollectorRegistry
 
 from controller.metrics import Metrics, eviction_reason, restart_reason
 from controller.runtime.clock import FakeClock
-from controller.runtime.serving import MetricsServer, parse_address
+from controller.runtime.httpserver import HttpServer
+from controller.runtime.serving import Check, MetricsServer, Probes, ProbeServer, parse_address
 from controller.runtime.workqueue import WorkQueue
 from tests.unit.metrics_jobs import COMPLETED, NOW, OTHER_NAMESPACE, PENDING, QUEUED, RUNNING
 
@@ -127,7 +131,7 @@ def test_promtool_finds_no_problems_in_the_exposition() -> None:
     assert problems.strip() == ""
 
 
-# ---- HTTP server ---------------------------------------------------------------------------------------
+# ---- HTTP servers --------------------------------------------------------------------------------------
 
 
 class Switch:
@@ -146,28 +150,31 @@ def registry() -> CollectorRegistry:
     return metrics.registry
 
 
-class serving:  # noqa: N801 - used like a function in `with`
-    def __init__(
-        self, registry: CollectorRegistry, ready: Switch | None = None, healthy: Switch | None = None
-    ) -> None:
-        self.server = MetricsServer(
-            "127.0.0.1",
-            0,
-            registry,
-            ready=ready or Switch(True, ""),
-            healthy=healthy or Switch(True, ""),
-        )
+@contextmanager
+def serving(registry: CollectorRegistry) -> Iterator[MetricsServer]:
+    """A plain-HTTP metrics server on a free loopback port (--metrics-secure=false)."""
+    server = MetricsServer("127.0.0.1", 0, registry)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
-    def __enter__(self) -> MetricsServer:
-        self.server.start()
-        return self.server
 
-    def __exit__(self, *exc: object) -> None:
-        self.server.stop()
+@contextmanager
+def probing(
+    ready: Check | Mapping[str, Check], healthy: Check | Mapping[str, Check]
+) -> Iterator[ProbeServer]:
+    server = ProbeServer("127.0.0.1", 0, Probes(ready=ready, healthy=healthy))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def get(
-    server: MetricsServer, path: str, headers: dict[str, str] | None = None
+    server: HttpServer, path: str, headers: dict[str, str] | None = None
 ) -> tuple[int, dict[str, str], bytes]:
     request = urllib.request.Request(f"http://127.0.0.1:{server.port}{path}", headers=headers or {})
     try:
@@ -208,10 +215,10 @@ def test_server_filters_by_name(registry: CollectorRegistry) -> None:
     assert b"trainingjob_invalid_spec" not in body
 
 
-def test_readyz_and_healthz(registry: CollectorRegistry) -> None:
+def test_readyz_and_healthz() -> None:
     ready = Switch(False, "informer caches not synced")
     healthy = Switch(True, "")
-    with serving(registry, ready=ready, healthy=healthy) as server:
+    with probing(ready, healthy) as server:
         assert get(server, "/healthz")[::2] == (200, b"ok")
         assert get(server, "/livez")[::2] == (200, b"ok")
         status, _, body = get(server, "/readyz")
@@ -234,19 +241,12 @@ def test_readyz_and_healthz(registry: CollectorRegistry) -> None:
         assert get(server, "/healthz")[::2] == (503, b"worker thread died\n")
 
 
-def test_named_checks_and_a_check_that_raises(registry: CollectorRegistry) -> None:
+def test_named_checks_added_and_removed_and_a_check_that_raises() -> None:
     def explode() -> tuple[bool, str]:
         raise RuntimeError("boom")
 
-    server = MetricsServer(
-        "127.0.0.1",
-        0,
-        registry,
-        ready={"informers": lambda: (True, ""), "leader": lambda: (False, "not the leader")},
-        healthy=explode,
-    )
-    server.start()
-    try:
+    ready = {"informers": lambda: (True, ""), "leader": lambda: (False, "not the leader")}
+    with probing(ready, explode) as server:
         status, _, body = get(server, "/readyz")
         assert (status, body) == (503, b"leader: not the leader\n")
         _, _, body = get(server, "/readyz?verbose=1")
@@ -259,8 +259,24 @@ def test_named_checks_and_a_check_that_raises(registry: CollectorRegistry) -> No
         status, _, body = get(server, "/healthz")
         assert status == 503
         assert b"RuntimeError: boom" in body
-    finally:
-        server.stop()
+        server.probes.remove_ready_check("leader")
+        server.probes.add_ready_check("kueue", lambda: (True, ""))
+        _, _, body = get(server, "/readyz?verbose")
+        assert body.decode().splitlines() == [
+            "[+]ping ok",
+            "[+]informers ok",
+            "[+]kueue ok",
+            "readyz check passed",
+        ]
+
+
+def test_each_server_serves_only_its_own_paths(registry: CollectorRegistry) -> None:
+    """The probes carry nothing of /metrics, and /metrics's port answers no probe (the kubelet's
+    probes go to their own port, whatever happens on the metrics port)."""
+    with serving(registry) as metrics, probing(Switch(True, ""), Switch(True, "")) as probes:
+        for path in ("/healthz", "/livez", "/readyz"):
+            assert get(metrics, path)[0] == 404
+        assert get(probes, "/metrics")[0] == 404
 
 
 def test_unknown_paths_are_404_and_requests_are_not_logged(
@@ -292,14 +308,18 @@ def test_concurrent_scrapes(registry: CollectorRegistry) -> None:
     assert results == [200] * 8
 
 
-def test_stop_closes_the_port(registry: CollectorRegistry) -> None:
-    server = MetricsServer("127.0.0.1", 0, registry, ready=Switch(True, ""), healthy=Switch(True, ""))
+@pytest.mark.parametrize("kind", ["metrics", "probes"])
+def test_stop_closes_the_port(registry: CollectorRegistry, kind: str) -> None:
+    if kind == "metrics":
+        server: HttpServer = MetricsServer("127.0.0.1", 0, registry)
+    else:
+        server = ProbeServer("127.0.0.1", 0, Probes(ready=Switch(True, ""), healthy=Switch(True, "")))
     port = server.start()
     assert server.start() == port  # idempotent
     server.stop()
     server.stop()  # idempotent
     with pytest.raises(urllib.error.URLError):
-        urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5)
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5)
 
 
 # ---- addresses -----------------------------------------------------------------------------------------
@@ -329,7 +349,9 @@ def test_parse_address_rejects(text: str) -> None:
 @pytest.fixture(autouse=True)
 def _no_server_threads_left() -> Iterator[None]:
     yield
-    assert not [thread for thread in threading.enumerate() if thread.name == "metrics-server"]
+    assert not [
+        thread for thread in threading.enumerate() if thread.name in ("metrics-server", "probe-server")
+    ]
 
 
 def ipv6_loopback_available() -> bool:
@@ -342,9 +364,9 @@ def ipv6_loopback_available() -> bool:
 
 
 @pytest.mark.skipif(not ipv6_loopback_available(), reason="this machine has no IPv6 loopback")
-def test_server_on_ipv6_loopback(registry: CollectorRegistry) -> None:
+def test_server_on_ipv6_loopback() -> None:
     host, port = parse_address("[::1]:0")
-    server = MetricsServer(host, port, registry, ready=Switch(True, ""), healthy=Switch(True, ""))
+    server = ProbeServer(host, port, Probes(ready=Switch(True, ""), healthy=Switch(True, "")))
     bound = server.start()
     try:
         with urllib.request.urlopen(f"http://[::1]:{bound}/healthz", timeout=10) as response:
