@@ -50,11 +50,14 @@ from crd.kube_schemas import schema
 JsonDict = Mapping[str, Any]
 
 POLICY_NAME: Final = contract.ESCALATION_POLICY
-# The verbs a platform team grants instead of pod creation: `escalate` on trainingjobs lets a user's
-# jobs carry the settings above the baseline; `use` on serviceaccounts, with the account's name as
-# resourceName, lets a user's jobs run as that account (docs/security.md).
-ESCALATE_VERB: Final = "escalate"
+# What a platform team grants instead of pod creation (docs/security.md): the verb `use` on
+# `trainingjobs/privileged` lets a user's jobs carry the settings above the baseline (a subresource no
+# rule on `trainingjobs` grants, not even one of every verb: it has to be named); the verb `use` on
+# `serviceaccounts`, with the account's name as resourceName, lets a user's jobs run as that account
+# (whoever holds every verb there may impersonate the account anyway).
 USE_VERB: Final = "use"
+PRIVILEGED_SUBRESOURCE: Final = "privileged"
+PRIVILEGED_RESOURCE: Final = f"{contract.PLURAL}/{PRIVILEGED_SUBRESOURCE}"
 
 TEMPLATE: Final = "spec.podTemplate.spec"
 CONTAINER_KINDS: Final = ("containers", "initContainers")
@@ -448,8 +451,8 @@ def pod_security_violations(spec: JsonDict, level: str) -> list[str]:
 def escalation_message(findings: list[str], namespace: str) -> str:
     return (
         f"{'; '.join(findings)}: more than the baseline Pod Security Standard allows, which needs the right "
-        f"to create pods in namespace {namespace} (or the verb {ESCALATE_VERB} on "
-        f"{contract.PLURAL}.{contract.GROUP} there)"
+        f"to create pods in namespace {namespace} (or the verb {USE_VERB} on {PRIVILEGED_RESOURCE} in "
+        f"{contract.GROUP} there)"
     )
 
 

@@ -11,7 +11,8 @@ the requesting user). Three validations, each answered in one line that names th
    are not visible here: this judges by the latest version of the standards.
 2. Settings above the "baseline" standard (crd/escalation.py lists them, and says why each) need a
    requester who may create pods in the namespace (who could make such a pod directly, under the
-   namespace's Pod Security), or who holds the verb `escalate` on trainingjobs there.
+   namespace's Pod Security), or who holds the verb `use` on trainingjobs/privileged there (a
+   subresource that nothing serves, so that no rule on trainingjobs grants it by a wildcard verb).
 3. spec.serviceAccountName other than the trainers' account needs a requester who may create pods in
    the namespace (any pod may name any account of its namespace), or who holds the verb `use` on
    serviceaccounts with the account's name as resourceName.
@@ -41,10 +42,12 @@ NEW, OLD = Scope("new"), Scope("old")
 
 
 def _authorized(group: str, resource: str, verb: str, name: str | None = None) -> str:
+    resource, _, subresource = resource.partition("/")
     named = f".name({name})" if name else ""
+    sub = f".subresource({literal(subresource)})" if subresource else ""
     return (
-        f"authorizer.group({literal(group)}).resource({literal(resource)}).namespace(request.namespace)"
-        f"{named}.check({literal(verb)}).allowed()"
+        f"authorizer.group({literal(group)}).resource({literal(resource)}){sub}"
+        f".namespace(request.namespace){named}.check({literal(verb)}).allowed()"
     )
 
 
@@ -97,7 +100,6 @@ def variables() -> list[JsonDict]:
 
 
 def validations() -> list[JsonDict]:
-    group = f"{contract.PLURAL}.{contract.GROUP}"
     return [
         {
             "expression": "variables.podSecurity.size() == 0",
@@ -111,12 +113,12 @@ def validations() -> list[JsonDict]:
         {
             "expression": (
                 "variables.escalations.size() == 0 || variables.mayCreatePods || "
-                + _authorized(contract.GROUP, contract.PLURAL, e.ESCALATE_VERB)
+                + _authorized(contract.GROUP, e.PRIVILEGED_RESOURCE, e.USE_VERB)
             ),
             "messageExpression": (
                 "variables.escalations.join('; ') + ': more than the baseline Pod Security Standard allows, "
                 "which needs the right to create pods in namespace ' + request.namespace + "
-                f"' (or the verb {e.ESCALATE_VERB} on {group} there)'"
+                f"' (or the verb {e.USE_VERB} on {e.PRIVILEGED_RESOURCE} in {contract.GROUP} there)'"
             ),
             "message": "the pods would get more than the baseline Pod Security Standard allows",
             "reason": "Forbidden",

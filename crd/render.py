@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from crd import contract
-from crd.escalation import ESCALATE_VERB, USE_VERB
+from crd.escalation import PRIVILEGED_RESOURCE, USE_VERB
 from crd.escalation_policy import POLICY_FILE_NAME as ESCALATION_POLICY_FILE
 from crd.immutability import IMMUTABLE_FIELDS, POLICY_FILE_NAME
 from crd.openapi import Schema
@@ -209,7 +209,7 @@ def api_docs() -> str:
         'a job\'s pods more than the "baseline" Pod Security Standard allows (privileged containers, host '
         "namespaces, hostPath volumes, hostPorts, added capabilities, `networking.rdmaEnabled`, ...) and a "
         "`serviceAccountName` other than the trainers' account, unless the requester may create pods in the "
-        f"namespace (or holds the verb `{ESCALATE_VERB}` on trainingjobs, or `{USE_VERB}` on that "
+        f"namespace (or holds the verb `{USE_VERB}` on `{PRIVILEGED_RESOURCE}`, or `{USE_VERB}` on that "
         "ServiceAccount); and it refuses pods the namespace's Pod Security level "
         "(`pod-security.kubernetes.io/enforce`) would refuse. Its answer names each field "
         "(`spec.podTemplate.spec.hostNetwork=true: more than the baseline Pod Security Standard allows, "

@@ -102,7 +102,7 @@ def test_messages_are_one_line_naming_the_fields() -> None:
     message = escalation.escalation_message(["a=1", "b"], "team-a")
     assert message.startswith("a=1; b: ")
     assert "create pods in namespace team-a" in message
-    assert f"{escalation.ESCALATE_VERB} on trainingjobs.ml.example.com" in message
+    assert "the verb use on trainingjobs/privileged in ml.example.com" in message
     account = escalation.service_account_message("x", "team-a")
     assert account.startswith("spec.serviceAccountName=x: ")
     assert "serviceaccounts/x" in account
@@ -147,8 +147,8 @@ def test_policy_validations_ask_the_authorizer_and_the_namespace() -> None:
     assert "namespaceObject" in expressions["level"]
     pod_security, settings, account = spec["validations"]
     assert "variables.podSecurity" in pod_security["expression"]
-    assert f"check('{escalation.ESCALATE_VERB}')" in settings["expression"]
-    assert "resource('trainingjobs')" in settings["expression"]
+    assert "resource('trainingjobs').subresource('privileged')" in settings["expression"]
+    assert f"check('{escalation.USE_VERB}')" in settings["expression"]
     assert f"check('{escalation.USE_VERB}')" in account["expression"]
     assert ".name(variables.serviceAccount)" in account["expression"]
     for validation in spec["validations"]:

@@ -1,0 +1,270 @@
+"""No escalation through a TrainingJob, on the real API server with real users (issue 34).
+
+The admission policy `trainingjob-escalation` (crd/escalation_policy.py, installed with the CRD) decides
+alone, so no operator runs here. Users with client certificates of the cluster's CA (tests/e2e/tenants.py)
+are bound to Roles in one namespace:
+- alice may do anything with TrainingJobs (and scale them), nothing else: each escalation of
+  tests/unit/escalation_cases.py is refused to her through `kubectl apply`, the Python client and a
+  `kubectl patch` of a stored job, in one line naming the fields; every example of examples/ and every
+  case without an escalation is admitted;
+- bob may also create pods: he could make such pods himself, so the same jobs are admitted;
+- carol holds what a platform team grants instead (the verb `use` on trainingjobs/privileged, and on
+  one ServiceAccount): admitted, and refused another account.
+Namespaces that enforce the "baseline" and "restricted" Pod Security levels refuse, at admission and to
+the cluster admin too, the jobs whose pods they would refuse.
+
+Every refusal is compared with the message crd/escalation.py makes for the same job: the policy's CEL
+and the Python function the operator uses agree on every case and example (same cases through both).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from crd import contract, escalation
+from tests.cluster import Kubectl
+from tests.e2e.jobs import PatientKubectl
+from tests.e2e.tenants import TenantUser, grant, rule, tenant_user
+from tests.unit.crd_cases import example_manifests
+from tests.unit.escalation_cases import CASES, EscalationCase
+from trainingjob_client import TrainingJobClient
+from trainingjob_client.errors import PermissionDenied
+
+ESCALATING = [case for case in CASES if case.escalations]
+ORDINARY = [case for case in CASES if not case.escalations]
+GRANTED_ACCOUNT = "admin-sa"
+JOB_RULES = [rule(contract.GROUP, [contract.PLURAL, f"{contract.PLURAL}/scale"], ["*"])]
+
+
+@dataclass(frozen=True)
+class World:
+    namespace: str
+    baseline: str
+    restricted: str
+    alice: TenantUser
+    bob: TenantUser
+    carol: TenantUser
+
+
+@pytest.fixture(scope="module")
+def world(cluster: Kubectl, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    admin = PatientKubectl.of(cluster)
+    suffix = uuid.uuid4().hex[:6]
+    namespace, baseline, restricted = (
+        f"t-tenant-{kind}-{suffix}" for kind in ("open", "baseline", "restricted")
+    )
+    for name in (namespace, baseline, restricted):
+        admin.run("create", "namespace", name)
+    admin.run("label", "namespace", baseline, f"{escalation.ENFORCE_LABEL}=baseline")
+    admin.run("label", "namespace", restricted, f"{escalation.ENFORCE_LABEL}=restricted")
+    directory = tmp_path_factory.mktemp("tenants")
+    users = {name: tenant_user(cluster, directory, f"{name}-{suffix}") for name in ("alice", "bob", "carol")}
+    # Every verb on trainingjobs and their scale: not trainingjobs/privileged, which a rule must name.
+    grant(admin, namespace, users["alice"].name, JOB_RULES)
+    grant(admin, namespace, users["bob"].name, [*JOB_RULES, rule("", ["pods"], ["create"])])
+    grant(
+        admin,
+        namespace,
+        users["carol"].name,
+        [
+            rule(contract.GROUP, [contract.PLURAL], ["create", "get", "patch"]),
+            rule(contract.GROUP, [escalation.PRIVILEGED_RESOURCE], [escalation.USE_VERB]),
+            rule("", ["serviceaccounts"], [escalation.USE_VERB], [GRANTED_ACCOUNT]),
+        ],
+    )
+    try:
+        yield World(namespace, baseline, restricted, users["alice"], users["bob"], users["carol"])
+    finally:
+        for name in (namespace, baseline, restricted):
+            admin.run("delete", "namespace", name, "--wait=false", "--ignore-not-found", check=False)
+
+
+def named(manifest: dict[str, Any], name: str) -> dict[str, Any]:
+    renamed: dict[str, Any] = json.loads(json.dumps(manifest))
+    renamed["metadata"]["name"] = name
+    return renamed
+
+
+def job_name(case: EscalationCase) -> str:
+    return re.sub("[^a-z0-9]+", "-", f"case-{case.id.lower()}")[:50].rstrip("-")
+
+
+def refusal(case_or_spec: EscalationCase | dict[str, Any], namespace: str) -> str:
+    """What the policy answers a requester without the rights, as crd/escalation.py says it."""
+    spec = case_or_spec.manifest["spec"] if isinstance(case_or_spec, EscalationCase) else case_or_spec
+    settings = escalation.pod_escalations(spec)
+    if settings:
+        return escalation.escalation_message(settings, namespace)
+    account = escalation.service_account_escalation(spec)
+    assert account is not None
+    return escalation.service_account_message(account.split("=", 1)[1], namespace)
+
+
+def apply(kubectl: Kubectl, namespace: str, manifest: dict[str, Any], *extra: str) -> Any:
+    return kubectl.attempt("apply", "-n", namespace, *extra, "-f", "-", stdin=json.dumps(manifest))
+
+
+def assert_refused(stderr: str, expected: str) -> None:
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    assert lines[0].endswith(f"denied request: {expected}"), f"{lines[0]}\n!= {expected}"
+
+
+# --------------------------------------------------------------------- a tenant with TrainingJobs only
+
+
+@pytest.mark.parametrize("case", ESCALATING, ids=lambda case: case.id)
+def test_kubectl_apply_of_each_escalation_is_refused_naming_the_field(
+    world: World, case: EscalationCase
+) -> None:
+    result = apply(world.alice.kubectl, world.namespace, named(case.manifest, job_name(case)))
+    assert result.returncode != 0
+    assert "(Forbidden)" in result.stderr
+    assert_refused(result.stderr, refusal(case, world.namespace))
+
+
+def test_the_python_client_is_refused_each_escalation_in_one_line(world: World) -> None:
+    client = TrainingJobClient(world.namespace, kubeconfig=world.alice.kubeconfig)
+    for case in ESCALATING:
+        with pytest.raises(PermissionDenied) as raised:
+            client.create(named(case.manifest, job_name(case)))
+        message = str(raised.value)
+        assert "\n" not in message
+        assert message.endswith(f"denied request: {refusal(case, world.namespace)}"), (case.id, message)
+
+
+def test_every_example_and_ordinary_job_is_admitted(world: World) -> None:
+    for file, manifest in example_manifests().items():
+        result = apply(world.alice.kubectl, world.namespace, manifest)
+        assert result.returncode == 0, (file, result.stderr)
+    for case in ORDINARY:
+        result = apply(
+            world.alice.kubectl, world.namespace, named(case.manifest, job_name(case)), "--dry-run=server"
+        )
+        assert result.returncode == 0, (case.id, result.stderr)
+
+
+def test_a_patch_of_a_stored_job_is_refused_what_it_adds(world: World, cluster: Kubectl) -> None:
+    """The tenant's own job: a patch that adds another account or host settings is refused; scaling is not."""
+    admin, alice = PatientKubectl.of(cluster), world.alice.kubectl
+    apply(admin, world.namespace, named(by_id("default").manifest, "patched-by-alice"))
+    target = ("-n", world.namespace, "trainingjob/patched-by-alice")
+
+    account = alice.attempt(
+        "patch", *target, "--type=merge", "-p", '{"spec":{"serviceAccountName":"admin-sa"}}'
+    )
+    assert_refused(account.stderr, escalation.service_account_message("admin-sa", world.namespace))
+    for patch in (
+        {"spec": {"podTemplate": {"spec": {"hostNetwork": True}}}},
+        {"spec": {"podTemplate": {"spec": {"volumes": [{"name": "h", "hostPath": {"path": "/"}}]}}}},
+        {
+            "spec": {
+                "podTemplate": {
+                    "spec": {"containers": [{"name": "trainer", "securityContext": {"privileged": True}}]}
+                }
+            }
+        },
+    ):
+        result = alice.attempt("patch", *target, "--type=merge", "-p", json.dumps(patch))
+        # The template is immutable too: whichever policy answers first, one line names the field.
+        assert result.returncode != 0
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+        assert "denied request: spec.podTemplate" in result.stderr, result.stderr
+    stored = admin.get_json("trainingjob", "patched-by-alice", "-n", world.namespace)
+    assert "podTemplate" not in stored["spec"]
+    assert "serviceAccountName" not in stored["spec"]
+    result = alice.attempt("patch", *target, "--type=merge", "-p", '{"spec":{"numWorkers":3}}')
+    assert result.returncode == 0, result.stderr
+    result = alice.attempt(
+        "patch",
+        *target,
+        "--type=merge",
+        "-p",
+        f'{{"spec":{{"serviceAccountName":"{contract.TRAINER_ACCOUNT}"}}}}',
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_a_job_an_admin_made_with_host_settings_can_still_be_scaled_and_labelled_by_a_tenant(
+    world: World, cluster: Kubectl
+) -> None:
+    """An update is judged on what it adds: the garbage collector, the operator and a tenant changing
+    an admin's job are not refused for what the admin was allowed."""
+    admin, alice = PatientKubectl.of(cluster), world.alice.kubectl
+    apply(admin, world.namespace, named(by_id("several").manifest, "made-by-admin"))
+    target = ("-n", world.namespace, "trainingjob/made-by-admin")
+    for command in (
+        ("patch", *target, "--type=merge", "-p", '{"spec":{"numWorkers":3}}'),
+        ("scale", *target, "--replicas=4"),
+        ("label", *target, "team=a"),
+    ):
+        result = alice.attempt(*command)
+        assert result.returncode == 0, (command, result.stderr)
+    account = alice.attempt(
+        "patch", *target, "--type=merge", "-p", '{"spec":{"serviceAccountName":"other-sa"}}'
+    )
+    assert_refused(account.stderr, escalation.service_account_message("other-sa", world.namespace))
+
+
+# ------------------------------------------------------------------------------------ who may escalate
+
+
+@pytest.mark.parametrize("who", ["bob", "carol"])
+def test_a_tenant_with_the_right_is_admitted_the_same_jobs(world: World, who: str) -> None:
+    """bob may create pods (he could make such pods himself); carol holds the verbs instead."""
+    user: TenantUser = getattr(world, who)
+    for case in ESCALATING:
+        result = apply(
+            user.kubectl, world.namespace, named(case.manifest, job_name(case)), "--dry-run=server"
+        )
+        assert result.returncode == 0, (case.id, result.stderr)
+
+
+def test_the_use_verb_names_its_accounts(world: World) -> None:
+    manifest = named(by_id("default").manifest, "another-account")
+    manifest["spec"]["serviceAccountName"] = "other-sa"
+    result = apply(world.carol.kubectl, world.namespace, manifest, "--dry-run=server")
+    assert_refused(result.stderr, escalation.service_account_message("other-sa", world.namespace))
+    result = apply(world.bob.kubectl, world.namespace, manifest, "--dry-run=server")
+    assert result.returncode == 0, result.stderr
+
+
+# ------------------------------------------------------------------------- the namespace's Pod Security
+
+
+@pytest.mark.parametrize("level", [escalation.BASELINE, escalation.RESTRICTED])
+def test_the_namespaces_pod_security_level_refuses_at_admission_naming_the_field(
+    world: World, cluster: Kubectl, level: str
+) -> None:
+    """For everyone, the cluster admin too: the pods would be refused anyway. Every case and example,
+    compared with what crd/escalation.py says of it."""
+    admin = PatientKubectl.of(cluster)
+    namespace = world.baseline if level == escalation.BASELINE else world.restricted
+    manifests = {case.id: named(case.manifest, job_name(case)) for case in CASES}
+    manifests.update(example_manifests())
+    refused = set()
+    for key, manifest in manifests.items():
+        violations = escalation.pod_security_violations(manifest["spec"], level)
+        result = apply(admin, namespace, manifest, "--dry-run=server")
+        if violations:
+            assert_refused(result.stderr, escalation.pod_security_message(violations, namespace, level))
+            refused.add(key)
+        else:
+            assert result.returncode == 0, (key, result.stderr)
+    assert {"hostNetwork", "privileged", "hostPath"} <= refused
+    if level == escalation.RESTRICTED:
+        assert {"unknown-image", "trainingjob-advanced.yaml", "nfs-checkpoints"} <= refused
+        assert not {"default", "trainingjob-restricted.yaml", "trainingjob-simple.yaml"} & refused
+    else:
+        assert not {"unknown-image", "trainingjob-advanced.yaml", "default"} & refused
+
+
+def by_id(case_id: str) -> EscalationCase:
+    return next(case for case in CASES if case.id == case_id)
