@@ -15,6 +15,7 @@ the cluster admin too, the jobs whose pods they would refuse.
 
 Every refusal is compared with the message crd/escalation.py makes for the same job: the policy's CEL
 and the Python function the operator uses agree on every case and example (same cases through both).
+The YAML of docs/security.md's section on it is applied as it is, and does what the section says.
 """
 
 from __future__ import annotations
@@ -29,9 +30,10 @@ from typing import Any
 import pytest
 
 from crd import contract, escalation
-from tests.cluster import Kubectl
+from tests.cluster import REPO, Kubectl
 from tests.e2e.jobs import PatientKubectl
 from tests.e2e.tenants import TenantUser, grant, rule, tenant_user
+from tests.e2e.test_docs_yaml import yaml_blocks
 from tests.unit.crd_cases import example_manifests
 from tests.unit.escalation_cases import CASES, EscalationCase
 from trainingjob_client import TrainingJobClient
@@ -40,6 +42,10 @@ from trainingjob_client.errors import PermissionDenied
 ESCALATING = [case for case in CASES if case.escalations]
 ORDINARY = [case for case in CASES if not case.escalations]
 GRANTED_ACCOUNT = "admin-sa"
+SECURITY = REPO / "docs" / "security.md"
+DOCS_SECTION = "## What a tenant can do through a TrainingJob"
+DOCS_GROUP = "ml-team-a"
+DOCS_ACCOUNT = "data-reader"
 JOB_RULES = [rule(contract.GROUP, [contract.PLURAL, f"{contract.PLURAL}/scale"], ["*"])]
 
 
@@ -48,26 +54,29 @@ class World:
     namespace: str
     baseline: str
     restricted: str
+    relaxed: str
     alice: TenantUser
     bob: TenantUser
     carol: TenantUser
+    dave: TenantUser  # in the group the docs' grant names, with TrainingJobs only
 
 
 @pytest.fixture(scope="module")
 def world(cluster: Kubectl, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     admin = PatientKubectl.of(cluster)
     suffix = uuid.uuid4().hex[:6]
-    namespace, baseline, restricted = (
-        f"t-tenant-{kind}-{suffix}" for kind in ("open", "baseline", "restricted")
-    )
-    for name in (namespace, baseline, restricted):
+    namespaces = [f"t-tenant-{kind}-{suffix}" for kind in ("open", "baseline", "restricted", "relaxed")]
+    namespace, baseline, restricted, relaxed = namespaces
+    for name in namespaces:
         admin.run("create", "namespace", name)
     admin.run("label", "namespace", baseline, f"{escalation.ENFORCE_LABEL}=baseline")
     admin.run("label", "namespace", restricted, f"{escalation.ENFORCE_LABEL}=restricted")
     directory = tmp_path_factory.mktemp("tenants")
     users = {name: tenant_user(cluster, directory, f"{name}-{suffix}") for name in ("alice", "bob", "carol")}
+    users["dave"] = tenant_user(cluster, directory, f"dave-{suffix}", groups=(DOCS_GROUP,))
     # Every verb on trainingjobs and their scale: not trainingjobs/privileged, which a rule must name.
-    grant(admin, namespace, users["alice"].name, JOB_RULES)
+    for where, who in ((namespace, "alice"), (relaxed, "alice"), (namespace, "dave")):
+        grant(admin, where, users[who].name, JOB_RULES)
     grant(admin, namespace, users["bob"].name, [*JOB_RULES, rule("", ["pods"], ["create"])])
     grant(
         admin,
@@ -80,9 +89,11 @@ def world(cluster: Kubectl, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         ],
     )
     try:
-        yield World(namespace, baseline, restricted, users["alice"], users["bob"], users["carol"])
+        yield World(
+            namespace, baseline, restricted, relaxed, *(users[n] for n in ("alice", "bob", "carol", "dave"))
+        )
     finally:
-        for name in (namespace, baseline, restricted):
+        for name in namespaces:
             admin.run("delete", "namespace", name, "--wait=false", "--ignore-not-found", check=False)
 
 
@@ -268,3 +279,44 @@ def test_the_namespaces_pod_security_level_refuses_at_admission_naming_the_field
 
 def by_id(case_id: str) -> EscalationCase:
     return next(case for case in CASES if case.id == case_id)
+
+
+# ------------------------------------------------------------------------------------ docs/security.md
+
+
+def docs_blocks() -> list[str]:
+    """The YAML blocks of docs/security.md's section on what a tenant can do through a TrainingJob."""
+    text = SECURITY.read_text(encoding="utf-8")
+    start = text.index(DOCS_SECTION)
+    return yaml_blocks(text[start : text.index("\n## ", start + 1)])
+
+
+def test_the_docs_grant_and_relax_as_they_say(world: World, cluster: Kubectl) -> None:
+    """The section's grant, applied as it is, lets its group's members' jobs carry host settings and run
+    as its account, and nobody else's; its relaxation lets everyone's in its namespace, not another
+    account."""
+    admin = PatientKubectl.of(cluster)
+    grant_text, relax_text = docs_blocks()
+    host = named(by_id("several").manifest, "docs-host")
+    host["spec"]["serviceAccountName"] = DOCS_ACCOUNT
+    settings = named(by_id("several").manifest, "docs-settings")
+    del settings["spec"]["serviceAccountName"]
+    try:
+        admin.run("apply", "-n", world.namespace, "-f", "-", stdin=grant_text)
+        admin.run("apply", "-n", world.relaxed, "-f", "-", stdin=relax_text)
+        result = apply(world.dave.kubectl, world.namespace, host, "--dry-run=server")
+        assert result.returncode == 0, result.stderr
+        other = named(host, "docs-other")
+        other["spec"]["serviceAccountName"] = GRANTED_ACCOUNT
+        result = apply(world.dave.kubectl, world.namespace, other, "--dry-run=server")
+        assert_refused(result.stderr, escalation.service_account_message(GRANTED_ACCOUNT, world.namespace))
+        result = apply(world.alice.kubectl, world.namespace, settings, "--dry-run=server")
+        assert_refused(result.stderr, refusal(settings["spec"], world.namespace))
+
+        result = apply(world.alice.kubectl, world.relaxed, settings, "--dry-run=server")
+        assert result.returncode == 0, result.stderr
+        result = apply(world.alice.kubectl, world.relaxed, host, "--dry-run=server")
+        assert_refused(result.stderr, escalation.service_account_message(DOCS_ACCOUNT, world.relaxed))
+    finally:
+        for namespace, text in ((world.namespace, grant_text), (world.relaxed, relax_text)):
+            admin.run("delete", "-n", namespace, "-f", "-", "--ignore-not-found", stdin=text, check=False)
