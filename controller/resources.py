@@ -32,6 +32,8 @@ from controller.runtime.resource import (
     SECRETS,
     SERVICEACCOUNTS,
     SERVICES,
+    SUBJECTACCESSREVIEWS,
+    TOKENREVIEWS,
     Resource,
 )
 from controller.runtime.transport import DEFAULT_POOL_SIZE, RestMetrics
@@ -52,11 +54,14 @@ __all__ = [
     "PRIORITYCLASSES",
     "PVCS",
     "RESOURCE_FLAVORS",
+    "REVIEWS",
     "ROLEBINDINGS",
     "ROLES",
     "SECRETS",
     "SERVICEACCOUNTS",
     "SERVICES",
+    "SUBJECTACCESSREVIEWS",
+    "TOKENREVIEWS",
     "TRAININGJOBS",
     "WORKLOADS",
     "WORKLOAD_PRIORITY_CLASSES",
@@ -107,6 +112,10 @@ WORKLOAD_PRIORITY_CLASSES: Final = Resource(
     namespaced=False,
 )
 KUEUE: Final = (WORKLOADS, RESOURCE_FLAVORS, WORKLOAD_PRIORITY_CLASSES)
+
+# What the metrics endpoint asks the API server of each requester (controller/runtime/authfilter.py):
+# who its token belongs to, and whether that user may get /metrics. Created only, cluster-scoped.
+REVIEWS: Final = (TOKENREVIEWS, SUBJECTACCESSREVIEWS)
 _BY_KIND: Final[Mapping[str, Resource]] = {resource.kind: resource for resource in (PODS, *OWNED, WORKLOADS)}
 
 

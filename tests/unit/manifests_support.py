@@ -17,6 +17,7 @@ import jsonschema  # type: ignore[import-untyped]
 import kubernetes_validate
 import yaml
 
+from controller.resources import REVIEWS
 from crd import contract
 from tests.cluster import REPO
 from tests.e2e.operator_identity import DEPLOY, NAMESPACE, SERVICE_ACCOUNT, render
@@ -56,7 +57,12 @@ CLUSTER_SCOPED_RULES: Final = (
 LEASE_NAME: Final = "trainingjob-operator"
 
 
-METRICS_PORT: Final = 8080  # the default of --metrics-addr (":8080")
+METRICS_PORT: Final = 8443  # the default of --metrics-bind-address (":8443"): /metrics, HTTPS
+HEALTH_PORT: Final = 8081  # the default of --health-probe-bind-address (":8081"): the probes
+# The ClusterRole shipped for whoever scrapes /metrics (deploy/base/metrics-reader-clusterrole.yaml),
+# which nothing in the install binds, and its one rule: the right the metrics endpoint checks.
+METRICS_READER: Final = "trainingjob-operator-metrics-reader"
+METRICS_READER_RULE: Final = {"nonResourceURLs": ["/metrics"], "verbs": ["get"]}
 
 
 IMAGE: Final = "trainingjob-operator"
@@ -123,6 +129,11 @@ def policy_permissions() -> set[Permission]:
         Permission(CLUSTER, "admissionregistration.k8s.io", resource, "get", contract.TRAINER_POLICY)
         for resource in ("validatingadmissionpolicies", "validatingadmissionpolicybindings")
     }
+
+
+def metrics_auth_permissions() -> set[Permission]:
+    """The metrics endpoint's reviews of its requesters (controller/resources.py REVIEWS)."""
+    return {Permission(CLUSTER, resource.group, resource.plural, "create") for resource in REVIEWS}
 
 
 def lease_permissions() -> set[Permission]:
@@ -263,7 +274,7 @@ def rule_violations(rule: Manifest) -> list[str]:
         problems.append(f"grants secrets: {resources}")
     if FORBIDDEN_VERBS & set(rule.get("verbs") or []):
         problems.append(f"escalating verbs: {sorted(FORBIDDEN_VERBS & set(rule['verbs']))}")
-    if rule.get("nonResourceURLs"):
+    if rule.get("nonResourceURLs") and rule != METRICS_READER_RULE:
         problems.append(f"nonResourceURLs: {rule['nonResourceURLs']}")
     return problems
 
@@ -300,7 +311,8 @@ def effective_permissions(objects: Iterable[Manifest]) -> set[Permission]:
     """What the operator's ServiceAccount may do once `objects` are applied, rule by rule expanded.
 
     Fails on a binding to anyone else, a binding to a role the install does not contain, or a role
-    nothing binds (dead rules are a trap: someone binds them later).
+    nothing binds (dead rules are a trap: someone binds them later) but the metrics reader, which the
+    scraper's owner binds.
     """
     objects = list(objects)
     roles: dict[tuple[str, str, str], list[Manifest]] = {}
@@ -326,7 +338,7 @@ def effective_permissions(objects: Iterable[Manifest]) -> set[Permission]:
                     for verb in rule.get("verbs", []):
                         for resource_name in rule.get("resourceNames") or [ANY_NAME]:
                             granted.add(Permission(scope, group, resource, verb, resource_name))
-    unused = set(roles) - used
+    unused = set(roles) - used - {("ClusterRole", "", METRICS_READER)}
     assert not unused, f"roles nothing binds: {sorted(unused)}"
     return granted
 

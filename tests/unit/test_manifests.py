@@ -47,6 +47,7 @@ from tests.unit.manifests_support import (
     DOCKERFILE,
     DOCKERIGNORE,
     FOREIGN_KINDS,
+    HEALTH_PORT,
     IMAGE,
     METRICS_PORT,
     OVERLAYS,
@@ -242,14 +243,19 @@ def test_deployment_resources_fit_the_memory_target() -> None:
     assert quantity_mib(resources["limits"]["memory"]) > quantity_mib(resources["requests"]["memory"])
 
 
-def test_probes_and_services_use_the_metrics_port() -> None:
+def test_probes_use_the_health_port_and_the_service_the_metrics_port() -> None:
+    """Port names other parts rely on: `metrics` (the Service, the ServiceMonitor, the NetworkPolicy)
+    and `health` (the probes, the NetworkPolicy)."""
     objects = rendered("deploy/overlays/monitoring")
     operator = container(objects)
     ports = {port["name"]: port for port in operator["ports"]}
     assert ports["metrics"]["containerPort"] == METRICS_PORT
-    assert arg_value(operator["args"], "--metrics-addr") in (None, f":{METRICS_PORT}")
-    assert operator["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
-    assert operator["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert ports["health"]["containerPort"] == HEALTH_PORT
+    assert arg_value(operator["args"], "--metrics-bind-address") in (None, f":{METRICS_PORT}")
+    assert arg_value(operator["args"], "--health-probe-bind-address") in (None, f":{HEALTH_PORT}")
+    assert arg_value(operator["args"], "--metrics-secure") in (None, "true"), "HTTPS with authentication"
+    assert operator["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert operator["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
     service = one(objects, "Service", "trainingjob-operator-metrics")
     deployment = one(objects, "Deployment", "trainingjob-operator")
     assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
@@ -258,6 +264,11 @@ def test_probes_and_services_use_the_metrics_port() -> None:
     monitor = one(objects, "ServiceMonitor")
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     assert [endpoint["port"] for endpoint in monitor["spec"]["endpoints"]] == [service_port["name"]]
+    # HTTPS with Prometheus's own token; the self-signed certificate cannot be verified (said there).
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["scheme"] == "https"
+    assert endpoint["bearerTokenFile"] == "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    assert endpoint["tlsConfig"] == {"insecureSkipVerify": True}
     # trainingjob_* series carry the job's namespace label, which must win over the target's.
     assert all(endpoint.get("honorLabels") is True for endpoint in monitor["spec"]["endpoints"])
 

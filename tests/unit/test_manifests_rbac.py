@@ -19,8 +19,11 @@ from tests.unit.manifests_support import (
     ANY_NAME,
     CLUSTER,
     CLUSTER_SCOPED_RULES,
+    HEALTH_PORT,
     LEASE_NAME,
     METRICS_PORT,
+    METRICS_READER,
+    METRICS_READER_RULE,
     OPERATOR_RULES,
     TARGETS,
     Manifest,
@@ -29,6 +32,7 @@ from tests.unit.manifests_support import (
     container,
     effective_permissions,
     lease_permissions,
+    metrics_auth_permissions,
     of_kind,
     one,
     permissions,
@@ -57,7 +61,8 @@ from tests.unit.manifests_support import (
             {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles"], "verbs": ["escalate"]},
             "escalating",
         ),
-        ({"nonResourceURLs": ["/metrics"], "verbs": ["get"]}, "nonResourceURLs"),
+        ({"nonResourceURLs": ["/metrics"], "verbs": ["get", "post"]}, "nonResourceURLs"),
+        ({"nonResourceURLs": ["/healthz"], "verbs": ["get"]}, "nonResourceURLs"),
     ],
 )
 def test_rbac_checker_catches(rule: Manifest, expected: str) -> None:
@@ -85,6 +90,7 @@ def test_cluster_wide_rbac_is_exactly_the_operators_api_calls(target: str) -> No
         | permissions(CLUSTER, CLUSTER_SCOPED_RULES)
         | policy_permissions()
         | lease_permissions()
+        | metrics_auth_permissions()
     )
     granted = effective_permissions(rendered(target))
     assert granted == expected, (
@@ -102,6 +108,7 @@ def test_single_namespace_rbac_is_exactly_the_operators_api_calls_in_that_namesp
         | permissions(CLUSTER, CLUSTER_SCOPED_RULES)
         | policy_permissions()
         | lease_permissions()
+        | metrics_auth_permissions()
     )
     granted = effective_permissions(objects)
     assert granted == expected, (
@@ -156,10 +163,29 @@ def test_deployment_args_parse_with_the_operators_cli(target: str) -> None:
     args = [re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], arg) for arg in operator["args"]]
     parsed = cli.parser().parse_args(args)
     assert parsed.leader_elect is True
-    assert parsed.metrics_addr == f":{METRICS_PORT}"
+    assert parsed.metrics_bind_address == f":{METRICS_PORT}"
+    assert parsed.health_probe_bind_address == f":{HEALTH_PORT}"
+    assert parsed.metrics_secure is True
+    assert parsed.metrics_addr is None, "not the deprecated flag"
     assert parsed.lease_namespace is None, "the lease lives in the pod's namespace (POD_NAMESPACE)"
     role = one(objects, "Role", "trainingjob-operator-leader-election")
     names = {name for rule in role["rules"] for name in rule.get("resourceNames", [])}
     assert names == {parsed.lease_name}
     assert parsed.namespace == watched_namespace(objects)
-    assert cli.parser().get_default("metrics_addr") == f":{METRICS_PORT}", "EXPOSE and probes assume it"
+    assert cli.parser().get_default("metrics_bind_address") == f":{METRICS_PORT}", "EXPOSE assumes it"
+    assert cli.parser().get_default("health_probe_bind_address") == f":{HEALTH_PORT}", "EXPOSE too"
+
+
+def test_the_checker_lets_the_metrics_reader_rule_through() -> None:
+    assert rule_violations(dict(METRICS_READER_RULE)) == []
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_the_metrics_reader_is_shipped_unbound_with_the_one_right_the_endpoint_checks(target: str) -> None:
+    """Whoever scrapes /metrics gets this ClusterRole bound to its account; the install binds it to no
+    one, and the operator's own account gets no right on /metrics."""
+    objects = rendered(target)
+    reader = one(objects, "ClusterRole", METRICS_READER)
+    assert reader["rules"] == [METRICS_READER_RULE]
+    bindings = of_kind(objects, "ClusterRoleBinding", "RoleBinding")
+    assert METRICS_READER not in {binding["roleRef"]["name"] for binding in bindings}
