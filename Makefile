@@ -224,6 +224,16 @@ node-tools: ## install the Debian packages the real node and its images need whe
 images: node-tools $(STAMP) ## build the real node's container images (hack/images; IMAGES="operator ..." for some)
 	TJ_TRAINER_VENV=$(abspath $(VENV)) $(PYTHON) -m hack.images ensure $(IMAGES)
 
+# The image's runtime dependencies, locked with their hashes (requirements/runtime.txt, installed by the
+# Dockerfile with pip --require-hashes): uv resolves setup.cfg's install_requires for Python 3.11 on
+# Linux x86_64 and arm64, keeping the pins that still satisfy it; LOCK_UPGRADE=1 moves every pin to the
+# newest allowed. tests/unit/test_lockfile.py fails when setup.cfg changed and the lock did not.
+LOCK_UPGRADE ?=
+
+.PHONY: lock
+lock: $(STAMP) ## regenerate the image's lock of runtime dependencies from setup.cfg (requirements/runtime.txt)
+	$(VENV_PY) -m hack.lockfile write $(if $(LOCK_UPGRADE),--upgrade)
+
 .PHONY: generate-monitoring
 generate-monitoring: $(STAMP) ## regenerate the PrometheusRule (kustomize) and the Helm chart's copy of the rules from monitoring/alerts.yaml
 	$(VENV_PY) -m monitoring.generate
