@@ -234,6 +234,12 @@ LOCK_UPGRADE ?=
 lock: $(STAMP) ## regenerate the image's lock of runtime dependencies from setup.cfg (requirements/runtime.txt)
 	$(VENV_PY) -m hack.lockfile write $(if $(LOCK_UPGRADE),--upgrade)
 
+# The real node's base image stands in for the Dockerfile's FROM; its Debian package versions are pinned
+# in hack/images/base-packages.txt (hack/README.md). This records what the mirror serves now.
+.PHONY: pin-base-image
+pin-base-image: node-tools ## record the Debian package versions the real node's base image is built from
+	$(PYTHON) -m hack.images pin-base
+
 .PHONY: generate-monitoring
 generate-monitoring: $(STAMP) ## regenerate the PrometheusRule (kustomize) and the Helm chart's copy of the rules from monitoring/alerts.yaml
 	$(VENV_PY) -m monitoring.generate

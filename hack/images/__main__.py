@@ -3,16 +3,23 @@
 python3 -m hack.images ensure [NAME ...]   # all without names; one line per image on stdout:
                                            #   <archive> <reference> <reference> ...
 python3 -m hack.images list                # name, references, key, built or not, size
+python3 -m hack.images pin-base            # record the base image's Debian package versions (root)
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import tempfile
+from pathlib import Path
 
-from hack.common import ToolError
+from hack.common import REPO, Say, ToolError
+from hack.images import base, cache
 from hack.images.builder import IMAGES, describe, ensure_all
 from hack.images.cache import Image
+from hack.images.recipe import Context
+from hack.images.steps import Steps, remove_tree
 
 
 def list_images() -> None:
@@ -28,6 +35,21 @@ def list_images() -> None:
         print(f"{name:14} {image.key}  {state:18} {' '.join(image.references)}")
 
 
+def pin_base() -> None:
+    """debootstrap into a scratch directory and record its packages (hack/images/debian_pins.py)."""
+    if os.geteuid() != 0:
+        raise ToolError("pinning the base image runs debootstrap: run it as root")
+    root = cache.cache_root() / "base"
+    root.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=".pin-", dir=root))
+    try:
+        steps = Steps("base", root / "pin.log", Say("images"))
+        path = base.pin(Context(), work, steps)
+    finally:
+        remove_tree(work)
+    print(f"wrote {path.relative_to(REPO)}: review `git diff` and commit it; the base image rebuilds")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m hack.images", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -38,10 +60,13 @@ def main(argv: list[str] | None = None) -> int:
         "names", nargs="*", metavar="NAME", help=f"of: {', '.join(IMAGES)} (default: all)"
     )
     commands.add_parser("list", help="the images: key, built or not, size, references")
+    commands.add_parser("pin-base", help="record the Debian package versions the base image is built from")
     arguments = parser.parse_args(argv)
     try:
         if arguments.command == "list":
             list_images()
+        elif arguments.command == "pin-base":
+            pin_base()
         else:
             for image in ensure_all(arguments.names or None):
                 print(image.archive, *image.references, flush=True)

@@ -1,11 +1,18 @@
-"""The `base` image: Debian bookworm with Python 3.11, filed under the name the Dockerfile builds FROM.
+"""The `base` image: Debian bookworm with Python 3.11, filed under the names of the Dockerfile's FROM.
 
-Why: the Dockerfile starts from `python:3.11-slim`, which lives on a registry this machine cannot
-reach. A Debian root filesystem with python3, python3-venv, python-is-python3 and ca-certificates
-(`debootstrap --variant=minbase`, from the mirror the machine's apt uses) does what the Dockerfile
-asks of it (`python -m venv`, pip, groupadd/useradd), so it stands in under that name, read from
-the Dockerfile's FROM lines. Its Python is Debian's 3.11, which is also what the trainer images
-need (their packages come from a Python 3.11 virtualenv).
+Why: the Dockerfile starts from python:3.11-slim-bookworm by digest, which lives on a registry this
+machine cannot reach. A Debian root filesystem with python3, python3-venv, python3-pip (with
+setuptools and wheel), python-is-python3 and ca-certificates (`debootstrap --variant=minbase`, from
+the mirror the machine's apt uses) does what the Dockerfile asks of it (`python -m venv`, `pip
+--python`, `pip wheel --no-build-isolation`, `ldd`, `ldconfig`, `chroot`), so it stands in under the
+FROM lines' names without their digests (a digest names the upstream manifest, which no image built
+here can have: hack/images/operator.py gives buildah the Dockerfile with the digests dropped), and
+under `python:3.11-slim`, the name the real node's plain-Python pods use. Its Python is Debian's 3.11,
+which is also what the trainer images need (their packages come from a Python 3.11 virtualenv).
+
+What pins the stand-in, as the digest pins the real base: the Debian package versions recorded in
+hack/images/base-packages.txt (hack/images/debian_pins.py), part of the key and checked on every
+cold build.
 
 Outbound TLS on this machine is re-signed, so pip inside the image must trust the machine's extra
 CA certificates: they are copied into /usr/local/share/ca-certificates and `update-ca-certificates`
@@ -20,15 +27,22 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
-from hack.images import apt_sources, dockerfile
+from hack.images import apt_sources, debian_pins, dockerfile
 from hack.images.archive import RuntimeConfig, image_config
 from hack.images.keys import KeyInputs
 from hack.images.recipe import Build, Context, Recipe
-from hack.images.steps import unmount_all
+from hack.images.steps import Steps, unmount_all
 
 SUITE: Final = "bookworm"
 PYTHON_VERSION: Final = "3.11"  # bookworm's python3
-PACKAGES: Final = ("python3", "python3-venv", "python-is-python3", "ca-certificates")
+# python3-pip brings setuptools and wheel: the Dockerfile's build stage builds the package's wheel with
+# the base image's own build backend, as python:3.11-slim's setuptools and wheel do.
+PACKAGES: Final = ("python3", "python3-venv", "python3-pip", "python-is-python3", "ca-certificates")
+# The name the real node's plain-Python pods use (JAX's default image, crd/contract.py; the tests' pods
+# in tests/e2e/realnode.py): the base answers to it too.
+PLAIN_PYTHON: Final = "python:3.11-slim"
+# Debian's codenames, to refuse a FROM tag that names another release than SUITE.
+DEBIAN_RELEASES: Final = ("buster", "bullseye", "bookworm", "trixie", "forky")
 ENV: Final = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8")
 # What a lean image leaves out (globs in the root filesystem), except KEPT; under LOG_DIRECTORY only
 # files go, so the directories programs log into stay.
@@ -51,8 +65,10 @@ TRUNCATED: Final = ("etc/resolv.conf", "etc/hostname")
 
 
 def references(context: Context) -> tuple[str, ...]:
-    """The external images the Dockerfile's FROM lines name."""
-    return dockerfile.base_images((context.repo / "Dockerfile").read_text(encoding="utf-8"))
+    """The external images the Dockerfile's FROM lines name, without their digests, and PLAIN_PYTHON."""
+    text = (context.repo / "Dockerfile").read_text(encoding="utf-8")
+    named = [dockerfile.without_digest(image) for image in dockerfile.base_images(text)]
+    return tuple(dict.fromkeys([*named, PLAIN_PYTHON]))
 
 
 def ca_certificates(context: Context) -> list[Path]:
@@ -65,18 +81,23 @@ def inputs(context: Context, keys: Mapping[str, str], into: KeyInputs) -> None:
     into.text("mirror", apt_sources.machine_mirror(SUITE, context.apt_dir))
     for certificate in ca_certificates(context):
         into.file(f"ca:{certificate.name}", certificate)
+    into.file("pinned-packages", context.repo / debian_pins.PINS)
 
 
 def check_python_name(reference: str, python_version: str) -> None:
     """A `python:X.Y...` reference must be filled with Python X.Y (a Dockerfile moving to another
-    Python needs another base recipe); ValueError otherwise."""
+    Python needs another base recipe), and a tag naming a Debian release must name SUITE; ValueError
+    otherwise."""
     name, _, tag = reference.partition(":")
-    if name.rsplit("/", 1)[-1] == "python" and not (
-        tag == python_version or tag.startswith(python_version + "-")
-    ):
+    if name.rsplit("/", 1)[-1] != "python":
+        return
+    if not (tag == python_version or tag.startswith((python_version + "-", python_version + "."))):
         raise ValueError(
             f"the Dockerfile builds from {reference}, but the base image has Python {python_version}"
         )
+    releases = [release for release in DEBIAN_RELEASES if release in tag.split("-")]
+    if releases and releases != [SUITE]:
+        raise ValueError(f"the Dockerfile builds from {reference}, but the base image is Debian {SUITE}")
 
 
 def slim(rootfs: Path) -> None:
@@ -100,11 +121,9 @@ def slim(rootfs: Path) -> None:
         path.write_bytes(b"")
 
 
-def build(build: Build) -> dict[str, object]:
-    rootfs = build.work / "rootfs"
-    mirror = apt_sources.machine_mirror(SUITE, build.context.apt_dir)
-    for reference in build.archive.references:
-        check_python_name(reference, PYTHON_VERSION)
+def bootstrap(rootfs: Path, steps: Steps, context: Context) -> dict[str, str]:
+    """debootstrap into `rootfs` (nothing left mounted); returns the packages installed, by version."""
+    mirror = apt_sources.machine_mirror(SUITE, context.apt_dir)
     command = [
         "debootstrap",
         "--variant=minbase",
@@ -114,9 +133,29 @@ def build(build: Build) -> dict[str, object]:
         mirror,
     ]
     try:
-        build.steps.run(f"debootstrap {SUITE} ({', '.join(PACKAGES)})", command)
+        steps.run(f"debootstrap {SUITE} ({', '.join(PACKAGES)})", command)
     finally:
         unmount_all(rootfs)
+    return debian_pins.installed(steps.output("the installed packages", debian_pins.query(rootfs)))
+
+
+def pin(context: Context, work: Path, steps: Steps) -> Path:
+    """Records the packages a debootstrap from the mirror installs now in the pins file (`make
+    pin-base-image`); `work` is a scratch directory. Returns the file."""
+    found = bootstrap(work / "rootfs", steps, context)
+    path = context.repo / debian_pins.PINS
+    path.write_text(debian_pins.render(found), encoding="utf-8")
+    return path
+
+
+def build(build: Build) -> dict[str, object]:
+    rootfs = build.work / "rootfs"
+    for reference in build.archive.references:
+        check_python_name(reference, PYTHON_VERSION)
+    pinned = debian_pins.read(build.context.repo)
+    problem = debian_pins.difference(pinned, bootstrap(rootfs, build.steps, build.context))
+    if problem:
+        build.steps.fail(problem)
     certificates = ca_certificates(build.context)
     for certificate in certificates:
         shutil.copy(certificate, rootfs / "usr/local/share/ca-certificates" / certificate.name)
@@ -139,7 +178,7 @@ def build(build: Build) -> dict[str, object]:
 RECIPE: Final = Recipe(
     name="base",
     summary=f"Debian {SUITE} minbase with Python {PYTHON_VERSION} (stands in for the Dockerfile's FROM)",
-    revision=1,
+    revision=2,
     references=references,
     inputs=inputs,
     build=build,

@@ -1,11 +1,13 @@
 """What the project's Dockerfile builds from: its base image names and the files its COPY lines copy.
 
-Why: the operator image is built from the Dockerfile users build with Docker, unchanged, and cached
-by a key over everything that build reads. That set is read from the Dockerfile itself (never kept
-by hand here): the FROM names that are not earlier stages (the base image, built locally under that
-name), and the sources of every COPY/ADD without `--from`, as the build context holds them, that is
-without what `.dockerignore` leaves out (Docker's rules: `**`, `*`, `?`, `!` exceptions, the last
-matching pattern wins, a directory's exclusion covers what is inside it).
+Why: the operator image is built from the Dockerfile users build with Docker and cached by a key over
+everything that build reads. That set is read from the Dockerfile itself (never kept by hand here):
+the FROM names that are not earlier stages (the base image, built locally under that name), and the
+sources of every COPY/ADD without `--from`, as the build context holds them, that is without what
+`.dockerignore` leaves out (Docker's rules: `**`, `*`, `?`, `!` exceptions, the last matching pattern
+wins, a directory's exclusion covers what is inside it). The FROM lines name their images by digest
+(`name:tag@sha256:...`); the local base can only answer to the name and tag, so the build gets the
+Dockerfile with the digests dropped (`without_digests`), its one difference from the file users build.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,26 @@ def base_images(text: str) -> tuple[str, ...]:
         if len(words) >= 3 and words[1].lower() == "as":
             stages.add(words[2].lower())
     return tuple(bases)
+
+
+DIGEST: Final = re.compile(r"@sha256:[0-9a-f]{64}")
+_FROM_IMAGE: Final = re.compile(r"^(\s*FROM\s+(?:--\S+\s+)*)(\S+)", re.IGNORECASE | re.MULTILINE)
+
+
+def without_digest(reference: str) -> str:
+    """`name:tag@sha256:...` -> `name:tag` (a reference without a digest unchanged)."""
+    return DIGEST.sub("", reference)
+
+
+def digest(reference: str) -> str | None:
+    """The `sha256:...` digest a reference pins, if any."""
+    match = DIGEST.search(reference)
+    return match.group(0)[1:] if match else None
+
+
+def without_digests(text: str) -> str:
+    """The Dockerfile with every FROM image's digest dropped (the rest unchanged, line for line)."""
+    return _FROM_IMAGE.sub(lambda match: match.group(1) + without_digest(match.group(2)), text)
 
 
 def copied_sources(text: str) -> tuple[str, ...]:

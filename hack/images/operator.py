@@ -1,19 +1,23 @@
-"""The `operator` image: the project's Dockerfile, unchanged, built with buildah on the local base image.
+"""The `operator` image: the project's Dockerfile, built with buildah on the local base image.
 
 Why buildah: the Dockerfile stays the one users build with Docker, and buildah builds it without a
 daemon, as root, in a chroot (`--isolation chroot`, the host's network for pip). Its base image comes
-from the `base` archive, tagged under the name the Dockerfile's FROM uses, and nothing is ever
-pulled (`--pull=never`, an empty registries.conf). Everything buildah keeps lives in the build's
-temporary directory: its storage (`--root`, vfs, so no overlay mounts), its run directory, its
-policy and configuration files. buildah 1.28 also writes a blob-info cache under /var/lib/containers
-whatever `--root` says, so it runs in a private mount namespace with a throwaway tmpfs on /var/lib:
-the machine's /var/lib is never written, and no mount outlives the command. The result is pushed to
-an OCI layout and its gzip layers are copied into the docker archive as they are.
+from the `base` archive, tagged under the names it stands in for, and nothing is ever pulled
+(`--pull=never`, an empty registries.conf). The Dockerfile's FROM names its base by digest, which
+only the upstream image has, so buildah gets a copy of it with the digests dropped
+(hack/images/dockerfile.py `without_digests`), in the build's work directory: the FROM then names the
+stand-in by the tag the digest was taken from, and everything else is the file users build.
+Everything buildah keeps lives in the build's temporary directory: its storage (`--root`, vfs, so no
+overlay mounts), its run directory, its policy and configuration files. buildah 1.28 also writes a
+blob-info cache under /var/lib/containers whatever `--root` says, so it runs in a private mount
+namespace with a throwaway tmpfs on /var/lib: the machine's /var/lib is never written, and no mount
+outlives the command. The result is pushed to an OCI layout and its gzip layers are copied into the
+docker archive as they are.
 
-The key covers the Dockerfile, .dockerignore, every file the COPY lines copy (read from the
-Dockerfile, less what .dockerignore leaves out), and the base image's key. References: setup.cfg's
-`<name>:<version>` (what the kustomization and the Helm chart deploy) and `<name>:latest` (what
-deploy/base/deployment.yaml names before kustomize sets the tag).
+The key covers the Dockerfile (its digests included), .dockerignore, every file the COPY lines copy
+(read from the Dockerfile, less what .dockerignore leaves out), and the base image's key. References:
+setup.cfg's `<name>:<version>` (what the kustomization and the Helm chart deploy) and `<name>:latest`
+(what deploy/base/deployment.yaml names before kustomize sets the tag).
 """
 
 from __future__ import annotations
@@ -119,16 +123,20 @@ def build(build: Build) -> dict[str, object]:
         buildah.run(build.steps, f"name it {reference}", "tag", image_id, reference)
     iidfile = build.work / "image-id"
     repo = build.context.repo
+    local_dockerfile = build.work / "Dockerfile"
+    local_dockerfile.write_text(
+        dockerfile.without_digests((repo / "Dockerfile").read_text(encoding="utf-8")), encoding="utf-8"
+    )
     buildah.run(
         build.steps,
-        "buildah bud the Dockerfile (pip installs the package)",
+        "buildah bud the Dockerfile, its FROM without the digest (pip installs the locked dependencies)",
         "bud",
         "--isolation=chroot",
         "--network=host",
         "--pull=never",
         f"--iidfile={iidfile}",
         "-f",
-        str(repo / "Dockerfile"),
+        str(local_dockerfile),
         str(repo),
     )
     layout = build.work / "oci"
@@ -147,7 +155,7 @@ def build(build: Build) -> dict[str, object]:
 RECIPE: Final = Recipe(
     name="operator",
     summary="the project's Dockerfile built with buildah on the base image",
-    revision=1,
+    revision=2,
     references=references,
     inputs=inputs,
     build=build,
