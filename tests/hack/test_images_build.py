@@ -23,9 +23,10 @@ from pathlib import Path
 import pytest
 
 from crd.contract import DEFAULT_IMAGES
-from hack.images import IMAGES, Image
+from hack.images import IMAGES, Image, base
 from hack.images.archive import read_archive
 from hack.images.elf import is_static_executable
+from hack.images.recipe import Context
 from hack.images.refs import repository_path
 from hack.images.steps import mounts_under
 from tests.cluster import REPO, wait_for
@@ -123,15 +124,19 @@ def test_the_busybox_image_runs_a_shell_script(node_images: NodeImages, tmp_path
 def test_the_base_image_is_lean_and_trusts_the_machines_certificates(node_images: NodeImages) -> None:
     image = node_images("base")
     contents = read_archive(image.archive)
-    assert contents.references == ("python:3.11-slim",)
+    assert contents.references == base.references(Context())
+    assert "python:3.11-slim" in contents.references
     assert (
         "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
         in contents.config["config"]["Env"]
     )
     members = layer_members(image)
-    for program in ("usr/bin/python3.11", "usr/bin/python", "usr/sbin/useradd", "usr/sbin/groupadd"):
+    for program in ("usr/bin/python3.11", "usr/bin/python", "usr/bin/ldd", "usr/sbin/chroot"):
         assert program in members, program
     assert "usr/lib/python3.11/venv/__init__.py" in members
+    # What the Dockerfile's build stage builds the package's wheel with, as python:3.11-slim has them.
+    for package in ("pip", "setuptools", "wheel"):
+        assert f"usr/lib/python3/dist-packages/{package}/__init__.py" in members, package
     leftovers = [
         name
         for name in members
@@ -161,8 +166,9 @@ def test_the_operator_image_runs_as_65532_without_a_shell(node_images: NodeImage
     config = contents.config["config"]
     assert config["User"] == "65532:65532"
     assert config["Entrypoint"] == ["trainingjob-operator"]
+    assert set(config["ExposedPorts"]) == {"8443/tcp", "8081/tcp"}
     path = next(entry for entry in config["Env"] if entry.startswith("PATH="))
-    assert path.startswith("PATH=/opt/venv/bin:")
+    assert path.startswith("PATH=/opt/venv/bin")
     members = layer_members(image)
     script = members["opt/venv/bin/trainingjob-operator"]
     assert script[0].mode & 0o111
@@ -177,6 +183,44 @@ def test_the_operator_image_runs_as_65532_without_a_shell(node_images: NodeImage
     assert mounts_under(image.archive.parent.parent) == []
     if not BLOB_INFO_CACHE_BEFORE:
         assert not BLOB_INFO_CACHE.exists(), "buildah wrote its blob-info cache on the machine"
+
+
+def test_the_operator_image_is_one_layer_with_nothing_but_what_the_operator_runs(
+    node_images: NodeImages, tmp_path: Path
+) -> None:
+    """The final stage is FROM scratch: no shell, no package manager, no pip, setuptools or wheel, no
+    compiler; the dpkg records of the Debian libraries it carries are there for scanners; and the
+    entry point runs as 65532 in a chroot of the unpacked layer."""
+    image = node_images("operator")
+    assert len(read_archive(image.archive).layer_members) == 1
+    members = layer_members(image)
+    names = {name.rstrip("/") for name in members}
+    for absent in ("bin/sh", "usr/bin/sh", "usr/bin/bash", "usr/bin/dash", "usr/bin/apt", "usr/bin/dpkg"):
+        assert absent not in names, absent
+    for tool in ("gcc", "cc", "ld", "make"):
+        assert not [
+            name for name in names if name.startswith(("usr/bin/", "bin/")) and name.endswith("/" + tool)
+        ]
+    for installer in ("pip", "setuptools", "wheel", "ensurepip", "pkg_resources", "_distutils_hack"):
+        found = [name for name in names if f"/{installer}/" in f"/{name}/" and "__pycache__" not in name]
+        assert found == [], f"{installer} is in the image: {found[:3]}"
+    assert not [name for name in names if name.startswith("opt/venv/bin/pip")]
+    for package in ("libc6", "libssl3"):
+        assert f"var/lib/dpkg/status.d/{package}" in names, f"no dpkg record of {package} for scanners"
+    assert "etc/ssl/certs/ca-certificates.crt" in names
+    assert "etc/passwd" in names
+    assert b"nonroot:x:65532:65532:" in (members["etc/passwd"][1] or b"")
+    root = tmp_path / "root"
+    unpack(image, root)
+    result = subprocess.run(
+        ["chroot", "--userspec=65532:65532", str(root), "/opt/venv/bin/trainingjob-operator", "--help"],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/opt/venv/bin", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"},
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "--kubeconfig" in result.stdout
 
 
 @pytest.fixture(scope="module")

@@ -1,9 +1,11 @@
-"""Checks of the Dockerfile without a container engine: hadolint, the project's own rules, what
-.dockerignore keeps out of the context, and that the image's `pip install` installs the runtime
-dependencies only and a console script that runs.
+"""Checks of the Dockerfile without a container engine: hadolint, the project's own rules (the base by
+digest, dependencies from the hashed lock, nothing of pip in the final stage), what .dockerignore keeps
+out of the context, and that the image's installs give the runtime dependencies only and a console
+script that runs.
 
 Split out of tests/unit/test_manifests.py (deploy/, examples/), like tests/unit/test_manifests_rbac.py
-and tests/unit/test_manifests_monitoring.py.
+and tests/unit/test_manifests_monitoring.py. The lock itself is checked against setup.cfg in
+tests/unit/test_lockfile.py; the image built from this Dockerfile in tests/hack/test_images_build.py.
 """
 
 from __future__ import annotations
@@ -27,9 +29,13 @@ from tests.unit.manifests_support import (
     CRD_FILE,
     DOCKERFILE,
     DOCKERIGNORE,
-    METRICS_PORT,
     setup_cfg,
 )
+
+LOCK = "requirements/runtime.txt"
+# What the final stage exposes: /metrics over HTTPS and the plain probes' port.
+EXPOSED = {"8443", "8081"}
+DIGEST = re.compile(r"@sha256:[0-9a-f]{64}\Z")
 
 # ----------------------------------------------------------------------------------- Dockerfile
 
@@ -97,13 +103,16 @@ def test_dockerfile_follows_the_projects_rules() -> None:
     stages = dockerfile_stages(text)
     names = {stage.name for stage in stages if stage.name}
     for stage in stages:
-        if stage.image in names:
+        if stage.image in names or stage.image == "scratch":
             continue
-        repository, _, tag = stage.image.partition(":")
+        repository, _, tag = DIGEST.sub("", stage.image).partition(":")
+        assert DIGEST.search(stage.image), f"{stage.image}: name the base image by digest"
         assert repository == "python", stage.image
-        assert tag.startswith("3.11"), f"{stage.image}: pin the Python minor version"
-        assert "slim" in tag, stage.image
+        assert re.fullmatch(r"3\.11\.\d+-slim-bookworm", tag), (
+            f"{stage.image}: the exact tag the digest is of"
+        )
         assert not has_registry_host(stage.image)
+        assert tag in text.split(stage.image)[0], "the comment above the FROM says which tag and date it is"
     assert "latest" not in text.lower()
     everything = [item for stage in stages for item in stage.instructions]
     assert not [args for instruction, args in everything if instruction == "ADD"], "COPY, never ADD"
@@ -121,17 +130,71 @@ def test_dockerfile_follows_the_projects_rules() -> None:
     scripts = setup_cfg()["options.entry_points"]["console_scripts"]
     assert re.search(r"^\s*trainingjob-operator\s*=", scripts, re.MULTILINE)
     (expose,) = [args for instruction, args in final.instructions if instruction == "EXPOSE"]
-    assert expose in (str(METRICS_PORT), f"{METRICS_PORT}/tcp")
+    assert {port.removesuffix("/tcp") for port in expose.split()} == EXPOSED
     env = " ".join(args for instruction, args in final.instructions if instruction == "ENV")
     assert "PYTHONDONTWRITEBYTECODE=1" in env
     assert "PYTHONUNBUFFERED=1" in env
-    installs = [args for instruction, args in everything if instruction == "RUN" and "pip install" in args]
+    assert re.search(r"\bPATH=/opt/venv/bin\b", env)
+    installs = [args for instruction, args in everything if instruction == "RUN" and "pip" in args]
     assert installs, "the package is installed with pip"
     for command in installs:
-        assert "--no-cache-dir" in command
-        assert "[" not in command, "no extras (dev tools) in the image"
+        for install in re.split(r"&&", command):
+            if " install " in install:
+                assert "--no-cache-dir" in install, install
+                assert "[" not in install, "no extras (dev tools) in the image"
     copied = [args for instruction, args in everything if instruction == "COPY" and "--from" not in args]
     assert not any("tests" in shlex.split(args) or args.startswith(". ") for args in copied), copied
+
+
+def pip_installs(text: str) -> list[str]:
+    """Every `pip ... install ...` command of the Dockerfile's RUN lines, one string each."""
+    runs = [
+        args
+        for stage in dockerfile_stages(text)
+        for instruction, args in stage.instructions
+        if instruction == "RUN"
+    ]
+    return [
+        part.strip() for run in runs for part in run.split("&&") if re.search(r"\bpip\b.*\binstall\b", part)
+    ]
+
+
+def test_dependencies_come_from_the_hashed_lock_and_the_package_without_its_own() -> None:
+    installs = pip_installs(DOCKERFILE.read_text(encoding="utf-8"))
+    from_lock = [command for command in installs if LOCK in command]
+    assert len(from_lock) == 1, installs
+    (lock_install,) = from_lock
+    assert "--require-hashes" in lock_install
+    assert "--only-binary=:all:" in lock_install, "wheels only: no build from an sdist in the image"
+    assert "--no-deps" not in lock_install, "pip checks that the lock holds every dependency"
+    others = [command for command in installs if command not in from_lock]
+    assert others, "the package itself is installed"
+    for command in others:
+        assert "--no-deps" in command, f"{command}: only the lock brings dependencies"
+        assert "--no-index" in command, f"{command}: nothing but the wheel built here"
+        assert not re.search(r"install .*(-r |--requirement)", command), command
+    assert (REPO / LOCK).is_file(), f"{LOCK} is missing: `make lock` writes it"
+
+
+def test_the_final_stage_holds_no_pip_and_no_shell() -> None:
+    """The final stage starts from nothing and copies the build stage's runtime root: no RUN there
+    (there is no shell to run it), no base image layers with pip, setuptools, wheel, apt or a shell."""
+    stages = dockerfile_stages(DOCKERFILE.read_text(encoding="utf-8"))
+    final = stages[-1]
+    assert final.image == "scratch"
+    instructions = [instruction for instruction, _ in final.instructions]
+    assert "RUN" not in instructions
+    copies = [args for instruction, args in final.instructions if instruction == "COPY"]
+    assert copies
+    assert all(args.startswith("--from=") for args in copies), copies
+    built = {stage.name for stage in stages[:-1]}
+    assert {args.split()[0].removeprefix("--from=") for args in copies} <= built
+    # The runtime root leaves pip and the installers out (image/runtime_root.py).
+    runtime_root = (REPO / "image" / "runtime_root.py").read_text(encoding="utf-8")
+    for left_out in ("site-packages", "ensurepip", "venv", "distutils"):
+        assert f'"{left_out}"' in runtime_root, left_out
+    runs = " ".join(args for instruction, args in stages[0].instructions if instruction == "RUN")
+    assert "venv --without-pip" in runs, "the virtualenv never holds pip"
 
 
 def dockerignore_patterns() -> list[str]:
@@ -203,21 +266,44 @@ def build_context(destination: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def image_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh virtualenv with the package installed the way the Dockerfile installs it."""
+    """A fresh virtualenv without pip, filled the way the Dockerfile fills it: the lock with its
+    hashes, then the package's wheel without dependencies (this interpreter's pip, from outside)."""
     root = tmp_path_factory.mktemp("image")
     context = build_context(root / "context")
     environment = root / "venv"
-    venv.create(environment, with_pip=True)
-    result = subprocess.run(
-        [str(environment / "bin" / "pip"), "install", "--no-cache-dir", "--quiet", "."],
-        cwd=context,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-        env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
-    )
-    assert result.returncode == 0, f"pip install --no-cache-dir . failed:\n{result.stdout}\n{result.stderr}"
+    venv.create(environment, with_pip=False)
+    pip = [sys.executable, "-m", "pip", "--python", str(environment / "bin" / "python")]
+    env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    for command in (
+        [*pip, "install", "--no-cache-dir", "--quiet", "--require-hashes", "--only-binary=:all:", "-r", LOCK],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--wheel-dir",
+            str(root / "wheels"),
+            ".",
+        ],
+        [
+            *pip,
+            "install",
+            "--no-cache-dir",
+            "--quiet",
+            "--no-deps",
+            "--no-index",
+            "--find-links",
+            str(root / "wheels"),
+            "trainingjob-operator",
+        ],
+        [*pip, "check"],
+    ):
+        result = subprocess.run(
+            command, cwd=context, capture_output=True, text=True, timeout=900, check=False, env=env
+        )
+        assert result.returncode == 0, f"{' '.join(command)} failed:\n{result.stdout}\n{result.stderr}"
     return environment
 
 
@@ -231,8 +317,10 @@ def test_image_install_has_runtime_dependencies_only(image_venv: Path) -> None:
         assert (site / "trainer" / name).is_file(), f"the reference trainer's {name} ships with the package"
     for not_shipped in ("tests", "hack", "monitoring"):
         assert not_shipped not in installed, f"{not_shipped} must not be installed"
-    for dev_tool in ("pytest", "mypy", "ruff", "kubernetes_validate"):
+    for dev_tool in ("pytest", "mypy", "ruff", "kubernetes_validate", "uv"):
         assert dev_tool not in installed, f"{dev_tool} is a dev tool"
+    for installer in ("pip", "setuptools", "wheel", "pkg_resources"):
+        assert installer not in installed, f"{installer} is not needed at run time"
     assert (image_venv / "bin" / "trainingjob-operator").is_file()
 
 
@@ -250,5 +338,5 @@ def test_image_console_script_runs(image_venv: Path) -> None:
         env={"PATH": f"{image_venv / 'bin'}:/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1"},
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    for flag in ("--kubeconfig", "--namespace", "--metrics-addr", "--leader-elect", "--lease-name"):
+    for flag in ("--kubeconfig", "--namespace", "--leader-elect", "--lease-name"):
         assert flag in result.stdout, f"--help does not mention {flag}"

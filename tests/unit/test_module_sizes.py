@@ -13,7 +13,17 @@ import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("controller", "builders", "crd", "hack", "trainer", "trainingjob_client", "monitoring", "tests")
+PACKAGES = (
+    "controller",
+    "builders",
+    "crd",
+    "hack",
+    "image",
+    "trainer",
+    "trainingjob_client",
+    "monitoring",
+    "tests",
+)
 MAX_MODULE_LINES = 500
 MAX_CLASS_LINES = 250
 MAX_RECONCILER_LINES = 350
