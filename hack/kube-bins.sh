@@ -145,6 +145,67 @@ component_local_path_provisioner() {
 
 ldflags_local_path_provisioner() { echo " -X main.VERSION=$LOCAL_PATH_PROVISIONER_VERSION"; }
 
+# The NetworkPolicy enforcer of the real node (hack/devcluster/netpolicies.py): kube-network-policies
+# judges the first packet of each connection of a pod that a policy selects in user space, through
+# nfnetlink_queue. It is built inside a copy of the module with three changes (patch_kube_network_policies):
+# - its nftables rules hand packets to the queue with the xtables NFQUEUE target (through nft_compat)
+#   instead of nftables' own `queue` expression, which kernels built without CONFIG_NFT_QUEUE refuse
+#   (this machine kind's: "Could not process rule: No such file or directory"); same queue, same
+#   verdicts;
+# - it reads $KUBECONFIG when set (upstream takes the in-cluster configuration only, whose token and CA
+#   sit at fixed paths under /var/run/secrets); unset, it still falls back to the in-cluster one;
+# - SIGTERM stops it like SIGINT, so that it removes its nftables table on the way out (otherwise the
+#   packets of the pods it guarded would wait in a queue no one reads, and be dropped).
+# It has no version flag: the check reads Go's build information and the module source's version.
+component_kube_network_policies() {
+  MODULE=sigs.k8s.io/kube-network-policies VERSION=$KUBE_NETWORK_POLICIES_VERSION PACKAGE=cmd
+  HOW=in-module RECIPE=1
+}
+
+patch_kube_network_policies() {
+  local pkg=pkg/networkpolicy main=cmd/main.go
+  cat >"$pkg/xtqueue.go" <<'GO'
+package networkpolicy
+
+import (
+	"encoding/binary"
+
+	"github.com/google/nftables/expr"
+	"github.com/google/nftables/xt"
+)
+
+// xtQueue hands a packet to nfnetlink_queue `num` with the xtables NFQUEUE target, revision 3
+// (struct xt_NFQ_info_v3: queue number, number of queues, flags; 1 = bypass when no one listens).
+func xtQueue(num int, bypass bool) *expr.Target {
+	info := make(xt.Unknown, 8)
+	binary.NativeEndian.PutUint16(info[0:], uint16(num))
+	binary.NativeEndian.PutUint16(info[2:], 1)
+	if bypass {
+		binary.NativeEndian.PutUint16(info[4:], 1)
+	}
+	return &expr.Target{Name: "NFQUEUE", Rev: 3, Info: &info}
+}
+GO
+  perl -0pi -e 's/queue := &expr\.Queue\{Num: uint16\(c\.config\.QueueID\)\}\n\tif c\.config\.FailOpen \{\n\t\tqueue\.Flag = expr\.QueueFlagBypass\n\t\}/queue := xtQueue(c.config.QueueID, c.config.FailOpen)/g' "$pkg/controller.go"
+  perl -0pi -e 's/&expr\.Queue\{Num: uint16\(n\.nfQueueID\), Flag: expr\.QueueFlagBypass\}/xtQueue(n.nfQueueID, true)/g' "$pkg/dnsagent.go"
+  if grep -n 'expr\.Queue' "$pkg"/*.go | grep -v _test.go; then
+    echo "kube-network-policies no longer queues packets as expected (expr.Queue left above)" >&2
+    return 1
+  fi
+  sed -i -e 's|"k8s.io/client-go/rest"|"k8s.io/client-go/tools/clientcmd"|' \
+    -e 's|config, err := rest.InClusterConfig()|config, err := clientcmd.BuildConfigFromFlags("", os.Getenv("KUBECONFIG"))|' \
+    -e 's|os.Interrupt, unix.SIGINT)|os.Interrupt, unix.SIGINT, unix.SIGTERM)|' "$main"
+  local expected
+  for expected in 'clientcmd.BuildConfigFromFlags' 'unix.SIGTERM)'; do
+    grep -qF "$expected" "$main" || { echo "$main no longer reads its configuration as expected" >&2; return 1; }
+  done
+}
+
+version_kube_network_policies() {
+  go version -m "$1" | awk -v main="$MODULE/$PACKAGE" '$1 == "path" && $2 == main { print; found = 1 } END { exit !found }' || return 1
+  python3 -c 'import json, sys; print("source", json.load(open(sys.argv[1]))["Version"])' "$2/module.json"
+}
+
 components() { declare -F | sed -n 's/^declare -f component_//p' | tr _ -; }
 
 describe_component() {
