@@ -447,10 +447,19 @@ def pod_security_violations(spec: JsonDict, level: str) -> list[str]:
 
 # ------------------------------------------------------------------------------------------ the messages
 
+# The characters of findings a message shows: the API server replaces a message over 5 KiB with the
+# policy's static one, which names no field.
+MESSAGE_FINDINGS_LIMIT: Final = 3000
+
+
+def clip(findings: list[str]) -> str:
+    text = "; ".join(findings)
+    return text if len(text) <= MESSAGE_FINDINGS_LIMIT else text[:MESSAGE_FINDINGS_LIMIT] + " ..."
+
 
 def escalation_message(findings: list[str], namespace: str) -> str:
     return (
-        f"{'; '.join(findings)}: more than the baseline Pod Security Standard allows, which needs the right "
+        f"{clip(findings)}: more than the baseline Pod Security Standard allows, which needs the right "
         f"to create pods in namespace {namespace} (or the verb {USE_VERB} on {PRIVILEGED_RESOURCE} in "
         f"{contract.GROUP} there)"
     )
@@ -464,6 +473,6 @@ def service_account_message(name: str, namespace: str) -> str:
 
 
 def pod_security_message(violations: list[str], namespace: str, level: str) -> str:
-    return f'namespace {namespace} enforces Pod Security "{level}", which the pods would fail: ' + "; ".join(
+    return f'namespace {namespace} enforces Pod Security "{level}", which the pods would fail: ' + clip(
         violations
     )

@@ -232,20 +232,20 @@ def _rdma(scope: Scope) -> str:
     )
 
 
-def pod_escalations(scope: Scope) -> str:
-    """The CEL list of crd/escalation.pod_escalations, over `scope`."""
-    return concat(
-        [
-            _host_namespaces(scope),
-            _pod_context(scope),
-            _host_paths(scope),
-            _per_container(scope, _container_context()),
-            _per_container(scope, _host_ports()),
-            _per_container(scope, _handler_hosts()),
-            _apparmor_annotations(scope),
-            _rdma(scope),
-        ]
-    )
+def pod_escalations(scope: Scope) -> list[str]:
+    """The CEL lists whose concatenation is crd/escalation.pod_escalations, over `scope`: one per
+    control, each the expression of a variable of its own (each variable has CEL's cost limit per
+    expression, so a template with every list at its bound stays within it)."""
+    return [
+        _host_namespaces(scope),
+        _pod_context(scope),
+        _host_paths(scope),
+        _per_container(scope, _container_context()),
+        _per_container(scope, _host_ports()),
+        _per_container(scope, _handler_hosts()),
+        _apparmor_annotations(scope),
+        _rdma(scope),
+    ]
 
 
 # --------------------------------------------------------------------- "restricted", as the pods are built
@@ -372,6 +372,6 @@ def _non_root(scope: Scope) -> str:
     return concat([*pod, per_container, implicit])
 
 
-def restricted_violations(scope: Scope) -> str:
-    """The CEL list of what crd/escalation.pod_security_violations adds for "restricted"."""
-    return concat([_restricted_volumes(scope), _escalation_and_capabilities(scope), _non_root(scope)])
+def restricted_violations(scope: Scope) -> list[str]:
+    """The CEL lists of what crd/escalation.pod_security_violations adds for "restricted", one per control."""
+    return [_restricted_volumes(scope), _escalation_and_capabilities(scope), _non_root(scope)]

@@ -59,6 +59,19 @@ def _added(name: str) -> str:
     )
 
 
+def _parts(scope: Scope, name: str, lists: list[str]) -> list[tuple[str, str]]:
+    """`name` over `scope` as the concatenation of a variable per list."""
+    parts = [(f"{scope.prefix}{name}{index}", expression) for index, expression in enumerate(lists)]
+    return [*parts, (f"{scope.prefix}{name}", " + ".join(f"variables.{part}" for part, _ in parts))]
+
+
+def _clipped(text: str) -> str:
+    """The CEL string `text`, cut as crd/escalation.clip cuts it (the API server drops a message over
+    5 KiB for the static one, which names no field)."""
+    limit = e.MESSAGE_FINDINGS_LIMIT
+    return f"[{text}].map(s, s.size() > {limit} ? s.substring(0, {limit}) + ' ...' : s)[0]"
+
+
 def _pod_security(scope: Scope) -> str:
     return (
         f"variables.level == {literal(e.BASELINE)} ? variables.{scope.prefix}Escalations : "
@@ -75,10 +88,10 @@ def variables() -> list[JsonDict]:
     defined = [
         *NEW.definitions("object"),
         *old,
-        ("newEscalations", pod_escalations(NEW)),
-        ("oldEscalations", pod_escalations(OLD)),
-        ("newRestricted", restricted_violations(NEW)),
-        ("oldRestricted", restricted_violations(OLD)),
+        *_parts(NEW, "Escalations", pod_escalations(NEW)),
+        *_parts(OLD, "Escalations", pod_escalations(OLD)),
+        *_parts(NEW, "Restricted", restricted_violations(NEW)),
+        *_parts(OLD, "Restricted", restricted_violations(OLD)),
         ("escalations", _added("Escalations")),
         (
             "level",
@@ -87,6 +100,8 @@ def variables() -> list[JsonDict]:
         ("newPodSecurity", _pod_security(NEW)),
         ("oldPodSecurity", _pod_security(OLD)),
         ("podSecurity", _added("PodSecurity")),
+        ("podSecurityText", _clipped("variables.podSecurity.join('; ')")),
+        ("escalationsText", _clipped("variables.escalations.join('; ')")),
         ("serviceAccount", "object.spec.?serviceAccountName.orValue('')"),
         (
             "serviceAccountChanged",
@@ -105,7 +120,7 @@ def validations() -> list[JsonDict]:
             "expression": "variables.podSecurity.size() == 0",
             "messageExpression": (
                 "'namespace ' + request.namespace + ' enforces Pod Security \"' + variables.level + "
-                "'\", which the pods would fail: ' + variables.podSecurity.join('; ')"
+                "'\", which the pods would fail: ' + variables.podSecurityText"
             ),
             "message": "the namespace's Pod Security level refuses the pods this job asks for",
             "reason": "Forbidden",
@@ -116,7 +131,7 @@ def validations() -> list[JsonDict]:
                 + _authorized(contract.GROUP, e.PRIVILEGED_RESOURCE, e.USE_VERB)
             ),
             "messageExpression": (
-                "variables.escalations.join('; ') + ': more than the baseline Pod Security Standard allows, "
+                "variables.escalationsText + ': more than the baseline Pod Security Standard allows, "
                 "which needs the right to create pods in namespace ' + request.namespace + "
                 f"' (or the verb {e.USE_VERB} on {e.PRIVILEGED_RESOURCE} in {contract.GROUP} there)'"
             ),
