@@ -28,15 +28,15 @@ COPY trainer ./trainer
 # The package itself: a wheel built by the base image's setuptools (no build requirement is fetched),
 # installed without dependencies; `pip check` fails the build when setup.cfg asks for a dependency the
 # lock does not hold.
-RUN python -m pip wheel --no-cache-dir --no-deps --no-build-isolation --wheel-dir /tmp/wheels . \
+RUN python -m pip wheel --no-cache-dir --no-deps --no-build-isolation --wheel-dir dist . \
     && python -m pip --python /opt/venv/bin/python install --no-cache-dir --no-deps --no-index \
-       --find-links /tmp/wheels trainingjob-operator \
+       --find-links dist trainingjob-operator \
     && python -m pip --python /opt/venv/bin/python check
 # The runtime root: the virtualenv, the interpreter it points at, its standard library less what only
 # development needs, the shared libraries all of them load (ldd), CA certificates, passwd and group;
 # checked by importing every module of the operator inside it (image/runtime_root.py).
-COPY image/runtime_root.py /tmp/runtime_root.py
-RUN python /tmp/runtime_root.py /opt/venv /runtime --check controller,builders,crd,trainingjob_client
+COPY image/runtime_root.py image/runtime_root.py
+RUN python image/runtime_root.py /opt/venv /runtime --check controller,builders,crd,trainingjob_client
 
 # Runtime stage: the runtime root only, one layer.
 FROM scratch
