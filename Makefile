@@ -204,9 +204,10 @@ promtool: ## install promtool (Debian package prometheus) when it is missing
 # The real node (`hack/dev-cluster.sh up --with real-node`, hack/README.md "The real node") and its
 # container images (hack/images): built on this machine from Go modules, Debian packages and the
 # project's own files, cached under ~/.cache/trainingjob-operator. The Debian packages they use are
-# installed when missing (as root, else through sudo), as promtool's is: runc, the CNI plugins and
-# iptables for the node, debootstrap, buildah and busybox for the images. IMAGES names some images.
-NODE_PACKAGES := runc containernetworking-plugins iptables debootstrap buildah busybox-static gcc libc6-dev
+# installed when missing (as root, else through sudo), as promtool's is: runc, the CNI plugins,
+# iptables and nftables (the NetworkPolicy enforcer's) for the node, debootstrap, buildah and busybox
+# for the images. IMAGES names some images.
+NODE_PACKAGES := runc containernetworking-plugins iptables nftables debootstrap buildah busybox-static gcc libc6-dev
 IMAGES ?=
 
 .PHONY: node-tools

@@ -1,7 +1,7 @@
 """`hack/dev-cluster.sh`: the command line of the dev cluster (see the package's docstring).
 
-python3 -m hack.devcluster up [--with kueue,coscheduling,real-node]|down|status|env  (hack/dev-cluster.sh)
-python3 -m hack.devcluster remove|build real-node|kueue|coscheduling
+python3 -m hack.devcluster up [--with kueue,coscheduling,real-node,network-policies]|down|status|env
+python3 -m hack.devcluster remove|build real-node|kueue|coscheduling|network-policies
 python3 -m hack.devcluster restart|stop|start <component>
 python3 -m hack.devcluster run <name> [--wait-http URL] -- <command...>
 python3 -m hack.devcluster stop <name>
@@ -15,7 +15,7 @@ import sys
 
 from hack.common import ToolError, still_running
 from hack.devcluster import __doc__ as package_doc
-from hack.devcluster import realnode
+from hack.devcluster import netpolicies, realnode
 from hack.devcluster.extras import run_extra, stop_extra
 from hack.devcluster.lifecycle import down, remove_optional, restart, start_one, stop_one, up
 from hack.devcluster.nodes import NodeShape
@@ -26,6 +26,7 @@ from hack.devcluster.state import (
     KUBECONFIG,
     KUBECTL_LINK,
     LOGS,
+    NETWORK_POLICY_COMPONENTS,
     NODE_COMPONENTS,
     OPTIONAL_COMPONENTS,
     WITH_CHOICES,
@@ -35,7 +36,7 @@ from hack.devcluster.state import (
     stopped_components,
 )
 
-ALL_COMPONENTS = (*COMPONENTS, *OPTIONAL_COMPONENTS, *NODE_COMPONENTS)
+ALL_COMPONENTS = (*COMPONENTS, *OPTIONAL_COMPONENTS, *NODE_COMPONENTS, *NETWORK_POLICY_COMPONENTS)
 
 
 def status() -> int:
@@ -68,6 +69,8 @@ def status() -> int:
         port = state.get("ports", {}).get(name, "")
         condition = "running" if alive else "stopped" if proc.get("stopped") else "NOT RUNNING"
         where = realnode.endpoint(name) if name in NODE_COMPONENTS else f"127.0.0.1:{port}"
+        if name in NETWORK_POLICY_COMPONENTS:
+            where = netpolicies.endpoint(name)
         print(f"  {name:<24} pid {proc['pid']:<8} {condition:<12} {where}  {proc['log']}")
     extras = state.get("extras", {})
     if extras:

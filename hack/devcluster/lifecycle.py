@@ -19,7 +19,7 @@ from typing import Any, Final
 
 from hack import kube_bins
 from hack.common import REPO, ToolError, free_ports, http_ok, still_running
-from hack.devcluster import components, optional, realnode
+from hack.devcluster import components, netpolicies, optional, realnode
 from hack.devcluster.components import Ports
 from hack.devcluster.nodes import NodeShape, create_nodes, ready_nodes
 from hack.devcluster.pki import (
@@ -33,6 +33,8 @@ from hack.devcluster.processes import kubectl, spawn, stop_processes, wait_for
 from hack.devcluster.state import (
     KUBECONFIG,
     KUBECTL_LINK,
+    NETWORK_POLICIES,
+    NETWORK_POLICY_COMPONENTS,
     NODE_COMPONENTS,
     OPTIONAL_COMPONENTS,
     REAL_NODE,
@@ -185,6 +187,10 @@ def teardown(state: dict[str, Any]) -> None:
         # Before the API server goes: they may still talk to it on their way out.
         say(f"stopping {', '.join(extras)}")
         stop_processes(extras, timeout=EXTRA_STOP_TIMEOUT)
+    if state.get("network_policies"):
+        # Before the node, whose namespace holds one end of its link and its nftables table.
+        say("taking down the network policies' enforcer")
+        netpolicies.remove(state)
     if state.get("real_node"):
         # Drained while the API server still runs, and everything it changed on the machine undone.
         say("taking down the real node")
@@ -197,8 +203,9 @@ def teardown(state: dict[str, Any]) -> None:
 
 
 def remove_optional(name: str) -> None:
-    """Takes an optional part off the running cluster (`remove real-node|kueue|coscheduling`): its
-    processes stopped and, for the real node, drained first and every change on the machine undone."""
+    """Takes an optional part off the running cluster (`remove real-node|kueue|coscheduling|
+    network-policies`): its processes stopped and, for the real node and the enforcer on it, every
+    change on the machine undone (the node drained first; the enforcer goes with the node)."""
     with cluster_lock():
         state = read_state()
         if state is None:
@@ -206,9 +213,11 @@ def remove_optional(name: str) -> None:
         if name not in state.get("optional", []):
             say(f"{name} is not running")
             return
+        if name in (REAL_NODE, NETWORK_POLICIES) and state.get("network_policies"):
+            netpolicies.remove(state)
         if name == REAL_NODE:
             realnode.remove(state)
-        else:
+        elif name != NETWORK_POLICIES:
             stop_processes({name: state["processes"].pop(name)})
             state["optional"].remove(name)
             write_state("processes", state["processes"])
@@ -249,7 +258,7 @@ def after_api_server_start(state: dict[str, Any], component: str) -> None:
     outage stalled the tests after it. kwok needs no restart: it picks pods up at once."""
     if component != "kube-apiserver":
         return
-    for dependent in ("kube-controller-manager", "kube-scheduler", *OPTIONAL_COMPONENTS):
+    for dependent in ("kube-controller-manager", "kube-scheduler", *OPTIONAL_COMPONENTS, NETWORK_POLICIES):
         process = state["processes"].get(dependent)
         if not process or process.get("stopped"):
             continue
@@ -318,3 +327,5 @@ def start_component_locked(state: dict[str, Any], component: str) -> None:
         optional.wait_ready(state, component)
     elif component in NODE_COMPONENTS:
         realnode.wait_ready(state, component)
+    elif component in NETWORK_POLICY_COMPONENTS:
+        netpolicies.wait_ready(state, component)

@@ -23,23 +23,39 @@ from typing import Any, Final
 
 from hack import kube_bins
 from hack.common import ToolError, free_ports, http_ok, wait_until
-from hack.devcluster import coscheduling, kueue, realnode
+from hack.devcluster import coscheduling, kueue, netpolicies, realnode
 from hack.devcluster.pki import issue, self_signed_context
 from hack.devcluster.processes import kubectl, spawn, stop_processes, wait_for
-from hack.devcluster.state import LOGS, REAL_NODE, RUN, WITH_CHOICES, read_versions, say, write_state
+from hack.devcluster.state import (
+    LOGS,
+    NETWORK_POLICIES,
+    REAL_NODE,
+    RUN,
+    WITH_CHOICES,
+    read_versions,
+    say,
+    write_state,
+)
 
 OPTIONAL: Final = WITH_CHOICES
-BUILDS: Final = {coscheduling.NAME: coscheduling.BUILD, kueue.NAME: kueue.BUILD}
+BUILDS: Final = {
+    coscheduling.NAME: coscheduling.BUILD,
+    kueue.NAME: kueue.BUILD,
+    netpolicies.NAME: netpolicies.BUILD,
+}
 
 
 def parse_with(text: str) -> list[str]:
-    """`--with a,b`: known names, in the order given, without repeats."""
+    """`--with a,b`: known names, in the order given, without repeats; network-policies brings the
+    real node, which it runs on, before it."""
     names: list[str] = []
     for name in (part.strip() for part in text.split(",")):
         if not name or name in names:
             continue
         if name not in OPTIONAL:
             raise ToolError(f"unknown optional component {name!r}; one of: {', '.join(OPTIONAL)}")
+        if name == NETWORK_POLICIES and REAL_NODE not in names:
+            names.append(REAL_NODE)
         names.append(name)
     return names
 
@@ -66,7 +82,7 @@ def build(names: list[str]) -> dict[str, Path]:
 
 
 def crd_files(name: str, build_dir: Path) -> list[Path]:
-    if name == REAL_NODE:
+    if name in (REAL_NODE, NETWORK_POLICIES):
         return []
     if name == kueue.NAME:
         return sorted((build_dir / kueue.CRD_DIR).glob("*.yaml"))
@@ -107,6 +123,9 @@ def add(state: dict[str, Any], build_dirs: dict[str, Path], *, crds_installed: b
     for name, build_dir in build_dirs.items():
         if name == REAL_NODE:
             add_real_node(state)
+            continue
+        if name == NETWORK_POLICIES:
+            netpolicies.add(state, build_dir)
             continue
         if not crds_installed:
             install_crds(bin_dir, name, build_dir)

@@ -39,8 +39,12 @@ NODE_COMPONENTS: Final = (
     "coredns",
     "local-path-provisioner",
 )
+# NetworkPolicies enforced on the real node (`up --with network-policies`, hack/devcluster/netpolicies.py):
+# the API server's relay off the node, then the enforcer, processes like the node's.
+NETWORK_POLICIES: Final = "network-policies"
+NETWORK_POLICY_COMPONENTS: Final = ("api-endpoint", "network-policies")
 # What `up --with` takes.
-WITH_CHOICES: Final = (*OPTIONAL_COMPONENTS, REAL_NODE)
+WITH_CHOICES: Final = (*OPTIONAL_COMPONENTS, REAL_NODE, NETWORK_POLICIES)
 # A component stopped on purpose longer ago than this was forgotten (its test was killed): `up` starts it.
 STOP_EXPIRY: Final = 300.0
 # Names of dev processes (`run <name>`): lower-case letters, digits and dashes.
