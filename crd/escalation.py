@@ -134,10 +134,11 @@ class _Pod:
         return list(self.template.get(kind) or [])
 
     def each(self, kind: str) -> Iterator[tuple[str, JsonDict]]:
-        """(path, container) of `kind`, the index as CEL's indexOf gives it (the first equal item)."""
-        items = self.containers(kind)
-        for container in items:
-            yield f"{TEMPLATE}.{kind}[{items.index(container)}]", container
+        """(path, container) of `kind`, the index as the policy finds it: that of the first container
+        of its name (containers are a list-map of names)."""
+        names = [container.get("name") for container in self.containers(kind)]
+        for container in self.containers(kind):
+            yield f"{TEMPLATE}.{kind}[{names.index(container.get('name'))}]", container
 
 
 Control = Callable[[_Pod], list[str]]
@@ -214,8 +215,14 @@ def _container_context(path: str, container: JsonDict) -> list[str]:
 
 
 def _host_ports(path: str, container: JsonDict) -> list[str]:
+    """A port's index is that of the first port of its key (containerPort, protocol), as the policy's."""
     ports = list(container.get("ports") or [])
-    found = [f"{path}.ports[{ports.index(p)}].hostPort={p['hostPort']}" for p in ports if p.get("hostPort")]
+    keys = [(p.get("containerPort"), p.get("protocol", "TCP")) for p in ports]
+    found = [
+        f"{path}.ports[{keys.index(key)}].hostPort={p['hostPort']}"
+        for p, key in zip(ports, keys, strict=True)
+        if p.get("hostPort")
+    ]
     return [", ".join(found)] if found else []
 
 

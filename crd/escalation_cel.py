@@ -75,8 +75,9 @@ class Scope:
         return self.var(kind[0].upper() + kind[1:])
 
     def path(self, kind: str, item: str = "c") -> str:
-        """The CEL string of a container's field path (`item` bound by the enclosing macro)."""
-        return f"'{e.TEMPLATE}.{kind}[' + string({self.containers(kind)}.indexOf({item})) + ']'"
+        """The CEL string of a container's field path (`item` bound by the enclosing macro), its index
+        found by its name (containers are a list-map of names; comparing whole containers costs more)."""
+        return f"'{e.TEMPLATE}.{kind}[' + string({self.containers(kind)}Names.indexOf({item}.name)) + ']'"
 
     def definitions(self, root: str) -> list[tuple[str, str]]:
         """The (name, expression) of the variables the findings read."""
@@ -86,6 +87,8 @@ class Scope:
             ("Context", f"{self.template}.?securityContext.orValue({{}})"),
             ("Containers", f"{self.template}.?containers.orValue([])"),
             ("InitContainers", f"{self.template}.?initContainers.orValue([])"),
+            ("ContainersNames", f"{self.containers('containers')}.map(c, c.name)"),
+            ("InitContainersNames", f"{self.containers('initContainers')}.map(c, c.name)"),
             ("Volumes", f"{self.template}.?volumes.orValue([])"),
             ("Annotations", f"{self.spec}.?podTemplate.?metadata.?annotations.orValue({{}})"),
             ("Trainer", f"{self.containers('containers')}.filter(c, c.name == {literal(TRAINER)})"),
@@ -96,11 +99,11 @@ class Scope:
 
 
 def _per_container(scope: Scope, findings: str, separator: str = "; ") -> str:
-    """`findings` (a CEL list of strings over container `c`) for every container, then every init
-    container: one string per container that has any."""
+    """`findings` (a CEL list of strings over container `c` and its field path `path`) for every
+    container, then every init container: one string per container that has any."""
     return concat(
-        f"{scope.containers(kind)}.map(c, {findings.replace('PATH', scope.path(kind))}.join('{separator}'))"
-        ".filter(g, g != '')"
+        f"{scope.containers(kind)}.map(c, [{scope.path(kind)}].map(path, "
+        f"{findings.replace('PATH', 'path')}.join('{separator}'))[0]).filter(g, g != '')"
         for kind in e.CONTAINER_KINDS
     )
 
@@ -188,10 +191,14 @@ def _container_context() -> str:
 
 
 def _host_ports() -> str:
+    """A port's index found by its key (cheaper for CEL than comparing whole ports, and the same: ports
+    are a list-map of containerPort and protocol, which the schema defaults)."""
+    key = "string({0}.containerPort) + '/' + {0}.?protocol.orValue('TCP')"
     return (
-        "[c.?ports.orValue([]).filter(p, p.?hostPort.orValue(0) != 0).map(p, "
-        "PATH + '.ports[' + string(c.ports.indexOf(p)) + '].hostPort=' + string(p.hostPort)).join(', ')]"
-        ".filter(s, s != '')"
+        f"[[c.?ports.orValue([]).map(q, {key.format('q')})].map(keys, "
+        "c.?ports.orValue([]).filter(p, p.?hostPort.orValue(0) != 0).map(p, "
+        f"PATH + '.ports[' + string(keys.indexOf({key.format('p')})) + '].hostPort=' + string(p.hostPort))"
+        ".join(', '))[0]].filter(s, s != '')"
     )
 
 

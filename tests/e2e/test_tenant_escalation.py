@@ -320,3 +320,24 @@ def test_the_docs_grant_and_relax_as_they_say(world: World, cluster: Kubectl) ->
     finally:
         for namespace, text in ((world.namespace, grant_text), (world.relaxed, relax_text)):
             admin.run("delete", "-n", namespace, "-f", "-", "--ignore-not-found", stdin=text, check=False)
+
+
+def test_a_long_list_of_findings_is_cut_not_replaced(world: World) -> None:
+    """The API server replaces a message over 5 KiB with the policy's static one, which names no field:
+    the policy cuts the findings at crd/escalation.py's limit instead, as the Python message does."""
+    sidecars = [
+        {
+            "name": f"sidecar-{index}",
+            "image": "busybox:1.36",
+            "ports": [{"containerPort": 7000 + port, "hostPort": 7000 + port} for port in range(4)],
+            "securityContext": {"privileged": True, "capabilities": {"add": ["SYS_ADMIN", "NET_ADMIN"]}},
+        }
+        for index in range(16)
+    ]
+    manifest = named(by_id("default").manifest, "long-findings")
+    manifest["spec"]["podTemplate"] = {"spec": {"containers": sidecars}}
+    findings = escalation.pod_escalations(manifest["spec"])
+    assert len("; ".join(findings)) > escalation.MESSAGE_FINDINGS_LIMIT
+    result = apply(world.alice.kubectl, world.namespace, manifest)
+    assert_refused(result.stderr, escalation.escalation_message(findings, world.namespace))
+    assert " ...: more than the baseline" in result.stderr

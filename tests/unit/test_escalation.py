@@ -175,3 +175,14 @@ def test_policy_carries_every_allowed_value() -> None:
         contract.TRAINER_ACCOUNT,
     ):
         assert f"'{value}'" in text, value
+
+
+def test_a_long_list_of_findings_is_cut() -> None:
+    findings = [
+        f"spec.podTemplate.spec.containers[{index}].securityContext.privileged=true" for index in range(80)
+    ]
+    message = escalation.escalation_message(findings, "team-a")
+    clipped = "; ".join(findings)[: escalation.MESSAGE_FINDINGS_LIMIT] + " ..."
+    assert message.startswith(clipped + ": more than the baseline")
+    assert len(message.encode()) < 5 * 1024
+    assert escalation.clip(findings[:2]) == "; ".join(findings[:2])
