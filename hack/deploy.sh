@@ -3,6 +3,7 @@
 #
 #   hack/deploy.sh apply|delete|render   OVERLAY=monitoring|network-policy|single-namespace  IMAGE=<ref>
 #                                        NODE_SELECTOR=key=value,...  TOLERATE=key=value:Effect,...
+#                                        API_SERVER_ADDRESSES=ip[/prefix],...  API_SERVER_PORTS=port,...
 #
 # Why a script: before touching the cluster it checks that kubectl exists and the cluster answers,
 # renders the kustomization (with IMAGE, NODE_SELECTOR and TOLERATE, if given) and validates every
@@ -15,6 +16,12 @@
 # NODE_SELECTOR adds node labels to the pods' nodeSelector (beside kubernetes.io/os: linux), TOLERATE
 # lists taints the pods tolerate as `kubectl taint` writes them: key=value:Effect, key:Effect (any
 # value), key=value (any effect), key (any value, any effect).
+#
+# OVERLAY=network-policy: the NetworkPolicy's first egress rule must name the API server's endpoints
+# (no selector can: the API server is no pod), and as shipped it names no address. They are filled in
+# from API_SERVER_ADDRESSES and API_SERVER_PORTS, or, for what these leave unset, read from the
+# `kubernetes` Service's EndpointSlices in `default`. Without an address the script stops, with
+# nothing applied: a rule without a destination would let the operator reach any host.
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -23,6 +30,8 @@ OVERLAY=${OVERLAY:-}
 IMAGE=${IMAGE:-}
 NODE_SELECTOR=${NODE_SELECTOR:-}
 TOLERATE=${TOLERATE:-}
+API_SERVER_ADDRESSES=${API_SERVER_ADDRESSES:-}
+API_SERVER_PORTS=${API_SERVER_PORTS:-}
 KUBECTL=${KUBECTL:-kubectl}
 DEV=${TJ_DEV_DIR:-$REPO/.dev}
 [[ -x "$DEV/bin/kubectl" && "$KUBECTL" == kubectl ]] && KUBECTL="$DEV/bin/kubectl"
@@ -75,21 +84,65 @@ for item in "${items[@]}"; do
   toleration_items+="${toleration_items:+, }$toleration"
 done
 
-# The throwaway kustomization's additions to the chosen one: the image, and the pods' placement as a
-# strategic merge patch of the Deployment (JSON, which is YAML).
+# The API server's endpoints for the network-policy overlay's egress rule, as the members of two JSON
+# arrays: ipBlocks ({"ipBlock": {"cidr": ...}}, an address alone as /32 or /128) and ports.
+api_server_rule=""
+if [[ -n "$API_SERVER_ADDRESSES$API_SERVER_PORTS" && "$OVERLAY" != network-policy ]]; then
+  fail "API_SERVER_ADDRESSES and API_SERVER_PORTS are for OVERLAY=network-policy"
+fi
+if [[ "$OVERLAY" == network-policy && "$ACTION" != delete ]]; then
+  addresses=$API_SERVER_ADDRESSES ports=$API_SERVER_PORTS
+  slices=(get endpointslices -n default -l kubernetes.io/service-name=kubernetes --request-timeout=10s)
+  if [[ -z "$addresses" ]] && "$KUBECTL" version --request-timeout=5s >/dev/null 2>&1; then
+    addresses=$("$KUBECTL" "${slices[@]}" -o jsonpath='{.items[*].endpoints[*].addresses[*]}' | tr ' ' ,)
+  fi
+  if [[ -z "$ports" && -n "$addresses" ]] && "$KUBECTL" version --request-timeout=5s >/dev/null 2>&1; then
+    ports=$("$KUBECTL" "${slices[@]}" -o jsonpath='{.items[*].ports[*].port}' | tr ' ' ,)
+  fi
+  [[ -n "$addresses" ]] || fail "API_SERVER_ADDRESSES: no address of the API server (the kubernetes Service's" \
+    "EndpointSlices in default list none, or no cluster answers); set API_SERVER_ADDRESSES=ip,... and API_SERVER_PORTS"
+  [[ -n "$ports" ]] || fail "API_SERVER_PORTS: no port of the API server's endpoints; set API_SERVER_PORTS=6443 (or theirs)"
+  api_server_rule=$(python3 - "$addresses" "$ports" <<'PY'
+import ipaddress, json, sys
+addresses, ports = (list(dict.fromkeys(filter(None, text.split(",")))) for text in sys.argv[1:])
+blocks = []
+for text in addresses:
+    try:
+        blocks.append({"ipBlock": {"cidr": str(ipaddress.ip_network(text.strip(), strict=True))}})
+    except ValueError:
+        sys.exit(f"deploy: API_SERVER_ADDRESSES: '{text}' is not an IP address or a CIDR (e.g. 10.0.0.2 or 10.0.0.0/28)")
+numbers = []
+for text in ports:
+    if not text.strip().isdigit() or not 1 <= int(text) <= 65535:
+        sys.exit(f"deploy: API_SERVER_PORTS: '{text}' is not a port number (e.g. 6443)")
+    numbers.append(int(text))
+rule = {"to": blocks, "ports": [{"port": port, "protocol": "TCP"} for port in dict.fromkeys(numbers)]}
+print(json.dumps([{"op": "replace", "path": "/spec/egress/0", "value": rule}]))
+PY
+) || exit 1
+fi
+
+# The throwaway kustomization's additions to the chosen one: the image, the pods' placement as a
+# strategic merge patch of the Deployment (JSON, which is YAML), and the NetworkPolicy's API server rule
+# as a JSON patch.
 customizations() {
   if [[ -n "$IMAGE" ]]; then
     local name=${IMAGE%:*} tag=${IMAGE##*:}
     [[ "$IMAGE" == *:* && "$tag" != */* ]] || { name=$IMAGE; tag=latest; }
     printf 'images:\n  - name: trainingjob-operator\n    newName: "%s"\n    newTag: "%s"\n' "$name" "$tag"
   fi
+  [[ -z "$selector_members$toleration_items$api_server_rule" ]] || printf 'patches:\n'
   if [[ -n "$selector_members$toleration_items" ]]; then
     local pod_spec=""
     [[ -z "$selector_members" ]] || pod_spec="\"nodeSelector\": {$selector_members}"
     [[ -z "$toleration_items" ]] || pod_spec+="${pod_spec:+, }\"tolerations\": [$toleration_items]"
-    printf 'patches:\n  - target:\n      kind: Deployment\n      name: trainingjob-operator\n    patch: |-\n'
+    printf '  - target:\n      kind: Deployment\n      name: trainingjob-operator\n    patch: |-\n'
     printf '      {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "trainingjob-operator"},\n'
     printf '       "spec": {"template": {"spec": {%s}}}}\n' "$pod_spec"
+  fi
+  if [[ -n "$api_server_rule" ]]; then
+    printf '  - target:\n      kind: NetworkPolicy\n      name: trainingjob-operator\n    patch: |-\n'
+    printf '      %s\n' "$api_server_rule"
   fi
 }
 

@@ -38,7 +38,11 @@ NAMESPACE: Final = "trainingjob-system"
 # The chart's values that select what each kustomize overlay adds (deploy/overlays/<name>).
 OPTIONS: Final[Mapping[str, Manifest]] = {
     "monitoring": {"monitoring": {"enabled": True}},
-    "network-policy": {"networkPolicy": {"enabled": True}},
+    # The kustomize component's API server rule as shipped: no address (0.0.0.0/32) until `make deploy`
+    # fills it in (the chart needs one, or looks it up in a cluster: tests/unit/test_network_policy.py).
+    "network-policy": {
+        "networkPolicy": {"enabled": True, "apiServer": {"addresses": ["0.0.0.0/32"], "ports": [6443]}}
+    },
     "single-namespace": {"watchNamespace": "ml-training"},
 }
 # Labels Helm charts add to every object (and the chart to its selectors), absent from deploy/.

@@ -283,19 +283,33 @@ def test_image_is_set_through_kustomize_without_a_registry() -> None:
                 assert spec["image"] == f"{IMAGE}:{version}", f"{target}: {spec['image']}"
 
 
-def test_network_policy_allows_only_metrics_in_and_api_server_and_dns_out() -> None:
+def test_network_policy_allows_only_metrics_and_probes_in_and_the_api_server_and_dns_out() -> None:
+    """Every egress rule names its destination and its ports (a rule without `to` allows any host). As
+    shipped, the API server's rule names no address (hack/deploy.sh and the chart fill it in from the
+    cluster; tests/unit/test_network_policy.py): the operator reaches nothing until it is filled in."""
     objects = rendered("deploy/overlays/network-policy")
     policy = one(objects, "NetworkPolicy")
     deployment = one(objects, "Deployment", "trainingjob-operator")
     assert policy["spec"]["podSelector"] == deployment["spec"]["selector"]
     assert sorted(policy["spec"]["policyTypes"]) == ["Egress", "Ingress"]
     ingress_ports = [port for rule in policy["spec"]["ingress"] for port in rule["ports"]]
-    assert ingress_ports == [{"port": "metrics", "protocol": "TCP"}]
-    assert all("ports" in rule for rule in policy["spec"]["egress"]), "egress must name its ports"
-    egress_ports = {
-        (port["protocol"], port["port"]) for rule in policy["spec"]["egress"] for port in rule["ports"]
+    assert ingress_ports == [{"port": "metrics", "protocol": "TCP"}, {"port": "health", "protocol": "TCP"}]
+    egress = policy["spec"]["egress"]
+    assert all(rule.get("to") and rule.get("ports") for rule in egress), (
+        "egress must name where and which ports"
+    )
+    api_server, dns = egress
+    assert api_server == {
+        "to": [{"ipBlock": {"cidr": "0.0.0.0/32"}}],
+        "ports": [{"port": 6443, "protocol": "TCP"}],
     }
-    assert egress_ports == {("TCP", 443), ("TCP", 6443), ("UDP", 53), ("TCP", 53)}
+    assert dns["to"] == [
+        {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+            "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+        }
+    ]
+    assert {(port["protocol"], port["port"]) for port in dns["ports"]} == {("UDP", 53), ("TCP", 53)}
 
 
 def test_no_machine_paths_or_registry_hosts() -> None:
