@@ -341,3 +341,61 @@ def test_a_long_list_of_findings_is_cut_not_replaced(world: World) -> None:
     result = apply(world.alice.kubectl, world.namespace, manifest)
     assert_refused(result.stderr, escalation.escalation_message(findings, world.namespace))
     assert " ...: more than the baseline" in result.stderr
+
+
+def every_list_at_its_bound() -> dict[str, Any]:
+    """A job whose template has every list the findings iterate at the schema's bound, each item
+    escalating: 16 containers and 16 init containers with 32 hostPorts, 64 capabilities and every
+    confinement turned off, 64 hostPath and NFS volumes, 64 unsafe sysctls."""
+    containers = [
+        {
+            "name": f"c{index}",
+            "image": "busybox:1.36",
+            "ports": [{"containerPort": 1000 + port, "hostPort": 1000 + port} for port in range(32)],
+            "securityContext": {
+                "privileged": True,
+                "capabilities": {"add": [f"CAP_{cap}" for cap in range(64)], "drop": ["NET_RAW"]},
+                "seLinuxOptions": {"type": "spc_t", "user": "u", "role": "r"},
+                "procMount": "Unmasked",
+                "seccompProfile": {"type": "Unconfined"},
+                "appArmorProfile": {"type": "Unconfined"},
+                "windowsOptions": {"hostProcess": True},
+                "runAsUser": 0,
+            },
+            "livenessProbe": {"httpGet": {"host": "10.0.0.1", "port": 1}},
+            "readinessProbe": {"tcpSocket": {"host": "10.0.0.1", "port": 1}},
+            "volumeMounts": [{"name": f"v{volume}", "mountPath": f"/m{volume}"} for volume in range(64)],
+        }
+        for index in range(16)
+    ]
+    volumes = [{"name": f"v{index}", "hostPath": {"path": "/"}} for index in range(32)]
+    volumes += [{"name": f"v{index}", "nfs": {"server": "10.0.0.2", "path": "/"}} for index in range(32, 64)]
+    manifest = named(by_id("default").manifest, "every-list-at-its-bound")
+    manifest["spec"]["podTemplate"] = {
+        "spec": {
+            "hostNetwork": True,
+            "securityContext": {
+                "sysctls": [{"name": f"kernel.x{index}", "value": "1"} for index in range(64)]
+            },
+            "volumes": volumes,
+            "containers": containers,
+            "initContainers": [{**c, "name": f"i{n}", "ports": []} for n, c in enumerate(containers)],
+        }
+    }
+    return manifest
+
+
+def test_a_template_with_every_list_at_its_bound_is_judged_within_cels_cost_limit(
+    world: World, cluster: Kubectl
+) -> None:
+    manifest = every_list_at_its_bound()
+    spec = manifest["spec"]
+    result = apply(world.alice.kubectl, world.namespace, manifest, "--dry-run=server")
+    assert_refused(
+        result.stderr, escalation.escalation_message(escalation.pod_escalations(spec), world.namespace)
+    )
+    violations = escalation.pod_security_violations(spec, escalation.RESTRICTED)
+    result = apply(PatientKubectl.of(cluster), world.restricted, manifest, "--dry-run=server")
+    assert_refused(
+        result.stderr, escalation.pod_security_message(violations, world.restricted, escalation.RESTRICTED)
+    )
