@@ -212,8 +212,9 @@ def test_the_operator_image_is_one_layer_with_nothing_but_what_the_operator_runs
     assert b"nonroot:x:65532:65532:" in (members["etc/passwd"][1] or b"")
     root = tmp_path / "root"
     unpack(image, root)
+    chroot = shutil.which("chroot") or "/usr/sbin/chroot"  # the image's PATH below has no chroot
     result = subprocess.run(
-        ["chroot", "--userspec=65532:65532", str(root), "/opt/venv/bin/trainingjob-operator", "--help"],
+        [chroot, "--userspec=65532:65532", str(root), "/opt/venv/bin/trainingjob-operator", "--help"],
         capture_output=True,
         text=True,
         env={"PATH": "/opt/venv/bin", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"},
