@@ -24,9 +24,10 @@ help: ## list the targets
 DEV_DIR := $(or $(TJ_DEV_DIR),.dev)
 DEMO_NAMESPACE ?= demo
 DEMO_METRICS_PORT ?= 8080
+DEMO_HEALTH_PORT ?= 8081
 DEMO_TIMEOUT ?= 300
 DEMO_STEP_SECONDS ?= 0.1
-export DEMO_NAMESPACE DEMO_METRICS_PORT DEMO_TIMEOUT DEMO_STEP_SECONDS
+export DEMO_NAMESPACE DEMO_METRICS_PORT DEMO_HEALTH_PORT DEMO_TIMEOUT DEMO_STEP_SECONDS
 
 .PHONY: demo
 demo: ## start here: local cluster with a real node, operator, and a TrainingJob trained to Completed in containers
@@ -133,7 +134,9 @@ lint: $(STAMP) ## ruff and mypy
 	$(VENV)/bin/mypy
 
 KUBECTL ?= $(if $(wildcard $(DEV_DIR)/bin/kubectl),$(DEV_DIR)/bin/kubectl,kubectl)
-METRICS_ADDR ?= 127.0.0.1:8080
+# `make run` serves /metrics in plain HTTP (--metrics-secure=false: the local cluster only) and the probes.
+METRICS_BIND_ADDRESS ?= 127.0.0.1:8080
+HEALTH_PROBE_BIND_ADDRESS ?= 127.0.0.1:8081
 RUN_ARGS ?=
 
 # crd/kube_schemas.json (the core/v1 schemas the spec embeds) comes from the API server's OpenAPI, so it is
@@ -154,8 +157,9 @@ install: ## apply crd/ (the CRD and the admission policies) to the cluster of $K
 	$(KUBECTL) wait --for=condition=Established --timeout=60s crd/trainingjobs.ml.example.com
 
 .PHONY: run
-run: $(STAMP) ## run the operator against $KUBECONFIG (metrics on 127.0.0.1:8080)
-	$(VENV_PY) -m controller --metrics-addr $(METRICS_ADDR) $(RUN_ARGS)
+run: $(STAMP) ## run the operator against $KUBECONFIG (plain-HTTP metrics on 127.0.0.1:8080, probes on 127.0.0.1:8081)
+	$(VENV_PY) -m controller --metrics-bind-address=$(METRICS_BIND_ADDRESS) --metrics-secure=false \
+		--health-probe-bind-address=$(HEALTH_PROBE_BIND_ADDRESS) $(RUN_ARGS)
 
 # BENCH_JOBS, BENCH_REPLICAS, BENCH_MEMORY_JOBS, BENCH_WINDOW, ... are read from the environment
 # (docs/bench.md); BENCH_ARGS are the script's own flags, then `-- <operator flags>`.

@@ -413,14 +413,23 @@ def start_servers(args: argparse.Namespace, manager: Manager) -> str | None:
             for other in manager.servers():
                 other.stop()
             return f"cannot listen on {flag}={address}: {error.strerror or error}"
-    if manager.metrics_server is None:
+    if manager.probe_server is not None:
+        logger.info(
+            "serving /healthz, /livez and /readyz over HTTP",
+            extra={"address": manager.probe_server.address},
+        )
+    metrics = manager.metrics_server
+    if metrics is None:
         logger.info("serving no metrics (--metrics-bind-address=0)")
-    elif manager.metrics_server.certificate is None:
-        logger.warning("serving /metrics over plain HTTP to anyone who can reach it (--metrics-secure=false)")
+    elif metrics.certificate is None:
+        logger.warning(
+            "serving /metrics over plain HTTP to anyone who can reach it (--metrics-secure=false)",
+            extra={"address": metrics.address},
+        )
     else:
         logger.info(
             "serving /metrics over HTTPS to authenticated and authorized requesters",
-            extra={"certificate": manager.metrics_server.certificate.describe()},
+            extra={"address": metrics.address, "certificate": metrics.certificate.describe()},
         )
     return None
 

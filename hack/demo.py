@@ -6,9 +6,10 @@ cluster with its real node (`hack/dev-cluster.sh up --with real-node`: a kubelet
 this machine, hack/devcluster/realnode.py) and installed the CRD; this script then
 
 1. creates the namespace (DEMO_NAMESPACE, default `demo`);
-2. starts the operator (watching that namespace only; metrics on 127.0.0.1:DEMO_METRICS_PORT) as a
-   registered dev process (`hack/dev-cluster.sh run`), so `hack/dev-cluster.sh down` stops it too; it
-   is reused when it already runs;
+2. starts the operator (watching that namespace only; /metrics in plain HTTP on
+   127.0.0.1:DEMO_METRICS_PORT, --metrics-secure=false as on the local cluster only, the probes on
+   127.0.0.1:DEMO_HEALTH_PORT) as a registered dev process (`hack/dev-cluster.sh run`), so
+   `hack/dev-cluster.sh down` stops it too; it is reused when it already runs;
 3. applies examples/trainingjob-simple.yaml, placed on the real node (a toleration of its taint and a
    node selector: the cluster's other nodes are kwok's, which run nothing). Its pods run the reference
    trainer with real torch in the trainer image (hack/images). If the job exists from an earlier run it
@@ -58,6 +59,7 @@ from trainingjob_client import (
 
 NAMESPACE: Final = os.environ.get("DEMO_NAMESPACE", "demo")
 METRICS_PORT: Final = int(os.environ.get("DEMO_METRICS_PORT", "8080"))
+HEALTH_PORT: Final = int(os.environ.get("DEMO_HEALTH_PORT", "8081"))
 TIMEOUT: Final = float(os.environ.get("DEMO_TIMEOUT", "300"))
 STEP_SECONDS: Final = os.environ.get("DEMO_STEP_SECONDS", "0.1")
 EXAMPLE: Final = REPO / "examples" / "trainingjob-simple.yaml"
@@ -272,12 +274,14 @@ def main() -> int:
                 "-m",
                 "controller",
                 f"--kubeconfig={kubeconfig}",
-                f"--metrics-addr=127.0.0.1:{METRICS_PORT}",
+                f"--metrics-bind-address=127.0.0.1:{METRICS_PORT}",
+                "--metrics-secure=false",
+                f"--health-probe-bind-address=127.0.0.1:{HEALTH_PORT}",
                 f"--namespace={NAMESPACE}",
                 f"--lease-namespace={NAMESPACE}",
                 "--progress-interval=0",
             ],
-            wait_http=f"http://127.0.0.1:{METRICS_PORT}/readyz",
+            wait_http=f"http://127.0.0.1:{HEALTH_PORT}/readyz",
         )
         job = recreate(jobs, demo_job())
         say(f"watching {NAMESPACE}/{job.name} (times since it was created):")

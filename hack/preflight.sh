@@ -5,9 +5,10 @@
 #
 #   hack/preflight.sh
 #
-# Reads PYTHON (default python3), DEMO_METRICS_PORT (default 8080), TJ_DEV_DIR, TJ_CACHE_DIR and
+# Reads PYTHON (default python3), DEMO_METRICS_PORT (default 8080), DEMO_HEALTH_PORT (default 8081),
+# TJ_DEV_DIR, TJ_CACHE_DIR and
 # TJ_CGROUP_FS (where the cgroup hierarchies are mounted, default /sys/fs/cgroup).
-# Needed: Python 3.11+ with venv, make, openssl, a free 127.0.0.1 port for the operator's metrics,
+# Needed: Python 3.11+ with venv, make, openssl, free 127.0.0.1 ports for the operator's metrics and probes,
 # Go 1.24+ when the control plane has to be built (without Go, hack/kube-bins.sh uses a cached build
 # of the pinned versions, whatever Go made it), and for the real node the job runs on: root, cgroup v1
 # and Debian's packages (installed by `make node-tools` when apt-get is there).
@@ -16,7 +17,8 @@ set -uo pipefail
 HACK_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(dirname "$HACK_DIR")
 PYTHON=${PYTHON:-python3}
-PORT=${DEMO_METRICS_PORT:-8080}
+METRICS_PORT=${DEMO_METRICS_PORT:-8080}
+HEALTH_PORT=${DEMO_HEALTH_PORT:-8081}
 DEV_DIR=${TJ_DEV_DIR:-$REPO/.dev}
 CGROUP_FS=${TJ_CGROUP_FS:-/sys/fs/cgroup}
 MIN_GO=1.24
@@ -118,14 +120,16 @@ for package in runc containernetworking-plugins iptables debootstrap buildah bus
 done
 found+=("root and cgroup v1 for the real node")
 
-# --- a free port for the operator's metrics ----------------------------------------------------------
-if $python_ok; then
-  port_check=$("$PYTHON" - "$PORT" "$DEV_DIR/run/state.json" <<'PY'
+# --- free ports for the operator's metrics and probes ----------------------------------------------
+# check_port VARIABLE PORT WHAT EXAMPLE: the port is free, or held by the demo's own operator.
+check_port() {
+  local variable=$1 port=$2 what=$3 example=$4 port_check
+  port_check=$("$PYTHON" - "$variable" "$port" "$DEV_DIR/run/state.json" <<'PY'
 import json, os, socket, sys
 
-port, state_path = sys.argv[1], sys.argv[2]
+variable, port, state_path = sys.argv[1], sys.argv[2], sys.argv[3]
 if not port.isdigit() or not 0 < int(port) < 65536:
-    print(f"DEMO_METRICS_PORT={port} is not a port number")
+    print(f"{variable}={port} is not a port number")
     sys.exit()
 probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
 try:
@@ -146,12 +150,16 @@ finally:
 PY
 )
   case "$port_check" in
-    free) found+=("port $PORT free") ;;
-    ours) found+=("port $PORT (the demo's operator, reused)") ;;
-    busy) problem "port $PORT on 127.0.0.1 is in use by another program; the operator's metrics go there.
-      Stop that program or pick another port: make demo DEMO_METRICS_PORT=18080" ;;
+    free) found+=("port $port free") ;;
+    ours) found+=("port $port (the demo's operator, reused)") ;;
+    busy) problem "port $port on 127.0.0.1 is in use by another program; the operator's $what go there.
+      Stop that program or pick another port: make demo $variable=$example" ;;
     *) problem "$port_check" ;;
   esac
+}
+if $python_ok; then
+  check_port DEMO_METRICS_PORT "$METRICS_PORT" metrics 18080
+  check_port DEMO_HEALTH_PORT "$HEALTH_PORT" probes 18081
 fi
 
 if ((${#problems[@]})); then

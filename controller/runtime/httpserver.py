@@ -391,6 +391,8 @@ class HttpServer:
         self.limits = limits
         self.tls = tls
         self._requested_port = port
+        # Where it listens once started ("::" or "0.0.0.0" for every interface).
+        self.bound_host = host
         self._server: _BoundedServer | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -400,6 +402,12 @@ class HttpServer:
         """The bound port once started (the requested one before)."""
         with self._lock:
             return self._server.server_port if self._server is not None else self._requested_port
+
+    @property
+    def address(self) -> str:
+        """host:port it listens on, for the log."""
+        host = self.bound_host
+        return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
 
     @property
     def scheme(self) -> str:
@@ -418,6 +426,7 @@ class HttpServer:
             return self._server.refused if self._server is not None else 0
 
     def start(self) -> int:
+        """Binds and serves; the bound port (useful with port 0). The caller says so in the log."""
         with self._lock:
             if self._server is not None:
                 return self._server.server_port
@@ -439,12 +448,7 @@ class HttpServer:
             )
             thread.start()
             self._server, self._thread = server, thread
-            logger.info(
-                "%s: serving %s",
-                self.name,
-                self.scheme.upper(),
-                extra={"address": f"{host}:{server.server_port}"},
-            )
+            self.bound_host = host
             return server.server_port
 
     def stop(self, timeout: float = 5.0) -> None:

@@ -4,8 +4,10 @@ Not a test: speed and memory targets live here, never in timed test assertions. 
 
 1. starts a throwaway control plane in its own dev directory (`TJ_DEV_DIR`, default `.dev/bench`) with
    enough kwok nodes for every pod, and makes sure the CRD is installed and Established;
-2. starts the operator as a process (`python -m controller`, default flags except `--metrics-addr
-   127.0.0.1:<free port>` and `--lease-namespace default`, plus any extra flags given);
+2. starts the operator as a process (`python -m controller`, default flags except
+   `--metrics-bind-address 127.0.0.1:<free port> --metrics-secure=false`,
+   `--health-probe-bind-address 127.0.0.1:<free port>` and `--lease-namespace default`, plus any
+   extra flags given);
 3. creates N TrainingJobs x R replicas from several threads and times, from the first create, when
    every pod exists, is bound, is Running, and when every job is Running;
 4. counts the operator's API requests by verb (its `rest_client_requests_total`), its CPU seconds

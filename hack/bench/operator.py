@@ -45,7 +45,8 @@ class Operator:
     ) -> None:
         # The checkout whose operator runs (hack/bench/peer.py's baseline: another one).
         self.tree = tree or operator_tree()
-        self.port = free_port()
+        self.port = free_port()  # /metrics
+        self.health_port = free_port()  # /readyz
         self.command = self.build_command(kubeconfig, extra)
         self.log_path = log_path
         self.process: subprocess.Popen[bytes] | None = None
@@ -56,9 +57,22 @@ class Operator:
             "-m",
             "controller",
             f"--kubeconfig={kubeconfig}",
-            f"--metrics-addr=127.0.0.1:{self.port}",
+            *self.serving_flags(),
             f"--lease-namespace={LEASE_NAMESPACE}",
             *extra,
+        ]
+
+    def serving_flags(self) -> list[str]:
+        """/metrics in plain HTTP (the bench reads it; a secure endpoint would add its reviews to the
+        requests measured) and the probes, each on a port of 127.0.0.1. A baseline checkout from
+        before the probes had a port of their own serves both on --metrics-addr."""
+        if "--metrics-bind-address" not in (self.tree / "controller" / "cli.py").read_text(encoding="utf-8"):
+            self.health_port = self.port
+            return [f"--metrics-addr=127.0.0.1:{self.port}"]
+        return [
+            f"--metrics-bind-address=127.0.0.1:{self.port}",
+            "--metrics-secure=false",
+            f"--health-probe-bind-address=127.0.0.1:{self.health_port}",
         ]
 
     def prepare(self) -> None:
@@ -82,7 +96,10 @@ class Operator:
 
     def ready(self) -> bool:
         """Serving, and leading (it reconciles only as the leader)."""
-        return self.get("/readyz")[0] == 200 and self.metrics("leader_election_master_status").leader
+        return (
+            self.get_port(self.health_port, "/readyz")[0] == 200
+            and self.metrics("leader_election_master_status").leader
+        )
 
     @property
     def pid(self) -> int:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -112,14 +113,15 @@ def start_operator(
     lease_namespace: str,
     tmp_path: Path,
 ) -> Iterator[StartOperator]:
-    """start_operator(*extra_args, name="operator", ready=True) -> a running OperatorProcess."""
+    """start_operator(*extra_args, name="operator", ready=True, **fields) -> a running OperatorProcess;
+    `fields` are OperatorProcess's (`secure=True` for HTTPS metrics, `metrics_token`, `tls_context`)."""
     started: list[OperatorProcess] = []
     request.node.stash[STARTED_OPERATORS] = started
 
-    def start(*args: str, name: str = "operator", ready: bool = True) -> OperatorProcess:
+    def start(*args: str, name: str = "operator", ready: bool = True, **fields: Any) -> OperatorProcess:
         defaults = (f"--namespace={namespace}", f"--lease-namespace={lease_namespace}")
         operator = OperatorProcess(
-            operator_kubeconfig, tmp_path / f"{name}-{len(started)}.log", (*defaults, *args)
+            operator_kubeconfig, tmp_path / f"{name}-{len(started)}.log", (*defaults, *args), **fields
         )
         started.append(operator.start())
         if ready:

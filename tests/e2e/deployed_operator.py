@@ -43,9 +43,10 @@ HELM_PLACEMENT_FLAGS: Final = (
     ),
 )
 
-# Run inside an operator container (as its user): what the process there sees.
+# Run inside an operator container (as its user): what the process there sees. A token that may get
+# /metrics comes on stdin; the operator's certificate is self-signed, so it is not verified.
 LOOK_INSIDE = """
-import json, os, urllib.request
+import json, os, ssl, sys, urllib.error, urllib.request
 found = {"uid": os.getuid(), "gid": os.getgid()}
 for path in ("/written-by-a-test", "/tmp/written-by-a-test"):
     try:
@@ -59,7 +60,21 @@ found["command"] = open("/proc/1/cmdline").read().split("\\0")[:-1]
 found["KUBECONFIG"] = os.environ.get("KUBECONFIG")
 found["KUBERNETES_SERVICE_HOST"] = os.environ.get("KUBERNETES_SERVICE_HOST")
 found["service_account"] = sorted(os.listdir("/var/run/secrets/kubernetes.io/serviceaccount"))
-metrics = urllib.request.urlopen("http://127.0.0.1:8080/metrics", timeout=10).read().decode()
+token = sys.stdin.read().strip()
+unverified = ssl._create_unverified_context()
+def get(url, token=None):
+    headers = {"Authorization": "Bearer " + token} if token else {}
+    context = unverified if url.startswith("https:") else None
+    request = urllib.request.Request(url, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10, context=context) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+found["readyz"] = get("http://127.0.0.1:8081/readyz")
+found["without_token"] = get("https://127.0.0.1:8443/metrics")
+status, metrics = get("https://127.0.0.1:8443/metrics", token)
+found["metrics_status"] = status
 found["metrics"] = {
     line.split()[0]: float(line.split()[-1])
     for line in metrics.splitlines()
@@ -135,10 +150,12 @@ def wait_leader(cluster: Kubectl, pods: list[JsonDict], timeout: float = 60) -> 
     )
 
 
-def look_inside(cluster: Kubectl, pod: str) -> JsonDict:
-    """LOOK_INSIDE's findings, run in the pod's operator container through the kubelet."""
+def look_inside(cluster: Kubectl, pod: str, metrics_token: str) -> JsonDict:
+    """LOOK_INSIDE's findings, run in the pod's operator container through the kubelet, with a token
+    that may get /metrics."""
     output = cluster.run(
-        "exec", "-n", OPERATOR_NAMESPACE, pod, "-c", "operator", "--", "python", "-c", LOOK_INSIDE
+        *("exec", "-i", "-n", OPERATOR_NAMESPACE, pod, "-c", "operator", "--", "python", "-c", LOOK_INSIDE),
+        stdin=metrics_token,
     )
     found = json.loads(output.strip().splitlines()[-1])
     assert isinstance(found, dict)

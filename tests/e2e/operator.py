@@ -1,7 +1,15 @@
 """Runs the real operator (`python -m controller`) as a process for end-to-end tests.
 
-Tests start it, read its JSON log lines and its /metrics, send it SIGTERM or SIGKILL, and run two at
-once for leader election. Every process started here is stopped when its test ends.
+Tests start it, read its JSON log lines, its probes and its /metrics, send it SIGTERM or SIGKILL, and
+run two at once for leader election. Every process started here is stopped when its test ends.
+
+Its /metrics and its probes listen on free ports of 127.0.0.1 of their own; `get` sends /healthz,
+/livez and /readyz to the probes' port and anything else to the metrics port. An operator started here
+serves /metrics in plain HTTP (--metrics-secure=false) unless `secure` is set: most tests read its
+metrics to see what it did, and in the secure mode each first read of a token would add a TokenReview
+and a SubjectAccessReview to the API requests those tests count (`rest_client_requests_total`); the
+secure mode, HTTPS with the API server's authentication and authorization as deployed, has tests of its
+own (tests/e2e/test_metrics_auth_e2e.py, the real Prometheus scrape of tests/e2e/test_prometheus.py).
 """
 
 from __future__ import annotations
@@ -9,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import urllib.error
@@ -30,18 +39,28 @@ class OperatorProcess:
     kubeconfig: Path
     log_path: Path
     args: tuple[str, ...] = ()
-    port: int = field(default_factory=free_port)
+    port: int = field(default_factory=free_port)  # /metrics
     process: subprocess.Popen[bytes] | None = None
     env: dict[str, str] = field(default_factory=dict)
+    health_port: int = field(default_factory=free_port)  # /healthz, /livez, /readyz
+    # HTTPS with authentication and authorization (the deployed mode), read with `metrics_token`.
+    secure: bool = False
+    metrics_token: str | None = None
+    # What verifies the operator's certificate in the secure mode (default: nothing, as the deployed
+    # ServiceMonitor does with the self-signed certificate).
+    tls_context: ssl.SSLContext | None = None
 
     def start(self) -> OperatorProcess:
+        # The harness's addresses come last, so that they win over any in `args` (a Deployment's).
         command = [
             sys.executable,
             "-m",
             "controller",
             f"--kubeconfig={self.kubeconfig}",
-            f"--metrics-addr=127.0.0.1:{self.port}",
             *self.args,
+            f"--metrics-bind-address=127.0.0.1:{self.port}",
+            f"--health-probe-bind-address=127.0.0.1:{self.health_port}",
+            f"--metrics-secure={'true' if self.secure else 'false'}",
         ]
         env = {
             **os.environ,
@@ -61,9 +80,23 @@ class OperatorProcess:
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
-    def get(self, path: str) -> tuple[int, str]:
+    def url(self, path: str) -> str:
+        """Where `path` is served: the probes' port for the probes, the metrics port for the rest."""
+        if path.partition("?")[0].rstrip("/") in PROBES:
+            return f"http://127.0.0.1:{self.health_port}{path}"
+        return f"{'https' if self.secure else 'http'}://127.0.0.1:{self.port}{path}"
+
+    def get(self, path: str, token: str | None = None) -> tuple[int, str]:
+        """Status and body of a GET (0 and the error when there is no answer); `token` (default
+        `metrics_token`) is sent as the bearer token."""
+        token = token or self.metrics_token
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        request = urllib.request.Request(self.url(path), headers=headers)  # noqa: S310 - http(s) to 127.0.0.1
+        context = None
+        if request.type == "https":
+            context = self.tls_context or ssl._create_unverified_context()  # noqa: S323 - like the ServiceMonitor
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as response:
+            with urllib.request.urlopen(request, timeout=5, context=context) as response:  # noqa: S310
                 return response.status, response.read().decode()
         except urllib.error.HTTPError as error:
             return error.code, error.read().decode()
@@ -133,6 +166,9 @@ class OperatorProcess:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait(timeout=10)
+
+
+PROBES = ("/healthz", "/livez", "/readyz")
 
 
 @contextmanager

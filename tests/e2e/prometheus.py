@@ -64,12 +64,21 @@ class Prometheus:
         return http_ok(self.url("-/ready"), expect="")
 
 
-def scrape_config(job: str, targets: Sequence[str]) -> str:
-    """A configuration scraping `targets` every second as the job `job`."""
+def scrape_config(job: str, targets: Sequence[str], *, token_file: Path | None = None) -> str:
+    """A configuration scraping `targets` every second as the job `job`: plain HTTP, or with a
+    `token_file` HTTPS with that bearer token and the TLS settings of the deployed ServiceMonitor (the
+    operator's self-signed certificate is not verified)."""
     listed = ", ".join(f"'{target}'" for target in targets)
+    secure = ""
+    if token_file is not None:
+        secure = (
+            "    scheme: https\n"
+            f"    authorization:\n      credentials_file: {token_file}\n"
+            "    tls_config:\n      insecure_skip_verify: true\n"
+        )
     return (
         "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
-        f"scrape_configs:\n  - job_name: {job}\n"
+        f"scrape_configs:\n  - job_name: {job}\n{secure}"
         f"    static_configs:\n      - targets: [{listed}]\n"
     )
 

@@ -8,8 +8,10 @@ nodeSelector and tolerations values. So what only a real cluster exercises is pr
 entry point, the probes answered by the real process, the deployed ServiceAccount and RBAC through
 the in-cluster configuration (no kubeconfig anywhere), restricted Pod Security with a read-only root
 filesystem, leader election between two pods and its handover when the leader's pod is deleted (a
-real SIGTERM from the kubelet), /metrics scraped by a real Prometheus through the Service's ClusterIP
-(kube-proxy), and the JSON logs as `kubectl logs` shows them. The jobs it reconciles are ordinary
+real SIGTERM from the kubelet), the probes on their own port, /metrics over HTTPS refusing a request
+without a token and scraped by a real Prometheus through the Service's ClusterIP (kube-proxy) with a
+ServiceAccount token bound to the shipped metrics-reader ClusterRole, and the JSON logs as `kubectl
+logs` shows them. The jobs it reconciles are ordinary
 TrainingJobs whose pods run on the kwok nodes.
 
 The deployed operator uses the Lease the session's other operators use (tests/e2e/conftest.py), so
@@ -21,6 +23,7 @@ run as: the next test that needs them applies them again and mints a new token
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -52,6 +55,7 @@ from tests.e2e.deployed_operator import (
     wait_lease_free,
     wait_ready_replicas,
 )
+from tests.e2e.metrics_access import metrics_reader, token_file
 from tests.e2e.operator_identity import DEPLOY, identity_objects, render
 from tests.e2e.operator_identity import NAMESPACE as OPERATOR_NAMESPACE
 from tests.e2e.prometheus import PROMETHEUS, Prometheus, running_prometheus, scrape_config
@@ -72,6 +76,9 @@ INSTALLED: Final = (
     ("rolebinding", "trainingjob-operator-leader-election", OPERATOR_NAMESPACE),
     ("clusterrole", "trainingjob-operator", ""),
     ("clusterrolebinding", "trainingjob-operator", ""),
+    ("clusterrole", "trainingjob-operator-metrics-auth", ""),
+    ("clusterrolebinding", "trainingjob-operator-metrics-auth", ""),
+    ("clusterrole", "trainingjob-operator-metrics-reader", ""),
 )
 
 
@@ -104,9 +111,12 @@ def crd_objects_present(cluster: Kubectl) -> bool:
     )
 
 
-def assert_runs_as_deployed(cluster: Kubectl, image: Image, began: float) -> tuple[list[JsonDict], str]:
+def assert_runs_as_deployed(
+    cluster: Kubectl, image: Image, began: float, metrics_token: str
+) -> tuple[list[JsonDict], str]:
     """Both replicas Ready on the real node from `image`, each process as the restricted namespace and
-    the Deployment make it, exactly one leading; returns the pods and the leader's name."""
+    the Deployment make it, its probes plain and its /metrics HTTPS for `metrics_token` only, exactly
+    one leading; returns the pods and the leader's name."""
     pods = wait_ready_replicas(cluster, SELECTOR, 2)
     seconds_to_ready = time.monotonic() - began
     namespace = cluster.get_json("namespace", OPERATOR_NAMESPACE)
@@ -129,7 +139,10 @@ def assert_runs_as_deployed(cluster: Kubectl, image: Image, began: float) -> tup
     statuses = {}
     for pod in pods:
         name = pod["metadata"]["name"]
-        found = look_inside(cluster, name)
+        found = look_inside(cluster, name, metrics_token)
+        assert found["readyz"] == [200, "ok"]
+        assert found["without_token"] == [401, "Unauthorized\n"]
+        assert found["metrics_status"] == 200
         assert (found["uid"], found["gid"]) == (65532, 65532)
         assert found["/written-by-a-test"] == "Read-only file system"
         assert found["/tmp/written-by-a-test"] == "written"
@@ -156,12 +169,13 @@ def free_port_on_the_node() -> int:
     return port
 
 
-def scraped_through_the_service(cluster: Kubectl, workdir: Path) -> None:
+def scraped_through_the_service(cluster: Kubectl, workdir: Path, metrics_token: str) -> None:
     """A real Prometheus inside the node's network namespace scrapes the metrics Service's ClusterIP
-    (kube-proxy's rules send it to a replica); the test queries it at the node's address."""
+    (kube-proxy's rules send it to a replica) as the ServiceMonitor makes it, HTTPS with a token; the
+    test queries it at the node's address."""
     service = cluster.get_json("service", METRICS_SERVICE, "-n", OPERATOR_NAMESPACE)
     target = f"{service['spec']['clusterIP']}:{service['spec']['ports'][0]['port']}"
-    config = scrape_config(METRICS_SERVICE, [target])
+    config = scrape_config(METRICS_SERVICE, [target], token_file=token_file(metrics_token, workdir))
     launcher = ["/usr/bin/nsenter", f"--net={nodeconfig.netns_path()}", "--"]
     port = free_port_on_the_node()
     with running_prometheus(config, workdir, host=nodeconfig.NODE_IP, port=port, launcher=launcher) as server:
@@ -172,7 +186,7 @@ def scraped_through_the_service(cluster: Kubectl, workdir: Path) -> None:
 
         wait_for(f"Prometheus scraping {target}", up, timeout=90)
         (scraped,) = server.targets()
-        assert scraped["scrapeUrl"] == f"http://{target}/metrics"
+        assert scraped["scrapeUrl"] == f"https://{target}/metrics"
         # The Deployment's --workers=4, as the scraped process exports it.
         workers = server.values('controller_runtime_max_concurrent_reconciles{controller="trainingjob"}')
         assert workers == [4.0]
@@ -219,12 +233,14 @@ def test_make_deploy_runs_the_operator_from_its_image_on_the_real_node(
     variables = {"IMAGE": image.references[0], "NODE_SELECTOR": NODE_SELECTOR, "TOLERATE": TOLERATE}
     wait_lease_free(real_node)
     began = time.monotonic()
+    scraper = contextlib.ExitStack()
     try:
         deployed = make("deploy", real_node, **variables)
         assert deployed.returncode == 0, deployed.stdout + deployed.stderr
-        pods, leader = assert_runs_as_deployed(real_node, image, began)
+        token = scraper.enter_context(metrics_reader(real_node, namespace))
+        pods, leader = assert_runs_as_deployed(real_node, image, began, token)
         reconciled(real_node, namespace, "first")
-        scraped_through_the_service(real_node, tmp_path)
+        scraped_through_the_service(real_node, tmp_path, token)
 
         successor = hand_over(real_node, pods, leader)
         reconciled(real_node, namespace, "second")
@@ -249,6 +265,7 @@ def test_make_deploy_runs_the_operator_from_its_image_on_the_real_node(
         assert real_node.items("pods", "-A", "-l", SELECTOR) == []
         assert crd_objects_present(real_node)
     finally:
+        scraper.close()
         if real_node.get_or_none("deployment", "trainingjob-operator", "-n", OPERATOR_NAMESPACE):
             make("undeploy", real_node, **variables)
 
@@ -285,9 +302,11 @@ def test_helm_install_runs_the_operator_from_its_image_on_the_real_node(
     real_node.run("apply", "-f", str(DEPLOY / "base" / "namespace.yaml"))
     set_aside_identity(real_node)
     began = time.monotonic()
+    scraper = contextlib.ExitStack()
     try:
         chart.run(*install)
-        assert_runs_as_deployed(real_node, image, began)
+        token = scraper.enter_context(metrics_reader(real_node, namespace))
+        assert_runs_as_deployed(real_node, image, began, token)
         reconciled(real_node, namespace, "charted")
         real_node.run("delete", "trainingjobs", "--all", "-n", namespace, "--wait=true", "--timeout=120s")
         chart.run("uninstall", RELEASE, "--namespace", OPERATOR_NAMESPACE, "--wait", "--timeout=3m")
@@ -299,6 +318,7 @@ def test_helm_install_runs_the_operator_from_its_image_on_the_real_node(
             timeout=120,
         )
     finally:
+        scraper.close()
         if real_node.get_or_none("deployment", "trainingjob-operator", "-n", OPERATOR_NAMESPACE):
             chart.attempt("uninstall", RELEASE, "--namespace", OPERATOR_NAMESPACE, "--wait", "--timeout=3m")
         if not namespace_existed:

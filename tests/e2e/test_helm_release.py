@@ -89,10 +89,19 @@ def site(helm: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]
 # --------------------------------------------------------------------------------------- helpers
 
 
+# The Deployment's flags of the metrics and probe servers, which OperatorProcess sets itself.
+SERVING_FLAGS = (
+    "--metrics-bind-address=",
+    "--health-probe-bind-address=",
+    "--metrics-secure=",
+    "--metrics-cert-path=",
+)
+
+
 def live_operator_args(deployment: Manifest, namespace: str) -> tuple[tuple[str, ...], dict[str, str]]:
     """The operator's command-line arguments and environment as the kubelet would give them to the
     Deployment's container: fieldRefs to the pod's namespace resolved, `$(VAR)` expanded, and the metrics
-    address left to OperatorProcess (127.0.0.1 and a free port)."""
+    and probe servers left to OperatorProcess (127.0.0.1, free ports, plain HTTP)."""
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     env: dict[str, str] = {}
     for item in container.get("env", []):
@@ -101,7 +110,7 @@ def live_operator_args(deployment: Manifest, namespace: str) -> tuple[tuple[str,
         else:
             assert item["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace", item
             env[item["name"]] = namespace
-    args = tuple(expanded(arg, env) for arg in container["args"] if not arg.startswith("--metrics-addr="))
+    args = tuple(expanded(arg, env) for arg in container["args"] if not arg.startswith(SERVING_FLAGS))
     return args, env
 
 

@@ -58,6 +58,7 @@ def test_make_demo_runs_end_to_end_and_again_and_stops(tmp_path: Path, no_sessio
         TJ_DEV_NODES="2",
         DEMO_NAMESPACE=namespace,
         DEMO_METRICS_PORT=str(free_port()),
+        DEMO_HEALTH_PORT=str(free_port()),
         DEMO_STEP_SECONDS="0.02",
         DEMO_TIMEOUT="300",
     )
@@ -82,7 +83,8 @@ def test_make_demo_runs_end_to_end_and_again_and_stops(tmp_path: Path, no_sessio
         pids = [p["pid"] for p in [*state["processes"].values(), *extras.values()]]
         assert all(process_start_time(pid) for pid in pids)
         assert listening_addresses(extras["operator"]["pid"]) == {
-            ("127.0.0.1", int(env["DEMO_METRICS_PORT"]))
+            ("127.0.0.1", int(env["DEMO_METRICS_PORT"])),
+            ("127.0.0.1", int(env["DEMO_HEALTH_PORT"])),
         }
         kubectl = Kubectl(dev / "bin" / "kubectl", dev / "kubeconfig")
         pods = kubectl.items("pods", "-n", namespace)

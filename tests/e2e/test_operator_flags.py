@@ -1,5 +1,6 @@
 """The real operator process with Kubernetes-style flags: from the environment, Go durations, and
-start-up problems told in one line with exit code 2 (a metrics port in use, a bad kubeconfig, the
+start-up problems told in one line with exit code 2 (a metrics or probe port in use, a metrics
+certificate that does not load, a bad kubeconfig, the
 trainers' admission policy not installed).
 
 Why end to end: the unit tests parse flags, but a port in use is only found when the process binds
@@ -12,11 +13,11 @@ from __future__ import annotations
 import socket
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from crd import contract
-from hack.common import free_port
 from tests.cluster import REPO, Kubectl, wait_for
 from tests.e2e.conftest import OPERATOR_NAMESPACE
 from tests.e2e.operator import OperatorProcess
@@ -34,14 +35,23 @@ def exited_with_one_line(operator: OperatorProcess) -> str:
     return lines[0]
 
 
-def refused_start(kubeconfig: Path, namespace: str, tmp_path: Path, port: int | None = None) -> str:
-    """Starts the operator (log level INFO) for `namespace`, expecting it to refuse: its one line."""
+def refused_start(
+    kubeconfig: Path,
+    namespace: str,
+    tmp_path: Path,
+    *args: str,
+    secure: bool = False,
+    ports: dict[str, Any] | None = None,
+) -> str:
+    """Starts the operator (log level INFO) for `namespace`, expecting it to refuse: its one line.
+    `ports` are OperatorProcess's (`port` for /metrics, `health_port`), free ones by default."""
     operator = OperatorProcess(
         kubeconfig,
         tmp_path / "operator.log",
-        (f"--namespace={namespace}", f"--lease-namespace={OPERATOR_NAMESPACE}"),
-        port=free_port() if port is None else port,
+        (f"--namespace={namespace}", f"--lease-namespace={OPERATOR_NAMESPACE}", *args),
         env={"LOG_LEVEL": "INFO"},
+        secure=secure,
+        **(ports or {}),
     ).start()
     try:
         return exited_with_one_line(operator)
@@ -58,13 +68,32 @@ def busy_port() -> Iterator[int]:
         yield int(sock.getsockname()[1])
 
 
-def test_a_metrics_port_in_use_is_one_line_and_exit_code_2(
-    service_account_kubeconfig: Path, namespace: str, busy_port: int, tmp_path: Path
+@pytest.mark.parametrize(
+    "server", [("--metrics-bind-address", "port"), ("--health-probe-bind-address", "health_port")]
+)
+def test_a_port_in_use_is_one_line_and_exit_code_2(
+    service_account_kubeconfig: Path, namespace: str, busy_port: int, tmp_path: Path, server: tuple[str, str]
 ) -> None:
-    line = refused_start(service_account_kubeconfig, namespace, tmp_path, port=busy_port)
-    assert line == (
-        f"trainingjob-operator: cannot listen on --metrics-addr=127.0.0.1:{busy_port}: Address already in use"
-    )
+    flag, field = server
+    ports: dict[str, Any] = {field: busy_port}
+    line = refused_start(service_account_kubeconfig, namespace, tmp_path, ports=ports)
+    in_use = f"{flag}=127.0.0.1:{busy_port}: Address already in use"
+    assert line == f"trainingjob-operator: cannot listen on {in_use}"
+
+
+def test_a_metrics_certificate_that_does_not_load_is_one_line_and_exit_code_2(
+    service_account_kubeconfig: Path, namespace: str, tmp_path: Path
+) -> None:
+    certs = tmp_path / "certs"
+    certs.mkdir()
+    (certs / "tls.crt").write_text("not a certificate\n")
+    (certs / "tls.key").write_text("not a key\n")
+    flag = f"--metrics-cert-path={certs}"
+    line = refused_start(service_account_kubeconfig, namespace, tmp_path, flag, secure=True)
+    assert line.startswith(
+        f"trainingjob-operator: cannot serve /metrics over HTTPS: {certs}/tls.crt and {certs}/tls.key are "
+        "not a usable certificate and key: "
+    ), line
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,10 @@
 
 `promtool check metrics` (tests/unit/test_metrics.py) checks the exposition format; this proves the
 whole path a platform team relies on: scrape, store, PromQL, with the job counts the operator exports
-following a TrainingJob from Pending to Running.
+following a TrainingJob from Pending to Running. The operator serves /metrics as deployed (HTTPS, the
+requester's token reviewed by the API server) and Prometheus scrapes it as the shipped ServiceMonitor
+makes it: HTTPS, with a ServiceAccount token bound to the trainingjob-operator-metrics-reader
+ClusterRole, the self-signed certificate not verified.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ import pytest
 
 from hack.common import free_port
 from tests.cluster import Kubectl, wait_for
+from tests.e2e.conftest import StartOperator
+from tests.e2e.metrics_access import metrics_reader, token_file
 from tests.e2e.operator import OperatorProcess
 from tests.e2e.prometheus import PROMETHEUS, Prometheus, running_prometheus, scrape_config
 
@@ -22,8 +27,23 @@ pytestmark = pytest.mark.skipif(PROMETHEUS is None, reason="Debian's prometheus 
 
 
 @pytest.fixture
-def prometheus(operator: OperatorProcess, tmp_path: Path) -> Iterator[Prometheus]:
-    config = scrape_config("trainingjob-operator", [f"127.0.0.1:{operator.port}"])
+def scraper_token(cluster: Kubectl, namespace: str) -> Iterator[str]:
+    """A token of a ServiceAccount that may get /metrics (the shipped metrics-reader ClusterRole)."""
+    with metrics_reader(cluster, namespace, "prometheus") as token:
+        yield token
+
+
+@pytest.fixture
+def secure_operator(start_operator: StartOperator, scraper_token: str) -> OperatorProcess:
+    return start_operator(secure=True, metrics_token=scraper_token)
+
+
+@pytest.fixture
+def prometheus(secure_operator: OperatorProcess, scraper_token: str, tmp_path: Path) -> Iterator[Prometheus]:
+    credentials = token_file(scraper_token, tmp_path)
+    config = scrape_config(
+        "trainingjob-operator", [f"127.0.0.1:{secure_operator.port}"], token_file=credentials
+    )
     with running_prometheus(config, tmp_path, host="127.0.0.1", port=free_port()) as server:
         yield server
 
@@ -38,12 +58,14 @@ def simple_job(namespace: str) -> dict[str, Any]:
 
 
 def test_prometheus_scrapes_the_operator(
-    cluster: Kubectl, namespace: str, operator: OperatorProcess, prometheus: Prometheus
+    cluster: Kubectl, namespace: str, secure_operator: OperatorProcess, prometheus: Prometheus
 ) -> None:
     def target_up() -> bool:
         return any(target["health"] == "up" for target in prometheus.targets())
 
     wait_for("the operator's target is up", target_up, timeout=60)
+    (target,) = prometheus.targets()
+    assert target["scrapeUrl"] == f"https://127.0.0.1:{secure_operator.port}/metrics"
 
     cluster.apply(simple_job(namespace))
     query = f'trainingjob_jobs{{namespace="{namespace}",state="Running"}}'

@@ -37,6 +37,7 @@ class Machine:
     python: str
     port: int
     cgroups: Path
+    health_port: int = 0
 
     def tool(self, name: str, script: str = "exit 0") -> None:
         path = self.bin / name
@@ -53,6 +54,7 @@ class Machine:
             "HOME": str(self.dev.parent),
             "PYTHON": self.python,
             "DEMO_METRICS_PORT": str(self.port),
+            "DEMO_HEALTH_PORT": str(self.health_port or free_port()),
             "TJ_DEV_DIR": str(self.dev),
             "TJ_CACHE_DIR": str(self.cache),
             "TJ_CGROUP_FS": str(self.cgroups),
@@ -215,7 +217,7 @@ def running_cluster(machine: Machine) -> Path:
         "versions": {},
         "processes": {"etcd": dict(process)},
         "extras": {
-            "operator": {**process, "command": ["python", f"--metrics-addr=127.0.0.1:{machine.port}"]}
+            "operator": {**process, "command": ["python", f"--metrics-bind-address=127.0.0.1:{machine.port}"]}
         },
     }
     path = machine.dev / "run" / "state.json"
@@ -238,6 +240,20 @@ def test_the_metrics_port_must_be_free(machine: Machine) -> None:
         result = machine.run()
     assert_refused(
         result, machine, f"port {machine.port} on 127.0.0.1 is in use", "make demo DEMO_METRICS_PORT="
+    )
+
+
+def test_the_probe_port_must_be_free(machine: Machine) -> None:
+    machine.health_port = free_port()
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", machine.health_port))
+        holder.listen()
+        result = machine.run()
+    assert_refused(
+        result,
+        machine,
+        f"port {machine.health_port} on 127.0.0.1 is in use by another program; the operator's probes",
+        "make demo DEMO_HEALTH_PORT=",
     )
 
 
