@@ -5,9 +5,9 @@ a TrainingJob could have the operator make a host-level pod, or run code under a
 ServiceAccount of the namespace: a confused deputy. The admission policy `trainingjob-escalation`
 (crd/escalation_policy.py renders it from crd/escalation_cel.py) refuses those settings to a requester
 who could not make such a pod directly, and refuses pods the namespace's Pod Security level would refuse
-anyway. This module lists the same findings in Python, for the operator, which does not start a job
-carrying such settings while the policy is missing from the cluster (fail closed), and for the tests,
-which put the same cases through both and compare the lists.
+anyway. This module lists the same findings in Python: for the operator, so that it can refuse to
+start a job carrying such settings while the policy is missing from the cluster (fail closed), and for
+the tests, which put the same cases through both and compare the lists.
 
 What escalates (every control of the "baseline" Pod Security Standard that a job can carry, as
 kube-apiserver 1.34's PodSecurity admission checks it; each with why it is in, or out):
@@ -361,7 +361,8 @@ def _is_trainer(kind: str, container: JsonDict) -> bool:
 def _escalation_and_capabilities(pod: _Pod) -> list[str]:
     """No privilege escalation, ALL dropped, nothing added but NET_BIND_SERVICE (the baseline's finding
     names the capabilities it forbids); the trainer has the operator's defaults where the template sets
-    nothing. PodSecurity exempts Windows pods."""
+    nothing. PodSecurity exempts Windows pods. (A privileged trainer gets no allowPrivilegeEscalation
+    from the operator, which the Pod API requires: that job has the baseline's finding already.)"""
     if pod.windows:
         return []
     found = []
