@@ -67,21 +67,25 @@ class _Progress:
         self.events = 0
 
 
-def _describe(resource: Resource, namespace: str | None, label_selector: str | None) -> str:
-    """How log lines name an informer: its resource, namespace and selector."""
+def _describe(
+    resource: Resource, namespace: str | None, label_selector: str | None, field_selector: str | None = None
+) -> str:
+    """How log lines name an informer: its resource, namespace and selectors."""
     in_namespace = f" in {namespace}" if namespace else ""
-    return resource.plural + in_namespace + (f" ({label_selector})" if label_selector else "")
+    selectors = ",".join(selector for selector in (label_selector, field_selector) if selector)
+    return resource.plural + in_namespace + (f" ({selectors})" if selectors else "")
 
 
 class _Source:
-    """Where an informer reads from: paginated lists and watches of one resource (and selector)."""
+    """Where an informer reads from: paginated lists and watches of one resource (and selectors: a field
+    selector "metadata.name=<name>" follows one object, which RBAC can grant list and watch on by name)."""
 
     def __init__(
         self,
         client: KubeClient,
         resource: Resource,
         namespace: str | None,
-        label_selector: str | None,
+        selectors: tuple[str | None, str | None],
         *,
         name: str,
         page_size: int,
@@ -91,7 +95,7 @@ class _Source:
         self._client = client
         self._resource = resource
         self._namespace = namespace
-        self._label_selector = label_selector
+        self._label_selector, self._field_selector = selectors  # label, field
         self._name = name
         self._page_size = page_size
         self._watch_timeout = watch_timeout
@@ -111,6 +115,7 @@ class _Source:
                     self._resource,
                     self._namespace,
                     label_selector=self._label_selector,
+                    field_selector=self._field_selector,
                     limit=limit,
                     continue_=continue_,
                 )
@@ -144,6 +149,7 @@ class _Source:
             self._namespace,
             resource_version=resource_version,
             label_selector=self._label_selector,
+            field_selector=self._field_selector,
             timeout_seconds=int(random.uniform(low, high)),  # noqa: S311 - spreading load, not crypto
             read_timeout=self._read_timeout,
         )
@@ -164,6 +170,7 @@ class Informer:
         *,
         namespace: str | None = None,
         label_selector: str | None = None,
+        field_selector: str | None = None,
         clock: Clock | None = None,
         watch_timeout: tuple[float, float] = (300.0, 600.0),
         read_timeout: float = 90.0,
@@ -182,12 +189,12 @@ class Informer:
         self._clock: Clock = clock or RealClock()
         self._backoff_initial = backoff_initial
         self._backoff_max = backoff_max
-        self._name = _describe(resource, namespace, label_selector)
+        self._name = _describe(resource, namespace, label_selector, field_selector)
         self._source = _Source(
             client,
             resource,
             namespace,
-            label_selector,
+            (label_selector, field_selector),
             name=self._name,
             page_size=page_size,
             watch_timeout=watch_timeout,

@@ -94,6 +94,24 @@ def test_list_then_watch_applies_add_modify_delete(
     assert informer.last_sync_error is None
 
 
+def test_a_field_selector_goes_with_every_list_and_watch(
+    api: FakeApi, client: KubeClient, store: Store, recorder: Recorder
+) -> None:
+    """One object followed by name (controller/resources.py NAMED, the guard policies): the API server
+    authorizes such a list or watch as a request for that name, so RBAC grants it by resourceNames."""
+    api.script("GET", PODS_PATH, Reply(200, items_list([list_item("a", "1")], "10")))
+    idle_watches(api)
+    informer = make_informer(client, store, recorder, label_selector="x=y", field_selector="metadata.name=a")
+    with running_informer(informer):
+        recorder.wait_for(1)
+        watch = wait_for_watches(api, 1)[0]
+    (listed,) = list_requests(api)
+    for request in (listed, watch):
+        assert request.query["fieldSelector"] == "metadata.name=a"
+        assert request.query["labelSelector"] == "x=y"
+    assert informer.name == "pods in ns (x=y,metadata.name=a)"
+
+
 def test_list_items_are_stripped_and_typed(
     api: FakeApi, client: KubeClient, store: Store, recorder: Recorder
 ) -> None:
