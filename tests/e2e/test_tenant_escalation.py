@@ -399,3 +399,24 @@ def test_a_template_with_every_list_at_its_bound_is_judged_within_cels_cost_limi
     assert_refused(
         result.stderr, escalation.pod_security_message(violations, world.restricted, escalation.RESTRICTED)
     )
+
+
+def test_the_python_clients_submit_suspend_and_resume(world: World, cluster: Kubectl) -> None:
+    """`submit` with a spec of host settings is refused like `create`; suspending and resuming a job an
+    admin made with host settings is not (the update adds none)."""
+    client = TrainingJobClient(world.namespace, kubeconfig=world.alice.kubeconfig)
+    with pytest.raises(PermissionDenied) as raised:
+        client.submit(
+            "submitted",
+            model="cnn",
+            dataset="mnist",
+            num_workers=1,
+            spec={"podTemplate": {"spec": {"hostPID": True}}},
+        )
+    expected = escalation.escalation_message(["spec.podTemplate.spec.hostPID=true"], world.namespace)
+    assert str(raised.value).endswith(f"denied request: {expected}")
+    apply(
+        PatientKubectl.of(cluster), world.namespace, named(by_id("hostNetwork").manifest, "admins-host-job")
+    )
+    assert client.suspend("admins-host-job").name == "admins-host-job"
+    assert client.resume("admins-host-job").name == "admins-host-job"
