@@ -22,7 +22,6 @@ import yaml
 from controller import flags, planner
 from controller.manager import DISABLED, Manager, Options
 from controller.metrics import Metrics
-from controller.preflight import missing_trainer_policy
 from controller.resources import from_kubeconfig
 from controller.runtime.authfilter import DelegatingAuth
 from controller.runtime.client import KubeClient
@@ -456,9 +455,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return fail(str(error))
     if not args.fast_http_client:
         logger.info("API requests go through urllib3 (--fast-http-client=false)")
-    problem = missing_trainer_policy(client)
-    if problem:
-        return fail(problem)
     try:
         certificate, auth = metrics_security(args, metrics, client)
     except StartupError as error:

@@ -1,10 +1,9 @@
 """Carries out a plan's writes to the job's objects, and brings back what the API server refused.
 
-Order: patches of supporting objects, then their creates (in parallel, except that a RoleBinding
-waits for its Role: the API server checks that whoever binds a Role holds its permissions, and
-cannot check a Role that does not exist yet), then the pods (they need the account), then the
-Services, then pod deletes, then deletes of other objects (a Kueue Workload). Services come after
-the pods, as nothing in a pod needs them before it runs (they give its DNS names): the endpoints
+Order: patches of supporting objects, then their creates (in parallel), then the pods (they need the
+account and the trainer's sources), then the Services, then pod deletes, then deletes of other objects
+(a Kueue Workload, the trainers' RoleBinding). Services come after the pods, as nothing in a pod needs
+them before it runs (they give its DNS names): the endpoints
 controllers then find the pods when they first sync a new Service, instead of writing its Endpoints
 and EndpointSlice empty and again for each pod (a third of the API server's requests in a burst of
 new jobs). The reconciler releases the tracking finalizers of pods apart (`release`), after it wrote
@@ -94,12 +93,10 @@ class Writes:
         key = object_key(job)
         for patch in plan.patches:
             self._patch(job, patch)
-        by_kind: dict[str, list[JsonDict]] = {"Pod": [], "RoleBinding": [], "Service": [], "": []}
+        by_kind: dict[str, list[JsonDict]] = {"Pod": [], "Service": [], "": []}
         for obj in plan.creates:
             by_kind.get(obj["kind"], by_kind[""]).append(obj)
-        failures: list[CreateFailure] = []
-        for batch in (by_kind[""], by_kind["RoleBinding"]):
-            failures += _in_parallel(self._pool, written.create(self._create), job, batch)
+        failures = _in_parallel(self._pool, written.create(self._create), job, by_kind[""])
         if failures:
             return failures
         if by_kind["Pod"]:
@@ -140,7 +137,8 @@ class Writes:
         logger.info("patched %s", what, extra={"action": "patch", "object": patch.name})
 
     def _delete(self, job: JsonDict, delete: Delete) -> None:
-        """Deletes one of the job's other objects (a Kueue Workload), if it is still the one planned."""
+        """Deletes one of the job's other objects (a Kueue Workload, the namespace's trainer RoleBinding),
+        if it is still the one planned."""
         try:
             self._client.delete(resource_for("", delete.kind), _namespace(job), delete.name, uid=delete.uid)
         except (NotFound, Conflict):

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from controller import planner
 from controller.discovery import Discovery
+from controller.guards_watch import GuardsWatch
 from controller.metrics import Metrics
 from controller.reconciler import Reconciler, Result
 from controller.runtime.authfilter import DelegatingAuth
@@ -212,6 +213,7 @@ class Manager:
             expectations=self.expectations,
             status_writes=self.status_writes,
         )
+        self.guards = GuardsWatch(self.watches)
         self.executor = ThreadPoolExecutor(
             max_workers=options.create_concurrency, thread_name_prefix="create"
         )
@@ -227,6 +229,7 @@ class Manager:
             executor_size=options.create_concurrency,
             settings=options.settings,
         )
+        self.reconciler.guards = self.guards.snapshot
         self.workers = WorkerPool(self.queue, self.reconciler, metrics, self.clock)
         self.metrics.track_jobs(self.watches.caches.jobs.list, self.clock)
         lock = LeaseLock(lease_client, options.lease_namespace, options.lease_name)
@@ -290,6 +293,7 @@ class Manager:
             self.stop_event.wait(0.1)
         if not self.stop_event.is_set():
             logger.info("caches synced")
+            self.guards.report()
             if self.options.leader_elect:
                 self.elector.run(self.stop_event)
             else:

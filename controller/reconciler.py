@@ -23,7 +23,7 @@ Its rules:
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, replace
 from typing import Any
@@ -34,7 +34,8 @@ from controller.executor import Writes
 from controller.kueue_watches import KueueWatch, queued
 from controller.metrics import Metrics
 from controller.planner import CreateFailure, Observed, Plan, Settings, plan, tracking
-from controller.resources import CONFIGMAPS, ROLEBINDINGS, ROLES, SERVICEACCOUNTS
+from controller.planner.model import Guards
+from controller.resources import CONFIGMAPS, ROLEBINDINGS, SERVICEACCOUNTS
 from controller.runtime.client import KubeClient
 from controller.runtime.clock import Clock
 from controller.runtime.errors import Conflict, NotFound
@@ -49,7 +50,7 @@ logger = logging.getLogger(__name__)
 
 JsonDict = dict[str, Any]
 # The kinds of the objects a namespace's jobs share (builders/shared.py), in the order they go.
-SHARED_KINDS = (ROLEBINDINGS, ROLES, SERVICEACCOUNTS, CONFIGMAPS)
+SHARED_KINDS = (ROLEBINDINGS, SERVICEACCOUNTS, CONFIGMAPS)
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,9 @@ class Reconciler:
         # Kueue's API, and unset when it stops serving it.
         self.gang_scheduler: GangScheduler | None = None
         self.kueue: KueueWatch | None = None
+        # What the caches show of crd/'s admission policies (controller/guards_watch.py), set by the
+        # manager; without it nothing is known, so the trainers' rights are neither granted nor taken back.
+        self.guards: Callable[[], Guards] = lambda: Guards(known=False)
 
     def reconcile(self, key: str) -> Result:
         namespace, _, name = key.partition("/")
@@ -181,6 +185,7 @@ class Reconciler:
             now=self._clock.now(),
             gang_scheduler=self.gang_scheduler,
             kueue=kueue.queueing() if (kueue := self.kueue) is not None else None,
+            guards=self.guards(),
         )
 
     def _release_orphans(self, key: str, job: JsonDict | None) -> None:

@@ -28,7 +28,6 @@ from controller.runtime.resource import (
     PRIORITYCLASSES,
     PVCS,
     ROLEBINDINGS,
-    ROLES,
     SECRETS,
     SERVICEACCOUNTS,
     SERVICES,
@@ -45,7 +44,9 @@ __all__ = [
     "CONFIGMAPS",
     "CRDS",
     "EVENTS",
+    "GUARD_POLICIES",
     "LEASES",
+    "NAMED",
     "NAMESPACES",
     "NODES",
     "OWNED",
@@ -56,7 +57,6 @@ __all__ = [
     "RESOURCE_FLAVORS",
     "REVIEWS",
     "ROLEBINDINGS",
-    "ROLES",
     "SECRETS",
     "SERVICEACCOUNTS",
     "SERVICES",
@@ -70,16 +70,36 @@ __all__ = [
     "discover",
     "follow_answers",
     "from_kubeconfig",
+    "name_selector",
     "resource_for",
 ]
 
 TRAININGJOBS: Final = Resource(contract.GROUP, contract.VERSION, contract.PLURAL, contract.KIND)
 
 # The objects a TrainingJob owns besides its pods (builders/), watched so that a deleted or changed
-# one is repaired; each is created through the resource of its kind.
-OWNED: Final = (SERVICES, CONFIGMAPS, SERVICEACCOUNTS, ROLES, ROLEBINDINGS, PVCS)
+# one is repaired; each is created through the resource of its kind. (No Roles: the trainers' rights
+# are a ClusterRole shipped in crd/, which the operator binds per namespace; builders/shared.py.)
+OWNED: Final = (SERVICES, CONFIGMAPS, SERVICEACCOUNTS, ROLEBINDINGS, PVCS)
 
-# The trainers' admission policy (crd/) and its binding, checked at start-up (controller/preflight.py).
+# The kinds of those objects that only ever have one name (the namespace's trainer account and its
+# RoleBinding): their informers ask for that name alone, with a field selector, which is what lets the
+# deployed RBAC grant list, watch, get, patch and delete on them by resourceNames (deploy/).
+NAMED: Final[Mapping[str, str]] = {
+    SERVICEACCOUNTS.kind: contract.TRAINER_ACCOUNT,
+    ROLEBINDINGS.kind: contract.TRAINER_ACCOUNT,
+}
+
+
+def name_selector(name: str) -> str:
+    """The field selector of one object by name; the API server authorizes a list or a watch that carries
+    it as a request for that name, so resourceNames in RBAC apply to it."""
+    return f"metadata.name={name}"
+
+
+# The admission policies the operator's guarantees rest on (crd/), each with a binding of its name: the
+# operator watches them by name (controller/guards_watch.py) and withholds what each guards while it is
+# missing (controller/planner/guards.py).
+GUARD_POLICIES: Final = (contract.TRAINER_POLICY,)
 ADMISSION_POLICIES: Final = Resource(
     "admissionregistration.k8s.io", "v1", "validatingadmissionpolicies", "ValidatingAdmissionPolicy", False
 )

@@ -25,7 +25,7 @@ from typing import Any, Final
 
 from builders.shared import is_shared
 from controller.planner import podstate
-from controller.resources import NODES, OWNED, PODS, TRAININGJOBS
+from controller.resources import NAMED, NODES, OWNED, PODS, TRAININGJOBS, name_selector
 from controller.runtime.client import KubeClient
 from controller.runtime.clock import Clock
 from controller.runtime.expectations import Expectations, Seen
@@ -212,8 +212,15 @@ class Watches:
     ) -> Informer:
         """Watches the job's objects of `resource`: a change or a delete wakes the job (to repair it).
         `optional`: an API found by discovery (controller/discovery.py), whose informer is started,
-        stopped and added to the caches by it, not with the others."""
-        informer = self.informer(resource, transform=transform, optional=optional)
+        stopped and added to the caches by it, not with the others. A kind with one name (NAMED) is
+        watched by that name only."""
+        named = NAMED.get(resource.kind)
+        informer = self.informer(
+            resource,
+            transform=transform,
+            optional=optional,
+            field_selector=name_selector(named) if named else None,
+        )
         informer.add_handler(
             on_add=self._owned_changed,
             on_update=lambda _old, new: self._owned_changed(new),
@@ -226,6 +233,7 @@ class Watches:
         resource: Resource,
         *,
         label_selector: str | None = contract.MANAGED_SELECTOR,
+        field_selector: str | None = None,
         cluster: bool = False,
         indexers: Mapping[str, IndexFunc] | None = None,
         transform: Callable[[JsonDict], JsonDict] | None = None,
@@ -239,6 +247,7 @@ class Watches:
             Store({**STANDARD_INDEXERS, **(indexers or {})}),
             namespace=None if cluster else self._namespace,
             label_selector=label_selector,
+            field_selector=field_selector,
             clock=self._clock,
             transform=transform,
         )

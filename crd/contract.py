@@ -46,6 +46,9 @@ class Condition(StrEnum):
     RESTARTING = "Restarting"
     SUSPENDED = "Suspended"
     STALLED = "Stalled"
+    # Whether the trainers of a job under the namespace's trainer account may report progress: False
+    # while the admission policy that narrows their rights is missing (controller/planner/guards.py).
+    PROGRESS_REPORTING = "ProgressReporting"
     EVALUATOR_FAILED = "EvaluatorFailed"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
@@ -116,11 +119,13 @@ TRACKING_FINALIZER: Final = f"{GROUP}/trainingjob-tracking"
 # Suffixes of the other per-job object names (see builders/names.py).
 CHECKPOINTS_SUFFIX: Final = "-checkpoints"
 
-# The objects one namespace's jobs share (builders/shared.py): the trainers' ServiceAccount, its Role
-# and RoleBinding (all named TRAINER_ACCOUNT), and the reference trainer's sources in a ConfigMap
-# named TRAINER_SOURCES_PREFIX + a hash of their content. They carry COMPONENT_LABEL=SHARED_COMPONENT
-# and no owner: the operator deletes them once the namespace has no TrainingJob left.
+# The objects one namespace's jobs share (builders/shared.py): the trainers' ServiceAccount and the
+# RoleBinding that grants it the ClusterRole TRAINER_CLUSTER_ROLE (crd/trainer-clusterrole.yaml), both
+# named TRAINER_ACCOUNT, and the reference trainer's sources in a ConfigMap named
+# TRAINER_SOURCES_PREFIX + a hash of their content. They carry COMPONENT_LABEL=SHARED_COMPONENT and no
+# owner: the operator deletes them once the namespace has no TrainingJob left.
 TRAINER_ACCOUNT: Final = "trainingjob-trainer"
+TRAINER_CLUSTER_ROLE: Final = "trainingjob-trainer"
 TRAINER_SOURCES_PREFIX: Final = "trainingjob-trainer-"
 COMPONENT_LABEL: Final = "app.kubernetes.io/component"
 SHARED_COMPONENT: Final = "trainer"

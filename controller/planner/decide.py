@@ -463,7 +463,7 @@ def _stall(facts: Facts, status: Mapping[str, Any]) -> Finish | Restart | str | 
     monitoring = facts.spec.monitoring
     deadline = monitoring.progress_deadline_seconds
     quiet = quiet_seconds(facts, status)
-    if not deadline or quiet < deadline:
+    if not deadline or quiet < deadline or facts.trainer_reports_withheld:
         return None
     if cond.is_true(status.get("conditions"), Condition.STALLED) and not monitoring.restart_on_stall:
         return None

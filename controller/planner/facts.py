@@ -21,7 +21,7 @@ from controller.planner.model import CreateFailure, Observed, Settings
 from controller.planner.progress import Report, parse_report
 from controller.planner.timers import ceil_to_second
 from controller.runtime.clock import parse_time, rfc3339
-from crd.contract import PROGRESS_ANNOTATION, State
+from crd.contract import PROGRESS_ANNOTATION, TRAINER_POLICY, State
 from crd.spec import Spec, TrainingJob
 
 JsonDict = dict[str, Any]
@@ -50,6 +50,13 @@ class Facts:
         """The job has a deletionTimestamp: a foreground deletion keeps it until the garbage collector has
         deleted its pods and Services, and someone else's finalizer may keep it longer."""
         return bool(self.observed.job.get("metadata", {}).get("deletionTimestamp"))
+
+    @property
+    def trainer_reports_withheld(self) -> bool:
+        """The job's trainers run under the namespace's trainer account and may not report progress: the
+        admission policy that narrows that account's rights is missing, so the operator took them back
+        (planner/guards.py). Stall detection waits meanwhile: no report can arrive."""
+        return not self.spec.service_account_name and TRAINER_POLICY in self.observed.guards.missing
 
     @cached_property
     def stamp(self) -> str:

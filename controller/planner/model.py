@@ -2,8 +2,9 @@
 
 In: `Observed`, everything the caches show about one TrainingJob at one instant (the job as stored,
 its pods, those being deleted among them (the tracking finalizer keeps them), its other owned
-objects, node readiness, the gang scheduler the cluster runs, what it shows of Kueue, and the create
-failures of the last attempt to carry out a plan), plus the operator-wide `Settings`.
+objects, node readiness, the gang scheduler the cluster runs, what it shows of Kueue and of the
+admission policies in crd/, and the create failures of the last attempt to carry out a plan), plus
+the operator-wide `Settings`.
 
 Out: a `Plan`, the status the job should have and the writes that get the cluster there. The
 reconciler carries it out and never changes it; when a create fails, it asks again with the
@@ -63,6 +64,18 @@ class Queueing:
 
 
 @dataclass(frozen=True)
+class Guards:
+    """What the caches show of the admission policies in crd/ that bound the rights the operator hands
+    out (controller/guards_watch.py): `missing` maps each policy's name to what of it is not installed
+    (the policy, its binding, or a binding that does not deny), empty when all are. `known` is False
+    while the operator cannot tell (its watches of them have not synced): then it grants nothing new
+    and takes nothing back (controller/planner/guards.py)."""
+
+    missing: Mapping[str, str] = field(default_factory=dict)
+    known: bool = True
+
+
+@dataclass(frozen=True)
 class Observed:
     job: JsonDict
     pods: Sequence[JsonDict]
@@ -76,6 +89,8 @@ class Observed:
     create_failures: Sequence[CreateFailure] = ()
     # Kueue, when the cluster serves its API (discovery); None: not installed.
     kueue: Queueing | None = None
+    # The admission policies the trainers' rights rest on (the reconciler always passes what it sees).
+    guards: Guards = field(default_factory=Guards)
 
 
 @dataclass(frozen=True)

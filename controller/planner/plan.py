@@ -6,7 +6,8 @@ Three steps:
 1. decide and apply: `decide` (decide.py) names the next decision, a pure transition
    (transitions.py) applies it to the status; steps repeat until a decision that waits on the
    cluster. The supporting objects (ConfigMap, Services, RBAC, claim, PodGroup) are compared with
-   the cache on the way (supporting.py), a queued job's Kueue Workload is kept in step with the
+   the cache on the way (supporting.py; the trainers' RoleBinding only while the admission policy
+   that bounds it is installed: guards.py), a queued job's Kueue Workload is kept in step with the
    status the decisions left (workloads.py), and pods stuck on lost nodes are force-deleted.
 2. create failures reported by the reconciler come back as data (`Observed.create_failures`): an
    invalid object fails the job (InvalidSpec, through the same Finish as any failure), a blocked one
@@ -24,7 +25,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from builders.meta import selector_labels
-from controller.planner import roles, texts, tracking
+from controller.planner import guards, roles, texts, tracking
 from controller.planner.admission import apply_queueing
 from controller.planner.change import Change, Moment, Step, moment
 from controller.planner.decide import AnyDecision, Finish, decide
@@ -73,9 +74,12 @@ def plan(observed: Observed, settings: Settings | None = None) -> Plan:
         raise RuntimeError(f"no decision ends the reconcile after {result.taken}")
     creates: list[JsonDict] = []
     patches: list[Patch] = []
+    rights = guards.trainer_rights(observed.guards)
     if status.get("state") not in FINISHED_STATES and not facts.spec_errors and not facts.being_deleted:
-        creates, patches = diff_objects(desired_objects(job, facts.gang_scheduler), observed.owned)
+        desired = desired_objects(job, facts.gang_scheduler, trainer_rights=rights is guards.Rights.GRANT)
+        creates, patches = diff_objects(desired, observed.owned)
     patches += release_claims(job, observed.owned)
+    result.deletes_also(guards.rights_deletes(observed, rights))
     if not facts.being_deleted:  # the garbage collector deletes the job's Workload with it
         workload = workload_writes(facts, result.status)
         creates += workload.creates
@@ -87,9 +91,10 @@ def plan(observed: Observed, settings: Settings | None = None) -> Plan:
     if refused and not any(isinstance(step, Finish) for step in result.taken):
         final = show_blocked(moment(facts), final, (failure.message for failure in refused))
     final = show_scheduled(facts, final)
+    final, rights_events = guards.show_progress_rights(facts, final)
     gang = facts.gang(final)
     final = _derived(final, facts)
-    events = list(result.events)
+    events = [*result.events, *rights_events]
     if not status.get("state") and job.spec.scheduling.gang_scheduling and observed.gang_scheduler is None:
         events.append(
             Event(

@@ -1,11 +1,11 @@
 """The objects a TrainingJob needs besides its pods, and what differs between them and the cluster.
 
 Headless and master Services, the checkpoint claim and the PodGroup, and the objects the
-namespace's jobs share (the trainers' ServiceAccount, Role and RoleBinding, the trainer's sources) are
+namespace's jobs share (the trainers' ServiceAccount and RoleBinding, the trainer's sources) are
 built by `builders/`; `diff_objects` compares them with what the cache holds (the job's objects and
 the namespace's shared ones) and lists what to create or patch (the reconciler does the writing).
 Only the fields the operator owns are compared (a ConfigMap's data, a Service's ports and selector, a
-Role's rules, the PodGroup fields it sets), so defaulting by the API server or additions by other
+RoleBinding's subjects, the PodGroup fields it sets), so defaulting by the API server or additions by other
 controllers never cause a write. The checkpoint claim is only created, and released
 (`release_claims`) when it must outlive the job (builders/pvc.py).
 """
@@ -31,7 +31,7 @@ OWNED_FIELDS: dict[str, tuple[tuple[str, ...], ...]] = {
     "ConfigMap": (("data",),),
     "Service": (("spec", "ports"), ("spec", "selector"), ("spec", "publishNotReadyAddresses")),
     "ServiceAccount": (),
-    "Role": (("rules",),),
+    # Its roleRef cannot change: a RoleBinding that binds another role is replaced (guards.py).
     "RoleBinding": (("subjects",),),
     "PersistentVolumeClaim": (),
     # Key by key: Volcano's admission webhook fills in spec.queue, which must not count as a difference.
@@ -51,10 +51,13 @@ class Patch:
     subresource: str | None = None
 
 
-def desired_objects(job: TrainingJob, gang: GangScheduler | None) -> list[JsonDict]:
-    """Every non-pod object of the job, in creation order (pods need the account and trainer first)."""
+def desired_objects(
+    job: TrainingJob, gang: GangScheduler | None, *, trainer_rights: bool = True
+) -> list[JsonDict]:
+    """Every non-pod object of the job, in creation order (pods need the account and trainer first);
+    without the trainers' RoleBinding when `trainer_rights` is False (planner/guards.py)."""
     objects = [
-        *build_shared(job),
+        *build_shared(job, trainer_rights=trainer_rights),
         build_headless_service(job),
         build_master_service(job),
     ]

@@ -168,7 +168,8 @@ def _schedule_timeout(facts: Facts, status: Mapping[str, Any], gang: Gang) -> fl
 
 
 def quiet_seconds(facts: Facts, status: Mapping[str, Any]) -> float:
-    """Seconds without progress: since the last report, or since the gang last started running."""
+    """Seconds without progress: since the last report, since the gang last started running, or since
+    the trainers got back the right to report (planner/guards.py)."""
     running = cond.get(status.get("conditions"), Condition.RUNNING)
     since = (
         [parse_time(str(running["lastTransitionTime"]))]
@@ -177,13 +178,18 @@ def quiet_seconds(facts: Facts, status: Mapping[str, Any]) -> float:
     )
     if status.get("lastProgressTime"):
         since.append(parse_time(status["lastProgressTime"]))
+    reporting = cond.get(status.get("conditions"), Condition.PROGRESS_REPORTING)
+    if reporting is not None:
+        # True: since the right came back; still False (it comes back in this very reconcile): now.
+        back = reporting.get("lastTransitionTime") if reporting.get("status") == "True" else None
+        since.append(parse_time(str(back)) if back else facts.now)
     return (facts.now - max(since)).total_seconds()
 
 
 def _stall(facts: Facts, status: Mapping[str, Any]) -> float | None:
     monitoring = facts.spec.monitoring
     deadline = monitoring.progress_deadline_seconds
-    if not deadline:
+    if not deadline or facts.trainer_reports_withheld:
         return None
     if cond.is_true(status.get("conditions"), Condition.STALLED) and not monitoring.restart_on_stall:
         return None

@@ -2,11 +2,12 @@
 
 Why: an operator that works as cluster admin can still fail in production on a missing RBAC rule.
 `operator_kubeconfig` applies the RBAC of the default install (deploy/: the namespace, the
-ServiceAccount, the ClusterRole and its binding, the leader-election Role and its binding; not the
-Deployment), mints a token for the ServiceAccount with the TokenRequest API and writes a kubeconfig
-that authenticates with that bearer token against the local cluster. A process using it is really
-`system:serviceaccount:trainingjob-system:trainingjob-operator` (not an impersonating admin), with
-exactly the deployed rights.
+ServiceAccount, the ClusterRoles (the operator's, and the trainers' it binds) and the binding, the
+leader-election Role and its binding, and the admission policies on the operator's writes with their
+bindings; not the Deployment), mints a token for the ServiceAccount with the TokenRequest API and
+writes a kubeconfig that authenticates with that bearer token against the local cluster. A process
+using it is really `system:serviceaccount:trainingjob-system:trainingjob-operator` (not an
+impersonating admin), with exactly the deployed rights.
 
 The objects applied are cluster-wide and shared by every test that calls this: applying is idempotent,
 and they are left in place (the session's cluster goes away with them).
@@ -43,6 +44,11 @@ USERNAME: Final = f"system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}"
 IDENTITY_KINDS: Final = frozenset(
     {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
 )
+# The admission policies (each with a binding of its name) that bound the operator's own writes
+# (deploy/base/operator-writes-policy.yaml): part of its identity, so every test that runs the operator
+# with these rights runs it under them too.
+OPERATOR_POLICIES: Final = ("trainingjob-operator-writes", "trainingjob-operator-rolebindings")
+POLICY_KINDS: Final = frozenset({"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"})
 Manifest = dict[str, Any]
 
 _kubectl_binary: Path | None = None
@@ -88,8 +94,22 @@ def render(target: Path) -> list[Manifest]:
 
 def identity_objects(objects: Iterable[Manifest]) -> list[Manifest]:
     """The objects that make up the operator's identity and rights, in the order they must be applied."""
-    order = ["Namespace", "ServiceAccount", "ClusterRole", "Role", "ClusterRoleBinding", "RoleBinding"]
-    chosen = [obj for obj in objects if obj["kind"] in IDENTITY_KINDS]
+    order = [
+        "Namespace",
+        "ServiceAccount",
+        "ClusterRole",
+        "Role",
+        "ClusterRoleBinding",
+        "RoleBinding",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    ]
+    chosen = [
+        obj
+        for obj in objects
+        if obj["kind"] in IDENTITY_KINDS
+        or (obj["kind"] in POLICY_KINDS and obj["metadata"]["name"] in OPERATOR_POLICIES)
+    ]
     return sorted(chosen, key=lambda obj: order.index(obj["kind"]))
 
 
@@ -189,6 +209,7 @@ def operator_kubectl(cluster: Kubectl, tmp_path: Path) -> Kubectl:
 __all__ = [
     "DEPLOY",
     "NAMESPACE",
+    "OPERATOR_POLICIES",
     "SERVICE_ACCOUNT",
     "USERNAME",
     "SessionIdentity",

@@ -142,19 +142,21 @@ def test_running_job_has_services_configmap_and_rbac(
     mounts = rank0["spec"]["containers"][0]["volumeMounts"]
     assert {"name": "config", "mountPath": "/etc/trainingjob", "readOnly": True} in mounts
 
-    # The namespace's shared trainer identity and trainer sources: no owner, not this job's.
+    # The namespace's shared trainer identity and trainer sources: no owner, not this job's. The
+    # trainers' rights are the shipped ClusterRole (crd/trainer-clusterrole.yaml), bound here: no Role.
     account = kubectl.get_json("serviceaccount", contract.TRAINER_ACCOUNT, "-n", namespace)
-    role = kubectl.get_json("role", contract.TRAINER_ACCOUNT, "-n", namespace)
     binding = kubectl.get_json("rolebinding", contract.TRAINER_ACCOUNT, "-n", namespace)
     sources = kubectl.get_json("configmap", TRAINER_SOURCES_NAME, "-n", namespace)
-    for obj in (account, role, binding, sources):
+    for obj in (account, binding, sources):
         assert "ownerReferences" not in obj["metadata"]
         assert obj["metadata"]["labels"][contract.COMPONENT_LABEL] == contract.SHARED_COMPONENT
+    assert kubectl.items("roles", "-n", namespace) == []
+    role = kubectl.get_json("clusterrole", contract.TRAINER_CLUSTER_ROLE)
     assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]}]
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
-        "kind": "Role",
-        "name": contract.TRAINER_ACCOUNT,
+        "kind": "ClusterRole",
+        "name": contract.TRAINER_CLUSTER_ROLE,
     }
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": contract.TRAINER_ACCOUNT, "namespace": namespace}
@@ -197,7 +199,7 @@ def test_running_job_status_and_events(kubectl: Kubectl, namespace: str, running
     assert row[:4] == ["bert", "Running", "3", "0"]  # NAME STATE WORKERS RESTARTS (no progress yet)
 
     created = (
-        f"Created configmap: {TRAINER_SOURCES_NAME}; role: {contract.TRAINER_ACCOUNT}; "
+        f"Created configmap: {TRAINER_SOURCES_NAME}; "
         f"rolebinding: {contract.TRAINER_ACCOUNT}; services: bert-headless, bert-master; "
         f"serviceaccount: {contract.TRAINER_ACCOUNT}; pods: bert-worker-0, bert-worker-1, bert-worker-2"
     )

@@ -53,7 +53,7 @@ def test_deleting_the_job_deletes_what_it_owns(
     assert all(owned_by(item, running_job) for item in before)
     shared_selector = f"{contract.COMPONENT_LABEL}={contract.SHARED_COMPONENT}"
     shared = kubectl.items(kinds, "-n", namespace, "-l", shared_selector)
-    assert sorted(item["kind"] for item in shared) == ["ConfigMap", "Role", "RoleBinding", "ServiceAccount"]
+    assert sorted(item["kind"] for item in shared) == ["ConfigMap", "RoleBinding", "ServiceAccount"]
 
     kubectl.run("delete", "trainingjob", "bert", "-n", namespace, "--wait=false")
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from builders.names import pod_name
 from controller.planner import Delete, Event, Observed, Plan, Settings, plan, podstate
-from controller.planner.model import Queueing
+from controller.planner.model import Guards, Queueing
 from controller.runtime.clock import rfc3339
 from crd import contract
 from crd.defaults import with_defaults
@@ -319,6 +319,8 @@ class World(FakeCluster):
     kueue: Queueing | None = None
     # Writes refused because the object changed since the plan read it (resourceVersion preconditions).
     conflicts: int = 0
+    # crd/'s admission policies as the operator's watch shows them (tests/unit/test_guards.py).
+    guards: Guards = field(default_factory=Guards)
 
     # ------------------------------------------------------------------------------ reconciling
 
@@ -343,6 +345,7 @@ class World(FakeCluster):
             now=self.now,
             nodes_known=self.nodes_known,
             kueue=copy.deepcopy(self.kueue),
+            guards=self.guards,
         )
 
     def plan(self) -> Plan:

@@ -17,12 +17,13 @@ import jsonschema  # type: ignore[import-untyped]
 import kubernetes_validate
 import yaml
 
-from controller.resources import REVIEWS
+from controller.resources import GUARD_POLICIES, REVIEWS
 from crd import contract
 from tests.cluster import REPO
 from tests.e2e.operator_identity import DEPLOY, NAMESPACE, SERVICE_ACCOUNT, render
 
 Manifest = dict[str, Any]
+RBAC_GROUP: Final = "rbac.authorization.k8s.io"
 
 
 # The operator's API calls (its entry point's contract), as RBAC rules: (apiGroup, resource, verbs).
@@ -34,15 +35,29 @@ OPERATOR_RULES: Final[tuple[tuple[str, str, tuple[str, ...]], ...]] = (
     ("", "pods", ("get", "list", "watch", "create", "delete", "patch")),
     ("", "services", ("get", "list", "watch", "create", "delete", "patch")),
     ("", "configmaps", ("get", "list", "watch", "create", "delete", "patch")),
-    ("", "serviceaccounts", ("get", "list", "watch", "create", "delete")),
+    ("", "serviceaccounts", ("create",)),
     ("", "persistentvolumeclaims", ("get", "list", "watch", "create", "patch")),
     ("", "events", ("create", "patch")),
-    ("rbac.authorization.k8s.io", "roles", ("get", "list", "watch", "create", "delete", "patch")),
-    ("rbac.authorization.k8s.io", "rolebindings", ("get", "list", "watch", "create", "delete", "patch")),
+    ("rbac.authorization.k8s.io", "rolebindings", ("create",)),
     ("scheduling.x-k8s.io", "podgroups", ("get", "list", "watch", "create", "delete", "patch")),
     ("scheduling.volcano.sh", "podgroups", ("get", "list", "watch", "create", "delete", "patch")),
     ("kueue.x-k8s.io", "workloads", ("get", "list", "watch", "create", "delete", "patch")),
     ("kueue.x-k8s.io", "workloads/status", ("patch",)),
+)
+
+
+# The operator's calls on objects of one name, wherever TrainingJobs live: (apiGroup, resource, verbs,
+# name). The namespace's trainer account and its RoleBinding (watched with a field selector on the name,
+# controller/resources.py NAMED), and the one ClusterRole it may bind. No rights on Roles at all.
+NAMED_OPERATOR_RULES: Final[tuple[tuple[str, str, tuple[str, ...], str], ...]] = (
+    ("", "serviceaccounts", ("get", "list", "watch", "delete"), contract.TRAINER_ACCOUNT),
+    (
+        "rbac.authorization.k8s.io",
+        "rolebindings",
+        ("get", "list", "watch", "patch", "delete"),
+        contract.TRAINER_ACCOUNT,
+    ),
+    ("rbac.authorization.k8s.io", "clusterroles", ("bind",), contract.TRAINER_CLUSTER_ROLE),
 )
 
 
@@ -123,11 +138,23 @@ def permissions(scope: str, rules: Iterable[tuple[str, str, tuple[str, ...]]]) -
     return {Permission(scope, group, resource, verb) for group, resource, verbs in rules for verb in verbs}
 
 
-def policy_permissions() -> set[Permission]:
-    """The start-up check that the trainers' admission policy and its binding exist (controller/cli.py)."""
+def named_permissions(scope: str) -> set[Permission]:
+    """NAMED_OPERATOR_RULES in `scope`."""
     return {
-        Permission(CLUSTER, "admissionregistration.k8s.io", resource, "get", contract.TRAINER_POLICY)
+        Permission(scope, group, resource, verb, name)
+        for group, resource, verbs, name in NAMED_OPERATOR_RULES
+        for verb in verbs
+    }
+
+
+def policy_permissions() -> set[Permission]:
+    """The watch of the admission policies the trainers' rights rest on, and of their bindings, by name
+    (controller/guards_watch.py)."""
+    return {
+        Permission(CLUSTER, "admissionregistration.k8s.io", resource, verb, name)
         for resource in ("validatingadmissionpolicies", "validatingadmissionpolicybindings")
+        for verb in ("list", "watch")
+        for name in GUARD_POLICIES
     }
 
 
@@ -260,10 +287,18 @@ def arg_value(args: list[str], flag: str) -> str | None:
 
 
 FORBIDDEN_VERBS: Final = frozenset({"escalate", "bind", "impersonate", "*"})
+# The one `bind` the operator holds: on the trainers' ClusterRole, by name.
+TRAINER_BIND: Final = {
+    "apiGroups": ["rbac.authorization.k8s.io"],
+    "resources": ["clusterroles"],
+    "resourceNames": [contract.TRAINER_CLUSTER_ROLE],
+    "verbs": ["bind"],
+}
 
 
 def rule_violations(rule: Manifest) -> list[str]:
-    """What is wrong with one PolicyRule: wildcards, Secrets, privilege-escalating verbs, raw URLs."""
+    """What is wrong with one PolicyRule: wildcards, Secrets, Roles, privilege-escalating verbs (but
+    `bind` on the trainers' ClusterRole alone), raw URLs."""
     problems = []
     for key in ("verbs", "resources", "apiGroups", "resourceNames"):
         values = rule.get(key) or []
@@ -272,8 +307,11 @@ def rule_violations(rule: Manifest) -> list[str]:
     resources = [str(resource) for resource in rule.get("resources") or []]
     if any(resource == "secrets" or resource.startswith("secrets/") for resource in resources):
         problems.append(f"grants secrets: {resources}")
-    if FORBIDDEN_VERBS & set(rule.get("verbs") or []):
-        problems.append(f"escalating verbs: {sorted(FORBIDDEN_VERBS & set(rule['verbs']))}")
+    if any(resource == "roles" or resource.startswith("roles/") for resource in resources):
+        problems.append(f"grants rights on roles: {resources}")
+    escalating = FORBIDDEN_VERBS & set(rule.get("verbs") or [])
+    if escalating and not (escalating == {"bind"} and rule == TRAINER_BIND):
+        problems.append(f"escalating verbs: {sorted(escalating)}")
     if rule.get("nonResourceURLs") and rule != METRICS_READER_RULE:
         problems.append(f"nonResourceURLs: {rule['nonResourceURLs']}")
     return problems
@@ -311,8 +349,9 @@ def effective_permissions(objects: Iterable[Manifest]) -> set[Permission]:
     """What the operator's ServiceAccount may do once `objects` are applied, rule by rule expanded.
 
     Fails on a binding to anyone else, a binding to a role the install does not contain, or a role
-    nothing binds (dead rules are a trap: someone binds them later) but the metrics reader, which the
-    scraper's owner binds.
+    nothing binds (dead rules are a trap: someone binds them later) other than the ClusterRoles the
+    operator itself binds at run time (the trainers', which it holds `bind` on by name) and the
+    metrics reader, which the scraper's owner binds.
     """
     objects = list(objects)
     roles: dict[tuple[str, str, str], list[Manifest]] = {}
@@ -338,7 +377,12 @@ def effective_permissions(objects: Iterable[Manifest]) -> set[Permission]:
                     for verb in rule.get("verbs", []):
                         for resource_name in rule.get("resourceNames") or [ANY_NAME]:
                             granted.add(Permission(scope, group, resource, verb, resource_name))
-    unused = set(roles) - used - {("ClusterRole", "", METRICS_READER)}
+    bound_by_the_operator = {
+        ("ClusterRole", "", permission.name)
+        for permission in granted
+        if (permission.group, permission.resource, permission.verb) == (RBAC_GROUP, "clusterroles", "bind")
+    }
+    unused = set(roles) - used - bound_by_the_operator - {("ClusterRole", "", METRICS_READER)}
     assert not unused, f"roles nothing binds: {sorted(unused)}"
     return granted
 

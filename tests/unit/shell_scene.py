@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry
 from controller.manager import Manager, Options
 from controller.metrics import Metrics
 from controller.planner import Settings
+from controller.planner.model import Guards
 from controller.planner.supporting import desired_objects
 from controller.reconciler import Reconciler, Result
 from controller.resources import OWNED
@@ -115,6 +116,8 @@ class Scene:
             executor_size=pool_size,
             settings=Settings(),
         )
+        # crd/'s admission policies as the manager's watch would show them: all installed.
+        self.reconciler.guards = Guards
         self.job = stored(job, 1)
         self.caches.jobs.add(self.job)
         self.key = object_key(self.job)

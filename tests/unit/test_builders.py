@@ -12,6 +12,7 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
+import yaml
 
 from builders import names
 from builders.configmap import (
@@ -244,27 +245,36 @@ def test_the_namespaces_config_map_carries_the_reference_trainer_and_the_progres
     assert len(json.dumps(sources).encode()) < MAX_CONFIG_MAP_BYTES // 4
 
 
-def test_the_trainers_may_patch_pods_and_nothing_else_and_share_one_account_per_namespace() -> None:
+def test_the_trainers_are_bound_to_the_shipped_cluster_role_and_share_one_account_per_namespace() -> None:
     tj = parse(defaulted({"spec.numWorkers": 3}))
-    account, role, binding = build_rbac(tj)
+    account, binding = build_rbac(tj)
     assert (account["kind"], account["metadata"]["name"]) == ("ServiceAccount", "trainingjob-trainer")
-    # No resourceNames and no get: crd/trainer-progress-policy.yaml narrows patch to the caller's own pod.
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]}]
+    # No Role: the ClusterRole of crd/trainer-clusterrole.yaml (patch on pods, narrowed by
+    # crd/trainer-progress-policy.yaml to the caller's own pod), bound in the job's namespace.
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
-        "kind": "Role",
+        "kind": "ClusterRole",
         "name": "trainingjob-trainer",
     }
+    assert binding["metadata"]["namespace"] == "ml-training"
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "trainingjob-trainer", "namespace": "ml-training"}
     ]
-    assert all(
-        is_shared(obj) and "ownerReferences" not in obj["metadata"] for obj in (account, role, binding)
-    )
-    assert all(contract.JOB_NAME_LABEL not in obj["metadata"]["labels"] for obj in (account, role, binding))
+    assert all(is_shared(obj) and "ownerReferences" not in obj["metadata"] for obj in (account, binding))
+    assert all(contract.JOB_NAME_LABEL not in obj["metadata"]["labels"] for obj in (account, binding))
     assert build_rbac(parse(defaulted({"spec.serviceAccountName": "mine"}))) == []
     other = parse(defaulted({"spec.numWorkers": 5}, name="other-job"))
     assert build_rbac(other) == build_rbac(tj)
+    # While the admission policy is missing the account is made, its RoleBinding is not.
+    assert build_rbac(tj, trainer_rights=False) == [account]
+
+
+def test_the_trainers_cluster_role_allows_patching_pods_only() -> None:
+    (role,) = yaml.safe_load_all((REPO / "crd" / "trainer-clusterrole.yaml").read_text(encoding="utf-8"))
+    assert role["kind"] == "ClusterRole"
+    assert role["metadata"]["name"] == contract.TRAINER_CLUSTER_ROLE
+    # No resourceNames and no get: crd/trainer-progress-policy.yaml narrows patch to the caller's own pod.
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]}]
 
 
 def test_checkpoint_pvc_only_when_the_operator_creates_it() -> None:
@@ -314,7 +324,6 @@ def test_seed_examples_build_the_expected_object_set() -> None:
         "ConfigMap",
         "Pod",
         "Pod",
-        "Role",
         "RoleBinding",
         "Service",
         "Service",

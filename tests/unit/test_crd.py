@@ -358,6 +358,7 @@ def test_kustomization_lists_the_crd_and_the_admission_policies() -> None:
     kustomization = yaml.safe_load((REPO / "crd" / "kustomization.yaml").read_text())
     assert kustomization["resources"] == [
         CRD_FILE_NAME,
+        "trainer-clusterrole.yaml",
         "trainer-progress-policy.yaml",
         POLICY_FILE_NAME,
         escalation_policy.POLICY_FILE_NAME,

@@ -429,13 +429,6 @@ def test_placement_image_and_pod_values_reach_the_deployment(chart: Helm) -> Non
     assert validate_manifest(deployment, version) is None
 
 
-CRD_KINDS: Final = (
-    "CustomResourceDefinition",
-    "ValidatingAdmissionPolicy",
-    "ValidatingAdmissionPolicyBinding",
-)
-
-
 def crd_directory_objects() -> list[tuple[str, str]]:
     """(kind, name) of every object crd/ installs."""
     found = []
@@ -446,16 +439,21 @@ def crd_directory_objects() -> list[tuple[str, str]]:
     return sorted(found)
 
 
+def of_crd(objects: list[Manifest]) -> list[Manifest]:
+    return [obj for obj in objects if (obj["kind"], obj["metadata"]["name"]) in crd_directory_objects()]
+
+
 def test_crd_values_cover_crds_objects(chart: Helm) -> None:
-    """crd/'s objects, the CRD and the admission policies (the trainers', the immutable spec fields', the
-    escalation policy), go together: a cluster that has them from `make install` takes the chart with
-    crds.install=false, and an uninstall that keeps the CRD's jobs keeps the policies that guard them."""
-    kept = [obj for obj in chart.template() if obj["kind"] in CRD_KINDS]
+    """crd/'s objects, the CRD, the trainers' ClusterRole and the admission policies (the trainers', the
+    immutable spec fields', the escalation policy), go together: a cluster that has them from `make
+    install` takes the chart with crds.install=false, and an uninstall that keeps the CRD's jobs keeps the
+    policies that guard them."""
+    kept = of_crd(chart.template())
     assert sorted((obj["kind"], obj["metadata"]["name"]) for obj in kept) == crd_directory_objects()
-    assert len(kept) == 7
+    assert len(kept) == 8
     assert all(obj["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"} for obj in kept)
-    assert not [obj for obj in chart.template({"crds": {"install": False}}) if obj["kind"] in CRD_KINDS]
-    removed = [obj for obj in chart.template({"crds": {"keep": False}}) if obj["kind"] in CRD_KINDS]
+    assert not of_crd(chart.template({"crds": {"install": False}}))
+    removed = of_crd(chart.template({"crds": {"keep": False}}))
     assert len(removed) == len(kept)
     assert not [obj for obj in removed if "annotations" in obj["metadata"]], (
         "without keep, uninstall deletes them"

@@ -136,7 +136,7 @@ def test_a_spec_cut_by_the_bounded_decoder_fails_the_job_naming_where() -> None:
 def test_supporting_objects_are_created_once_and_repaired_when_changed() -> None:
     w = world()
     w.run_to_running()
-    assert {kind for kind, _ in w.owned} == {"ConfigMap", "ServiceAccount", "Role", "RoleBinding", "Service"}
+    assert {kind for kind, _ in w.owned} == {"ConfigMap", "ServiceAccount", "RoleBinding", "Service"}
     w.owned[("ConfigMap", TRAINER_SOURCES_NAME)]["data"][contract.TRAINER_FILE] = "print()"
     result = w.step(1)
     assert [(patch.kind, patch.name) for patch in result.patches] == [("ConfigMap", TRAINER_SOURCES_NAME)]

@@ -36,7 +36,6 @@ def test_a_new_job_gets_its_objects_and_the_whole_gang_at_once() -> None:
     assert kinds == [
         "ConfigMap",
         "ServiceAccount",
-        "Role",
         "RoleBinding",
         "Service",
         "Service",

@@ -1,7 +1,9 @@
-"""Checks of the RBAC in deploy/: no wildcards and no Secrets anywhere, and the rights the operator's
-ServiceAccount ends up with equal exactly the operator's list of API calls (OPERATOR_RULES in
-tests/unit/manifests_support.py), cluster-wide and in the single-namespace overlay; the Deployment's
-arguments parse with the operator's own CLI.
+"""Checks of the RBAC in deploy/: no wildcards, no Secrets and no rights on Roles anywhere, and the
+rights the operator's ServiceAccount ends up with equal exactly the operator's list of API calls
+(OPERATOR_RULES and NAMED_OPERATOR_RULES in tests/unit/manifests_support.py), cluster-wide and in the
+single-namespace overlay; the trainers' ClusterRole is the one the operator may bind; the admission
+policies on the operator's writes name the account it runs as; the Deployment's arguments parse with
+the operator's own CLI.
 
 Split out of tests/unit/test_manifests.py.
 """
@@ -13,8 +15,9 @@ from typing import Any
 
 import pytest
 
+from crd import contract
 from tests.cluster import REPO
-from tests.e2e.operator_identity import DEPLOY, NAMESPACE
+from tests.e2e.operator_identity import DEPLOY, NAMESPACE, OPERATOR_POLICIES
 from tests.unit.manifests_support import (
     ANY_NAME,
     CLUSTER,
@@ -26,6 +29,7 @@ from tests.unit.manifests_support import (
     METRICS_READER_RULE,
     OPERATOR_RULES,
     TARGETS,
+    TRAINER_BIND,
     Manifest,
     Permission,
     arg_value,
@@ -33,6 +37,7 @@ from tests.unit.manifests_support import (
     effective_permissions,
     lease_permissions,
     metrics_auth_permissions,
+    named_permissions,
     of_kind,
     one,
     permissions,
@@ -63,14 +68,42 @@ from tests.unit.manifests_support import (
         ),
         ({"nonResourceURLs": ["/metrics"], "verbs": ["get", "post"]}, "nonResourceURLs"),
         ({"nonResourceURLs": ["/healthz"], "verbs": ["get"]}, "nonResourceURLs"),
+        (
+            {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "verbs": ["bind"]},
+            "escalating",
+        ),
+        (
+            {
+                "apiGroups": ["rbac.authorization.k8s.io"],
+                "resources": ["clusterroles"],
+                "resourceNames": ["admin"],
+                "verbs": ["bind"],
+            },
+            "escalating",
+        ),
+        (
+            {
+                "apiGroups": ["rbac.authorization.k8s.io"],
+                "resources": ["clusterroles"],
+                "resourceNames": ["trainingjob-trainer"],
+                "verbs": ["bind", "escalate"],
+            },
+            "escalating",
+        ),
+        ({"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles"], "verbs": ["get"]}, "roles"),
     ],
 )
 def test_rbac_checker_catches(rule: Manifest, expected: str) -> None:
     assert any(expected in problem for problem in rule_violations(rule))
 
 
+def test_the_checker_lets_the_one_bind_through() -> None:
+    assert rule_violations(dict(TRAINER_BIND)) == []
+
+
 def test_no_role_in_deploy_has_wildcards_or_secrets() -> None:
-    """Every rule anywhere under deploy/ (roles, patches) and in every rendered target."""
+    """Every rule anywhere under deploy/ (roles, patches) and in every rendered target: no wildcards, no
+    Secrets, no rights on Roles, no escalating verb but `bind` on the trainers' ClusterRole by name."""
     problems = [
         f"{path.relative_to(REPO)}: {problem}"
         for path, doc in yaml_documents_under(DEPLOY)
@@ -87,6 +120,7 @@ def test_no_role_in_deploy_has_wildcards_or_secrets() -> None:
 def test_cluster_wide_rbac_is_exactly_the_operators_api_calls(target: str) -> None:
     expected = (
         permissions(CLUSTER, OPERATOR_RULES)
+        | named_permissions(CLUSTER)
         | permissions(CLUSTER, CLUSTER_SCOPED_RULES)
         | policy_permissions()
         | lease_permissions()
@@ -105,6 +139,7 @@ def test_single_namespace_rbac_is_exactly_the_operators_api_calls_in_that_namesp
     assert target != NAMESPACE
     expected = (
         permissions(target, OPERATOR_RULES)
+        | named_permissions(target)
         | permissions(CLUSTER, CLUSTER_SCOPED_RULES)
         | policy_permissions()
         | lease_permissions()
@@ -174,6 +209,41 @@ def test_deployment_args_parse_with_the_operators_cli(target: str) -> None:
     assert parsed.namespace == watched_namespace(objects)
     assert cli.parser().get_default("metrics_bind_address") == f":{METRICS_PORT}", "EXPOSE assumes it"
     assert cli.parser().get_default("health_probe_bind_address") == f":{HEALTH_PORT}", "EXPOSE too"
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_the_operator_binds_the_trainers_cluster_role_which_allows_patching_pods_only(target: str) -> None:
+    objects = rendered(target)
+    trainer = one(objects, "ClusterRole", contract.TRAINER_CLUSTER_ROLE)
+    assert trainer["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]}]
+    binds = {
+        permission
+        for permission in effective_permissions(objects)
+        if permission.verb in ("bind", "escalate", "impersonate")
+    }
+    assert {(p.resource, p.name) for p in binds} == {("clusterroles", contract.TRAINER_CLUSTER_ROLE)}
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_the_write_policies_name_the_account_the_operator_runs_as(target: str) -> None:
+    """The admission policies on the operator's writes apply to its ServiceAccount: a policy that named
+    another account would limit nothing."""
+    objects = rendered(target)
+    deployment = one(objects, "Deployment", "trainingjob-operator")
+    account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
+    username = f"system:serviceaccount:{deployment['metadata']['namespace']}:{account}"
+    policies = {
+        obj["metadata"]["name"]: obj
+        for obj in of_kind(objects, "ValidatingAdmissionPolicy")
+        if obj["metadata"]["name"] in OPERATOR_POLICIES
+    }
+    assert set(policies) == set(OPERATOR_POLICIES)
+    for policy in policies.values():
+        (condition,) = policy["spec"]["matchConditions"]
+        assert condition["expression"] == f'request.userInfo.username == "{username}"'
+    bindings = {obj["metadata"]["name"]: obj for obj in of_kind(objects, "ValidatingAdmissionPolicyBinding")}
+    for name in OPERATOR_POLICIES:
+        assert bindings[name]["spec"] == {"policyName": name, "validationActions": ["Deny"]}
 
 
 def test_the_checker_lets_the_metrics_reader_rule_through() -> None:

@@ -28,7 +28,6 @@ DEADLINE_SECONDS = 10.0
 SERVICES = f"/api/v1/namespaces/{NAMESPACE}/services"
 CONFIGMAPS = f"/api/v1/namespaces/{NAMESPACE}/configmaps"
 ACCOUNTS = f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts"
-ROLES = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{NAMESPACE}/roles"
 BINDINGS = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{NAMESPACE}/rolebindings"
 W0, W1 = f"{PODS_PATH}/mnist-worker-0", f"{PODS_PATH}/mnist-worker-1"
 FORBIDDEN = 'pods "mnist-worker-0" is forbidden: exceeded quota: gpus'
@@ -61,25 +60,24 @@ def condition(status_: dict[str, Any], type_: str) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------ write order
 
 
-def test_status_comes_first_then_the_objects_a_role_binding_after_its_role_and_services_last(
+def test_status_comes_first_then_the_shared_objects_then_the_pods_and_services_last(
     api: FakeApi,
 ) -> None:
     scene = Scene(api, make_job(), executor=ThreadPoolExecutor(8))
-    for path in (SERVICES, CONFIGMAPS, ACCOUNTS, ROLES, BINDINGS, PODS_PATH):
+    for path in (SERVICES, CONFIGMAPS, ACCOUNTS, BINDINGS, PODS_PATH):
         scene.always("POST", path, created())
 
     result, actions = scene.reconcile()
 
     assert actions[0] == ("PATCH", scene.status_path)
     posted = [path for method, path in actions[1:] if method == "POST"]
-    assert sorted(posted) == sorted(
-        [CONFIGMAPS, ACCOUNTS, ROLES, BINDINGS, SERVICES, SERVICES, PODS_PATH, PODS_PATH]
-    )
-    # The RoleBinding waits for the other shared objects (its Role in particular), the pods for the
-    # RoleBinding, and the Services for the pods (so their endpoints are written once, with the pods).
-    assert posted.index(BINDINGS) == 3
-    assert posted[4:] == [PODS_PATH, PODS_PATH, SERVICES, SERVICES]
-    assert len(actions) == 9
+    everything = [CONFIGMAPS, ACCOUNTS, BINDINGS, SERVICES, SERVICES, PODS_PATH, PODS_PATH]
+    assert sorted(posted) == sorted(everything)
+    # The shared objects go together (the RoleBinding binds a ClusterRole that exists already), the pods
+    # after them, and the Services after the pods (so their endpoints are written once, with the pods).
+    assert sorted(posted[:3]) == sorted([CONFIGMAPS, ACCOUNTS, BINDINGS])
+    assert posted[3:] == [PODS_PATH, PODS_PATH, SERVICES, SERVICES]
+    assert len(actions) == 8
     assert not result.rate_limited
 
 

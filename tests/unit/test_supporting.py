@@ -63,7 +63,6 @@ def test_objects_are_listed_in_creation_order() -> None:
     assert kinds_and_names(desired_objects(parse(job), None)) == [
         ("ConfigMap", TRAINER_SOURCES_NAME),
         ("ServiceAccount", "trainingjob-trainer"),
-        ("Role", "trainingjob-trainer"),
         ("RoleBinding", "trainingjob-trainer"),
         ("Service", "mnist-headless"),
         ("Service", "mnist-master"),
@@ -80,7 +79,7 @@ def test_a_job_with_its_own_service_account_gets_no_rbac() -> None:
     job = make_job({"spec.serviceAccountName": "trainer"})
     kinds = [kind for kind, _ in kinds_and_names(desired_objects(parse(job), None))]
     assert "ServiceAccount" not in kinds
-    assert "Role" not in kinds
+    assert "RoleBinding" not in kinds
 
 
 def test_nothing_existing_creates_everything() -> None:
@@ -119,14 +118,22 @@ def test_a_changed_world_size_changes_no_supporting_object() -> None:
     assert diff_objects(desired_objects(parse(after), None), stored) == ([], [])
 
 
-def test_an_edited_shared_role_is_repaired() -> None:
+def test_an_edited_shared_role_binding_is_repaired() -> None:
     desired = desired_objects(parse(make_job()), None)
     stored = existing(desired)
-    stored[("Role", "trainingjob-trainer")]["rules"][0]["verbs"] = ["patch", "delete"]
+    stored[("RoleBinding", "trainingjob-trainer")]["subjects"].append({"kind": "User", "name": "eve"})
     _, patches = diff_objects(desired, stored)
-    assert [(patch.kind, patch.name) for patch in patches] == [("Role", "trainingjob-trainer")]
-    assert patches[0].body == {"rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]}]}
+    assert [(patch.kind, patch.name) for patch in patches] == [("RoleBinding", "trainingjob-trainer")]
+    assert patches[0].body == {
+        "subjects": [{"kind": "ServiceAccount", "name": "trainingjob-trainer", "namespace": "ml"}]
+    }
     assert patches[0].api_version == "rbac.authorization.k8s.io/v1"
+
+
+def test_without_trainer_rights_the_role_binding_is_not_wanted() -> None:
+    desired = desired_objects(parse(make_job()), None, trainer_rights=False)
+    assert ("RoleBinding", "trainingjob-trainer") not in kinds_and_names(desired)
+    assert ("ServiceAccount", "trainingjob-trainer") in kinds_and_names(desired)
 
 
 def test_a_config_map_patch_removes_keys_the_operator_no_longer_writes() -> None:
@@ -149,7 +156,7 @@ def test_a_service_whose_selector_was_edited_is_repaired() -> None:
     stored[("Service", "mnist-master")]["metadata"]["labels"]["extra"] = "label"  # not owned: ignored
     _, patches = diff_objects(desired, stored)
     assert [(patch.kind, patch.name) for patch in patches] == [("Service", "mnist-master")]
-    assert patches[0].body == {"spec": {"selector": desired[5]["spec"]["selector"]}}
+    assert patches[0].body == {"spec": {"selector": desired[4]["spec"]["selector"]}}
 
 
 def test_a_pod_group_with_a_stale_min_member_is_patched() -> None:

@@ -55,17 +55,12 @@ wildcards, no Secrets (pods only name Secrets in their env, which the kubelet re
 - apiGroups: ["ml.example.com"]
   resources: ["trainingjobs/finalizers"]
   verbs: ["update"]
-# patch on pods: the per-job Roles grant trainers get+patch on their own pods, and RBAC only lets the
-# operator grant what it holds itself.
+# The jobs' pods and Services and the trainer's sources (ConfigMaps). RBAC cannot limit these to the
+# objects the operator labels; the admission policy operator-writes-policy.yaml does, and keeps the
+# operator out of the system namespaces. patch on pods: the tracking finalizer.
 - apiGroups: [""]
-  resources: ["pods"]
+  resources: ["pods", "services", "configmaps"]
   verbs: ["get", "list", "watch", "create", "delete", "patch"]
-- apiGroups: [""]
-  resources: ["services", "configmaps"]
-  verbs: ["get", "list", "watch", "create", "delete", "patch"]
-- apiGroups: [""]
-  resources: ["serviceaccounts"]
-  verbs: ["get", "list", "watch", "create", "delete"]
 # Checkpoint volumes; never deleted by the operator (no delete). patch: the job's owner reference
 # is taken off a claim that must outlive the job (checkpoint.storage.pvc.create.whenDeleted Retain).
 - apiGroups: [""]
@@ -74,10 +69,28 @@ wildcards, no Secrets (pods only name Secrets in their env, which the kubelet re
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create", "patch"]
-# Per-job Role and RoleBinding for the trainers' ServiceAccount.
+# The namespace's trainer account and the RoleBinding that grants it the ClusterRole trainingjob-trainer,
+# each named trainingjob-trainer: `create` cannot be limited by name, the rest can (list and watch
+# with a field selector on the name). No rights on Roles at all.
+- apiGroups: [""]
+  resources: ["serviceaccounts"]
+  verbs: ["create"]
+- apiGroups: [""]
+  resources: ["serviceaccounts"]
+  resourceNames: ["trainingjob-trainer"]
+  verbs: ["get", "list", "watch", "delete"]
 - apiGroups: ["rbac.authorization.k8s.io"]
-  resources: ["roles", "rolebindings"]
-  verbs: ["get", "list", "watch", "create", "delete", "patch"]
+  resources: ["rolebindings"]
+  verbs: ["create"]
+- apiGroups: ["rbac.authorization.k8s.io"]
+  resources: ["rolebindings"]
+  resourceNames: ["trainingjob-trainer"]
+  verbs: ["get", "list", "watch", "patch", "delete"]
+# `bind` on that one ClusterRole: the operator may grant it, and nothing else.
+- apiGroups: ["rbac.authorization.k8s.io"]
+  resources: ["clusterroles"]
+  resourceNames: ["trainingjob-trainer"]
+  verbs: ["bind"]
 # Gang scheduling with the scheduler-plugins coscheduler or Volcano.
 - apiGroups: ["scheduling.x-k8s.io", "scheduling.volcano.sh"]
   resources: ["podgroups"]
@@ -94,8 +107,8 @@ wildcards, no Secrets (pods only name Secrets in their env, which the kubelet re
 
 {{/*
 Cluster-scoped reads: which nodes exist and what they can hold (GPUs), to explain unschedulable jobs;
-Kueue's ResourceFlavors and the priority classes of queued jobs; the trainers' admission policy,
-checked at start-up.
+Kueue's ResourceFlavors and the priority classes of queued jobs; by name, the admission policies the
+trainers' rights rest on, watched for as long as the operator runs.
 */}}
 {{- define "trainingjob-operator.nodeRules" -}}
 - apiGroups: [""]
@@ -111,7 +124,7 @@ checked at start-up.
 - apiGroups: ["admissionregistration.k8s.io"]
   resources: ["validatingadmissionpolicies", "validatingadmissionpolicybindings"]
   resourceNames: ["trainingjob-trainer-progress"]
-  verbs: ["get"]
+  verbs: ["list", "watch"]
 {{- end -}}
 
 {{/*
