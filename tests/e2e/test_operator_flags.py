@@ -1,7 +1,7 @@
 """The real operator process with Kubernetes-style flags: from the environment, Go durations, and
 start-up problems told in one line with exit code 2 (a metrics or probe port in use, a metrics
-certificate that does not load, a bad kubeconfig, the
-trainers' admission policy not installed).
+certificate that does not load, a bad kubeconfig). The trainers' admission policy missing is no
+start-up problem: tests/e2e/test_guards_e2e.py.
 
 Why end to end: the unit tests parse flags, but a port in use is only found when the process binds
 it, and an unusable kubeconfig only when the client library reads it; both used to end the process
@@ -17,8 +17,7 @@ from typing import Any
 
 import pytest
 
-from crd import contract
-from tests.cluster import REPO, Kubectl, wait_for
+from tests.cluster import wait_for
 from tests.e2e.conftest import OPERATOR_NAMESPACE
 from tests.e2e.operator import OperatorProcess
 
@@ -120,23 +119,6 @@ def test_an_unusable_kubeconfig_is_one_line_and_exit_code_2(
     finally:
         operator.stop()
     assert line.startswith("trainingjob-operator: " + expected.format(path=kubeconfig)), line
-
-
-def test_without_the_trainers_admission_policy_the_operator_refuses_to_start(
-    cluster: Kubectl, service_account_kubeconfig: Path, namespace: str, tmp_path: Path
-) -> None:
-    """The trainers' Role alone would let them patch any pod of the namespace; the operator (with its
-    deployed RBAC, which may read the policy) says what is missing instead of starting without it."""
-    binding = f"validatingadmissionpolicybinding/{contract.TRAINER_POLICY}"
-    cluster.run("delete", binding, "--wait=true")
-    try:
-        line = refused_start(service_account_kubeconfig, namespace, tmp_path)
-    finally:
-        cluster.run("apply", "--server-side", "-f", str(REPO / "crd" / "trainer-progress-policy.yaml"))
-    assert line.startswith(
-        f"trainingjob-operator: ValidatingAdmissionPolicyBinding {contract.TRAINER_POLICY} not installed: "
-    ), line
-    assert "apply crd/" in line
 
 
 def test_flags_from_the_environment_with_go_durations(
