@@ -31,8 +31,8 @@ from crd.spec import TrainingJob
 
 PROGRESS_HELPER_FILE: Final = "trainingjob_progress.py"
 TRAINER_DIR: Final = Path(__file__).resolve().parent.parent / "trainer"
-# Every file of trainer/, each a flat key of the ConfigMap (keys cannot hold "/"): the entry point, the
-# modules it imports from its own directory, and the progress helper with the modules it imports.
+# Every file of trainer/, by its path under the folder, which is its path under the mount: the entry
+# point, the modules it imports, and the progress helper with the modules it imports.
 # tests/unit/test_trainer_files.py checks that this names every file of the folder.
 TRAINER_FILES: Final = (
     contract.TRAINER_FILE,
@@ -54,21 +54,40 @@ TRAINER_FILES: Final = (
 MAX_CONFIG_MAP_BYTES: Final = 1024 * 1024
 
 
+def config_map_key(path: str) -> str:
+    """A file's key in the ConfigMap: its path with "." for "/" (a key cannot hold "/"; no folder of
+    trainer/ has a "." in its name, so two paths never share a key)."""
+    return path.replace("/", ".")
+
+
 def _read_trainer_files() -> dict[str, str]:
-    return {name: (TRAINER_DIR / name).read_text(encoding="utf-8") for name in TRAINER_FILES}
+    return {path: (TRAINER_DIR / path).read_text(encoding="utf-8") for path in TRAINER_FILES}
 
 
-TRAINER_SOURCES: Final = _read_trainer_files()
+# The files' text by path, and the ConfigMap's data: the same text by key.
+TRAINER_TEXTS: Final = _read_trainer_files()
+TRAINER_SOURCES: Final = {config_map_key(path): text for path, text in TRAINER_TEXTS.items()}
 
 
-def _content_hash(files: dict[str, str]) -> str:
+def _content_hash(texts: dict[str, str]) -> str:
+    """Of every path, its key and its text: a pod's volume depends on all three."""
     digest = hashlib.sha256()
-    for name in sorted(files):
-        digest.update(name.encode() + b"\0" + files[name].encode() + b"\0")
+    for path in sorted(texts):
+        for part in (config_map_key(path), path, texts[path]):
+            digest.update(part.encode() + b"\0")
     return digest.hexdigest()[:10]
 
 
-TRAINER_SOURCES_NAME: Final = contract.TRAINER_SOURCES_PREFIX + _content_hash(TRAINER_SOURCES)
+TRAINER_SOURCES_NAME: Final = contract.TRAINER_SOURCES_PREFIX + _content_hash(TRAINER_TEXTS)
+
+
+def trainer_sources_projection() -> dict[str, Any]:
+    """The pod's configMap volume source: every key back at its file's path, so the mount reproduces the
+    tree of trainer/ (a key left out of `items` would not be mounted at all)."""
+    return {
+        "name": TRAINER_SOURCES_NAME,
+        "items": [{"key": config_map_key(path), "path": path} for path in TRAINER_FILES],
+    }
 
 
 def build_trainer_sources(job: TrainingJob) -> dict[str, Any]:

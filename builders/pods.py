@@ -17,7 +17,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from builders.configmap import TRAINER_SOURCES_NAME
+from builders.configmap import trainer_sources_projection
 from builders.env import distributed_env, termination_grace_seconds
 from builders.meta import object_meta
 from builders.names import headless_service_name, pod_name, service_account_name
@@ -89,9 +89,9 @@ def container_ports(job: TrainingJob) -> list[dict[str, Any]]:
 def volumes_and_mounts(
     job: TrainingJob, storage: CheckpointStorage | None
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    # The namespace's trainer sources.
+    # The namespace's trainer sources, each file at its path under trainer/.
     volumes: list[dict[str, Any]] = [
-        {"name": CONFIG_VOLUME, "configMap": {"name": TRAINER_SOURCES_NAME}},
+        {"name": CONFIG_VOLUME, "configMap": trainer_sources_projection()},
         {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}},
     ]
     mounts: list[dict[str, Any]] = [

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from builders.configmap import TRAINER_FILES, TRAINER_SOURCES_NAME
+from builders.configmap import TRAINER_SOURCES, TRAINER_SOURCES_NAME
 from crd import contract
 from tests.cluster import Kubectl, end_pod
 from tests.e2e import reconcile_support
@@ -161,7 +161,7 @@ def test_running_job_has_services_configmap_and_rbac(
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": contract.TRAINER_ACCOUNT, "namespace": namespace}
     ]
-    assert set(sources["data"]) == set(TRAINER_FILES) >= {"train.py", "trainingjob_progress.py"}
+    assert sources["data"] == TRAINER_SOURCES
 
     # What the account may do, as the API server's authorizer sees it (the admission policy then
     # narrows patch to the progress annotation of the caller's own pod: test_lifecycle_progress_e2e.py).

@@ -97,12 +97,29 @@ def resolved_env(pod: dict[str, Any]) -> dict[str, str]:
     return env
 
 
+def project_config_map(config_map: dict[str, Any], volume: dict[str, Any], directory: Path) -> None:
+    """Writes a ConfigMap into `directory` as the kubelet mounts it through `volume`: each of the
+    volume's items (every key, when it lists none) at its path; a listed key the ConfigMap lacks fails
+    the pod, and here the test."""
+    source = volume["configMap"]
+    assert source["name"] == config_map["metadata"]["name"]
+    data: dict[str, str] = config_map["data"]
+    items = source.get("items") or [{"key": key, "path": key} for key in data]
+    for item in items:
+        assert item["key"] in data, f"the pod's volume names the key {item['key']!r}, the ConfigMap lacks it"
+        path = directory / item["path"]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(data[item["key"]])
+
+
 def install_config_map(job: dict[str, Any], directory: Path) -> Path:
-    """Writes the files of the namespace's trainer sources as the pod's configMap volume shows them;
-    returns the trainer's path."""
+    """Writes the namespace's trainer sources into `directory` as a worker pod's configMap volume mounts
+    them; returns the trainer's path."""
+    tj = parse(job)
+    pod = build_pod(tj, 0, attempt=0, resume_from=None)
+    (volume,) = (v for v in pod["spec"]["volumes"] if v["name"] == contract.CONFIG_VOLUME)
     directory.mkdir(parents=True, exist_ok=True)
-    for name, text in build_trainer_sources(parse(job))["data"].items():
-        (directory / name).write_text(text)
+    project_config_map(build_trainer_sources(tj), volume, directory)
     return directory / contract.TRAINER_FILE
 
 

@@ -21,6 +21,7 @@ from builders.configmap import (
     TRAINER_FILES,
     TRAINER_SOURCES_NAME,
     build_trainer_sources,
+    config_map_key,
 )
 from builders.podgroup import build_pod_group, pod_decoration
 from builders.pods import build_pod
@@ -221,16 +222,16 @@ def test_master_service_selects_rank_zero_only() -> None:
 def test_the_namespaces_config_map_carries_the_reference_trainer_and_the_progress_helper() -> None:
     tj = materialize(EXAMPLES["trainingjob-advanced.yaml"])
     sources = build_trainer_sources(parse(tj))
-    assert set(sources["data"]) == set(TRAINER_FILES) >= {contract.TRAINER_FILE, PROGRESS_HELPER_FILE}
+    assert set(sources["data"]) == {config_map_key(path) for path in TRAINER_FILES}
+    assert {contract.TRAINER_FILE, PROGRESS_HELPER_FILE} <= set(TRAINER_FILES)
     assert sources["metadata"]["name"] == TRAINER_SOURCES_NAME
     assert TRAINER_SOURCES_NAME.startswith(contract.TRAINER_SOURCES_PREFIX)
     assert "ownerReferences" not in sources["metadata"]
     assert is_shared(sources)
     packaged = REPO / "trainer"
-    for name in TRAINER_FILES:
-        assert sources["data"][name] == (packaged / name).read_text(encoding="utf-8")
-        compile(sources["data"][name], name, "exec")
-    assert "import trainingjob_progress" in sources["data"][contract.TRAINER_FILE]
+    for path in TRAINER_FILES:
+        assert sources["data"][config_map_key(path)] == (packaged / path).read_text(encoding="utf-8")
+        compile(sources["data"][config_map_key(path)], path, "exec")
     # The default command runs the trainer where the pod mounts the trainer's ConfigMap; the helper
     # sits next to it.
     assert defaulted()["spec"]["command"] == list(contract.DEFAULT_COMMAND)
@@ -238,7 +239,8 @@ def test_the_namespaces_config_map_carries_the_reference_trainer_and_the_progres
     assert (script_dir, script) == (contract.CONFIG_MOUNT_PATH, contract.TRAINER_FILE)
     pod = build_pod(parse(tj), 0, attempt=0, resume_from=None)
     volume = next(v for v in pod["spec"]["volumes"] if v["name"] == contract.CONFIG_VOLUME)
-    assert volume["configMap"] == {"name": TRAINER_SOURCES_NAME}
+    assert volume["configMap"]["name"] == TRAINER_SOURCES_NAME
+    assert volume["configMap"]["items"] == [{"key": config_map_key(p), "path": p} for p in TRAINER_FILES]
     mount = next(m for m in pod["spec"]["containers"][0]["volumeMounts"] if m["name"] == volume["name"])
     assert mount["mountPath"] == contract.CONFIG_MOUNT_PATH
     # The API server refuses ConfigMaps over 1 MiB; keep well clear of it.

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from builders.configmap import TRAINER_SOURCES_NAME
+from builders.configmap import TRAINER_SOURCES_NAME, trainer_sources_projection
 from builders.pods import build_pod
 from crd import contract
 from crd.spec import parse
@@ -110,7 +110,8 @@ def mounts_by_path(pod: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def test_pod_always_mounts_config_and_shared_memory() -> None:
     pod = build_pod(parse(defaulted()), 0, attempt=0, resume_from=None)
     volumes = volumes_by_name(pod)
-    assert volumes["config"] == {"name": "config", "configMap": {"name": TRAINER_SOURCES_NAME}}
+    assert volumes["config"] == {"name": "config", "configMap": trainer_sources_projection()}
+    assert volumes["config"]["configMap"]["name"] == TRAINER_SOURCES_NAME
     assert volumes["dshm"] == {"name": "dshm", "emptyDir": {"medium": "Memory"}}
     mounts = mounts_by_path(pod)
     assert mounts["/etc/trainingjob"]["readOnly"] is True

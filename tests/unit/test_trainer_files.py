@@ -1,8 +1,9 @@
 """The reference trainer's files as a pod gets them: every file of trainer/ travels in the namespace's
-trainer ConfigMap, under a key a ConfigMap accepts, and runs from a directory holding nothing else.
+trainer ConfigMap under a flat key a ConfigMap accepts, and the pod's volume puts each key back at its
+path, so the mount holds trainer/'s tree and nothing else, and the trainer and the helper run from it.
 
-Why: train.py and the progress helper are split into modules that import each other from their own
-directory (/etc/trainingjob in a pod). A module left out of builders.configmap.TRAINER_FILES would
+Why: the entry script and the progress helper import modules from the mount (/etc/trainingjob in a pod).
+A module left out of builders.configmap.TRAINER_FILES, or mounted at another path than its own, would
 pass every test that runs the trainer from the repository and fail every job in a cluster.
 """
 
@@ -13,32 +14,56 @@ import subprocess
 import sys
 from pathlib import Path
 
-from builders.configmap import TRAINER_DIR, TRAINER_FILES, TRAINER_SOURCES
+from builders.configmap import (
+    PROGRESS_HELPER_FILE,
+    TRAINER_DIR,
+    TRAINER_FILES,
+    TRAINER_SOURCES,
+    TRAINER_TEXTS,
+    config_map_key,
+)
+from builders.pods import build_pod
+from crd import contract
+from crd.spec import parse
+from tests.trainer.trainer_runs import install_config_map
+from tests.unit.builders_support import defaulted
 
 # What the API server accepts as a ConfigMap key (a flat name: no "/").
 CONFIG_MAP_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
 
 
+def tree(directory: Path) -> set[str]:
+    """Every file under `directory` by its relative path, without Python's byte-code caches."""
+    return {
+        path.relative_to(directory).as_posix()
+        for path in directory.rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts
+    }
+
+
 def test_every_file_of_the_trainer_folder_is_shipped_under_a_flat_key() -> None:
-    on_disk = {path.name for path in TRAINER_DIR.glob("*.py")}
-    assert set(TRAINER_FILES) == on_disk
+    assert set(TRAINER_FILES) == tree(TRAINER_DIR)
     assert len(TRAINER_FILES) == len(set(TRAINER_FILES))
+    assert set(TRAINER_TEXTS) == set(TRAINER_FILES)
+    assert len(TRAINER_SOURCES) == len(TRAINER_FILES), "two files share a key"
     for name in TRAINER_SOURCES:
         assert CONFIG_MAP_KEY.match(name), name
         assert len(name) <= 253, name
 
 
-def install(directory: Path) -> Path:
-    """The ConfigMap's files in `directory`, as the kubelet mounts them."""
-    directory.mkdir()
-    for name, text in TRAINER_SOURCES.items():
-        (directory / name).write_text(text, encoding="utf-8")
-    return directory
+def test_the_pods_volume_maps_every_key_back_to_its_path() -> None:
+    pod = build_pod(parse(defaulted()), 0, attempt=0, resume_from=None)
+    (volume,) = (v for v in pod["spec"]["volumes"] if v["name"] == contract.CONFIG_VOLUME)
+    items = volume["configMap"]["items"]
+    assert [item["path"] for item in items] == list(TRAINER_FILES)
+    assert all(item["key"] == config_map_key(item["path"]) for item in items)
+    assert {item["key"] for item in items} == set(TRAINER_SOURCES)
 
 
 def test_the_trainer_runs_and_the_helper_imports_from_the_mounted_files_alone(tmp_path: Path) -> None:
-    mount = install(tmp_path / "etc-trainingjob")
-    # -I: no PYTHONPATH, no user site, no current directory: only the script's own directory (the mount).
+    mount = install_config_map(defaulted(), tmp_path / "etc-trainingjob").parent
+    assert tree(mount) == set(TRAINER_FILES)
+    # -I: no PYTHONPATH, no user site, no current directory: only the mount, as PYTHONPATH would add it.
     helper = subprocess.run(
         [
             sys.executable,
@@ -54,15 +79,16 @@ def test_the_trainer_runs_and_the_helper_imports_from_the_mounted_files_alone(tm
         cwd=tmp_path,
     )
     assert helper.returncode == 0, helper.stderr
-    assert helper.stdout.split() == ["False", str(mount / "trainingjob_progress.py")]
+    assert helper.stdout.split() == ["False", str(mount / PROGRESS_HELPER_FILE)]
     env = {
         "TRAIN_SIMULATE": "1",
         "EPOCHS": "2",
         "TRAIN_STEPS_PER_EPOCH": "2",
         "CHECKPOINT_DIR": str(tmp_path / "ckpt"),
     }
+    # The default command's script, run as the pod runs it (python <mount>/train.py).
     trainer = subprocess.run(
-        [sys.executable, "-I", str(mount / "train.py")],
+        [sys.executable, "-I", str(mount / contract.TRAINER_FILE)],
         capture_output=True,
         text=True,
         timeout=120,
