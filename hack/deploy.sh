@@ -190,17 +190,19 @@ if [[ "$ACTION" == delete ]]; then
     "$KUBECTL" delete --ignore-not-found -f "$rendered"
     echo "deploy: removed the operator and the TrainingJob CRD"
   else
-    # Every rendered document except crd/'s (kustomize separates documents with '---' lines): the CRD,
-    # and the admission policies and their bindings, which guard the jobs that remain (the trainers'
-    # Role lets them patch pods, and one policy narrows it to their own progress; the other keeps the
-    # jobs' immutable spec fields as they are).
-    awk 'function flush() { if (doc !~ crd_kinds) printf "%s", doc; doc = "" }
+    # Every rendered document except crd/'s, which carry the label app.kubernetes.io/name=trainingjob
+    # (kustomize separates documents with '---' lines): the CRD, the trainers' ClusterRole, and the
+    # admission policies and their bindings, which guard the jobs that remain (the trainers' ClusterRole
+    # lets them patch pods, and one policy narrows it to their own progress; the others keep the jobs'
+    # immutable spec fields as they are and their pods within what their creators may do). The policies
+    # on the operator's own writes go with the operator.
+    awk 'function flush() { if (doc !~ crd_label) printf "%s", doc; doc = "" }
          /^---$/ { flush(); print; next } { doc = doc $0 "\n" } END { flush() }' \
-      crd_kinds='\nkind: (CustomResourceDefinition|ValidatingAdmissionPolicy|ValidatingAdmissionPolicyBinding)\n' \
+      crd_label='\n    app.kubernetes.io/name: trainingjob\n' \
       "$rendered" >"$work/without-crd.yaml"
     "$KUBECTL" delete --ignore-not-found -f "$work/without-crd.yaml"
     echo "deploy: removed the operator; the TrainingJob CRD, the admission policies and the jobs remain" \
-      "(DELETE_CRD=1 removes them too)"
+      "(with the trainers' ClusterRole; DELETE_CRD=1 removes them too)"
   fi
   exit 0
 fi
@@ -227,6 +229,13 @@ if ! "$KUBECTL" apply --server-side --force-conflicts -f "$rendered"; then
   fail "applying failed part-way (above); namespaces created by this run were removed"
 fi
 "$KUBECTL" wait --for=condition=Established --timeout=60s crd/trainingjobs.ml.example.com
+# An earlier version of the operator made a Role trainingjob-trainer in each namespace its jobs ran in.
+# The trainers' rights are now the ClusterRole of crd/, which the operator binds (it replaces the old
+# RoleBindings) and it has no rights on Roles, so the installer removes them: the earlier version's
+# labels and name only, in every namespace; a second run finds none.
+"$KUBECTL" delete roles --all-namespaces --ignore-not-found \
+  -l app.kubernetes.io/managed-by=trainingjob-operator,app.kubernetes.io/component=trainer \
+  --field-selector metadata.name=trainingjob-trainer
 image=$("$KUBECTL" get deploy -n trainingjob-system trainingjob-operator -o jsonpath='{.spec.template.spec.containers[0].image}' 2>/dev/null || true)
 echo "deploy: installed. The Deployment runs image '${image:-?}': build it with 'docker build -t <registry>/trainingjob-operator:<tag> .',"
 echo "        push it where the cluster pulls from, and deploy with IMAGE=<registry>/trainingjob-operator:<tag>."

@@ -15,6 +15,7 @@ import pytest
 
 from crd import contract
 from tests.cluster import REPO, Kubectl, throwaway_cluster, wait_for
+from tests.e2e.operator_identity import OPERATOR_POLICIES
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
@@ -44,13 +45,17 @@ def test_deploy_installs_everything_and_undeploy_keeps_the_crd(own_cluster: Kube
     )
     assert own_cluster.get_or_none("clusterrole", "trainingjob-operator") is not None
     assert own_cluster.get_or_none("crd", "trainingjobs.ml.example.com") is not None
+    assert own_cluster.get_or_none("clusterrole", contract.TRAINER_CLUSTER_ROLE) is not None
 
     result = make("undeploy", own_cluster.kubeconfig)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "the TrainingJob CRD, the admission policies and the jobs remain" in result.stdout
     assert own_cluster.get_or_none("clusterrole", "trainingjob-operator") is None
-    # crd/'s objects stay: the CRD, and the policies that guard the jobs it keeps.
+    for name in OPERATOR_POLICIES:  # the policies on the operator's own writes go with it
+        assert own_cluster.get_or_none("validatingadmissionpolicy", name) is None, name
+    # crd/'s objects stay: the CRD, the trainers' ClusterRole, and the policies that guard the jobs it keeps.
     assert own_cluster.get_or_none("crd", "trainingjobs.ml.example.com") is not None
+    assert own_cluster.get_or_none("clusterrole", contract.TRAINER_CLUSTER_ROLE) is not None
     for kind in POLICY_KINDS:
         for name in contract.CRD_POLICIES:
             assert own_cluster.get_or_none(kind, name) is not None, (kind, name)
@@ -61,6 +66,42 @@ def test_deploy_installs_everything_and_undeploy_keeps_the_crd(own_cluster: Kube
     for kind in POLICY_KINDS:
         for name in contract.CRD_POLICIES:
             assert own_cluster.get_or_none(kind, name) is None, (kind, name)
+
+
+def earlier_role(namespace: str, labels: dict[str, str]) -> dict[str, object]:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": contract.TRAINER_ACCOUNT, "namespace": namespace, "labels": labels},
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]}],
+    }
+
+
+def test_deploy_removes_the_trainer_roles_an_earlier_version_made(own_cluster: Kubectl) -> None:
+    """An earlier operator made a Role trainingjob-trainer, labelled as the namespace's shared objects, in
+    each namespace its jobs ran in; this one binds a ClusterRole and has no rights on Roles, so `make
+    deploy` removes them: those only, and a second run finds none."""
+    shared = {
+        contract.MANAGED_BY_LABEL: contract.MANAGED_BY_VALUE,
+        contract.APP_NAME_LABEL: contract.APP_NAME_VALUE,
+        contract.COMPONENT_LABEL: contract.SHARED_COMPONENT,
+    }
+    for namespace in ("team-a", "team-b"):
+        own_cluster.run("create", "namespace", namespace)
+    try:
+        own_cluster.apply(earlier_role("team-a", shared))
+        own_cluster.apply(earlier_role("team-b", {"team": "b"}))  # not the operator's
+        for attempt in ("upgrade", "again"):
+            result = make("deploy", own_cluster.kubeconfig)
+            assert result.returncode == 0, (attempt, result.stdout + result.stderr)
+            assert own_cluster.get_or_none("role", contract.TRAINER_ACCOUNT, "-n", "team-a") is None, attempt
+            assert own_cluster.get_or_none("role", contract.TRAINER_ACCOUNT, "-n", "team-b") is not None, (
+                attempt
+            )
+    finally:
+        make("undeploy", own_cluster.kubeconfig)
+        for namespace in ("team-a", "team-b"):
+            own_cluster.run("delete", "namespace", namespace, "--ignore-not-found", "--wait=false")
 
 
 def test_refused_install_leaves_nothing_behind(own_cluster: Kubectl) -> None:
