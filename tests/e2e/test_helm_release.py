@@ -66,9 +66,10 @@ class Site:
 @pytest.fixture(scope="module")
 def site(helm: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     with throwaway_cluster(tmp_path_factory.mktemp("helm-cluster")) as cluster:
-        # The dev cluster installs crd/ (the CRD, the admission policies) as it starts; a new cluster
-        # has none of it.
+        # The dev cluster installs crd/ (the CRD, the trainers' ClusterRole, the admission policies) as it
+        # starts; a new cluster has none of it.
         cluster.run("delete", "customresourcedefinition", CRD_NAME, "--wait=true")
+        cluster.run("delete", "clusterrole", contract.TRAINER_CLUSTER_ROLE, "--wait=true")
         for kind in ("validatingadmissionpolicybinding", "validatingadmissionpolicy"):
             for name in contract.CRD_POLICIES:
                 cluster.run("delete", kind, name, "--wait=true")
@@ -252,10 +253,14 @@ def test_install_upgrade_uninstall(site: Site) -> None:
         assert gone(site, kind, name, namespace), f"{kind} {name} left after helm uninstall --wait"
     assert release_secrets(site) == []
     assert not gone(site, "customresourcedefinition", CRD_NAME, "")
-    # The admission policies stay with the CRD: they guard the jobs kept.
+    # The trainers' ClusterRole and the admission policies stay with the CRD: they guard the jobs kept.
+    # The policies on the operator's own writes go with it.
+    assert not gone(site, "clusterrole", contract.TRAINER_CLUSTER_ROLE, "")
     for kind in ("validatingadmissionpolicy", "validatingadmissionpolicybinding"):
         for name in contract.CRD_POLICIES:
             assert not gone(site, kind, name, ""), (kind, name)
+        for name in (f"{RELEASE}-writes", f"{RELEASE}-rolebindings"):
+            assert gone(site, kind, name, ""), (kind, name)
     jobs = [job["metadata"]["name"] for job in cluster.items("trainingjobs", "-n", JOBS_NAMESPACE)]
     assert sorted(jobs) == ["after-install", "after-upgrade", "single-namespace"]
 
