@@ -1,18 +1,21 @@
 """The namespace's ConfigMap of the reference trainer and the progress helper; a worker finds them in
 /etc/trainingjob.
 
-The default command runs /etc/trainingjob/train.py, which imports its parts (trainer_*.py) and the
-progress helper (trainingjob_progress*.py) from its own directory; all of them travel in a
-ConfigMap so any image with a Python interpreter can run a job, and custom training code can import
-the helper from the same place. They are the same for every job, so one ConfigMap per namespace holds
-them (builders/shared.py), named after a hash of their content: an
-operator with other sources makes another, and a running pod's files never change. Their single
-source is the repository's top-level trainer/ folder (a workload, not part of the operator's code).
-`pip install .` installs it next to builders/ (setup.cfg), where it also sits in the repository, and
-it is read from there once at import: a missing file stops the operator at start-up instead of
-failing every job. The folder has no __init__.py: the files are payload for the pods, and they import
-each other as top-level modules, as they do from the mount. (importlib.resources cannot serve it: an
-editable install adds a path entry to a namespace package that importlib.resources refuses.)
+The default command runs /etc/trainingjob/train.py, a small entry script that runs the reference
+trainer's package (reference_trainer/), which imports the progress helper's (trainingjob_progress/);
+all of them travel in a ConfigMap so any image with a Python interpreter can run a job, and custom
+training code can import the helper from the same place. A ConfigMap's keys cannot hold "/", so each
+file's key is its path with "." for "/" (trainingjob_progress.base.py), and the pod's volume lists every
+key with its path (items), which puts the files back in their folders: the mount holds the same tree
+as trainer/. They are the same for every job, so one ConfigMap per namespace holds them
+(builders/shared.py), named after a hash of their paths and content: an operator with other sources
+makes another, and a running pod's files never change. Their single source is the repository's
+top-level trainer/ folder (a workload, not part of the operator's code). `pip install .` installs it
+next to builders/ (setup.cfg), where it also sits in the repository, and it is read from there once at
+import: a missing file stops the operator at start-up instead of failing every job. The folder itself
+has no __init__.py: it is the mount's tree, whose top-level packages a pod imports with the mount on
+its path. (importlib.resources cannot serve it: an editable install adds a path entry to a namespace
+package that importlib.resources refuses.)
 
 The job's configuration reaches a worker through its environment only (builders/env.py,
 docs/env.md): a config.json that repeated it in every pod's annotations was a sixth of the pod as
@@ -29,26 +32,29 @@ from builders.meta import shared_meta
 from crd import contract
 from crd.spec import TrainingJob
 
-PROGRESS_HELPER_FILE: Final = "trainingjob_progress.py"
 TRAINER_DIR: Final = Path(__file__).resolve().parent.parent / "trainer"
+# The progress helper's package, what users import (`import trainingjob_progress as tp`).
+PROGRESS_HELPER_FILE: Final = "trainingjob_progress/__init__.py"
 # Every file of trainer/, by its path under the folder, which is its path under the mount: the entry
-# point, the modules it imports, and the progress helper with the modules it imports.
+# script the default command runs, the reference trainer's package it runs, and the progress helper's.
 # tests/unit/test_trainer_files.py checks that this names every file of the folder.
 TRAINER_FILES: Final = (
     contract.TRAINER_FILE,
-    "trainer_checkpoints.py",
-    "trainer_config.py",
-    "trainer_engines.py",
-    "trainer_launch.py",
-    "trainer_loop.py",
-    "trainer_torch.py",
+    "reference_trainer/__init__.py",
+    "reference_trainer/checkpoints.py",
+    "reference_trainer/config.py",
+    "reference_trainer/engines.py",
+    "reference_trainer/launch.py",
+    "reference_trainer/loop.py",
+    "reference_trainer/main.py",
+    "reference_trainer/torch_engine.py",
     PROGRESS_HELPER_FILE,
-    "trainingjob_progress_base.py",
-    "trainingjob_progress_checkpoints.py",
-    "trainingjob_progress_report.py",
-    "trainingjob_progress_sender.py",
-    "trainingjob_progress_stop.py",
-    "trainingjob_progress_transport.py",
+    "trainingjob_progress/base.py",
+    "trainingjob_progress/checkpoints.py",
+    "trainingjob_progress/report.py",
+    "trainingjob_progress/sender.py",
+    "trainingjob_progress/stop.py",
+    "trainingjob_progress/transport.py",
 )
 # The API server refuses ConfigMaps over 1 MiB; the trainer files take a few dozen KiB of it.
 MAX_CONFIG_MAP_BYTES: Final = 1024 * 1024

@@ -13,10 +13,11 @@ sources, were four objects (and tens of KiB) per job for things that do not depe
   unreadable to trainers. The operator binds that one ClusterRole (it holds `bind` on it by name) and
   never writes a Role; it leaves the RoleBinding out while the policy is missing
   (controller/planner/guards.py).
-- the ConfigMap `trainingjob-trainer-<hash>` holds the reference trainer (train.py and its trainer_*.py)
-  and the progress helper (trainingjob_progress*.py), builders.configmap.TRAINER_FILES. Its name
-  carries a hash of their content, so an operator with other sources makes a new one and never
-  changes the files under a running pod. The pod mounts them at /etc/trainingjob (builders/configmap.py).
+- the ConfigMap `trainingjob-trainer-<hash>` holds the reference trainer (train.py and the package
+  reference_trainer) and the progress helper (the package trainingjob_progress),
+  builders.configmap.TRAINER_FILES. Its name carries a hash of their paths and content, so an operator
+  with other sources makes a new one and never changes the files under a running pod. The pod mounts
+  them at /etc/trainingjob, each file at its path (builders/configmap.py).
 
 They have no owner (no single job owns them): the operator creates what a job needs before its pods,
 and deletes a namespace's shared objects once its last TrainingJob is gone (controller/reconciler.py).

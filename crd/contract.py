@@ -82,7 +82,7 @@ MANAGED_SELECTOR: Final = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
 PROGRESS_ANNOTATION: Final = f"{GROUP}/progress"
 # The key of a progress report's metrics that holds GPU utilisation in percent: the operator exports it
 # as trainingjob_gpu_utilization_percent, which the GPU alert and dashboard panel (monitoring/) read.
-# trainer/trainingjob_progress.py names it too (GPU_UTILIZATION): it cannot import this module.
+# trainer/trainingjob_progress/base.py names it too (GPU_UTILIZATION): it cannot import this module.
 GPU_UTILIZATION_METRIC: Final = "gpu_utilization"
 
 # Kubernetes name limits: pod hostnames and Service names are DNS-1035/1123 labels.

@@ -1,4 +1,4 @@
-"""The progress helper's checkpoint housekeeping (trainingjob_progress_checkpoints.py, imported through
+"""The progress helper's checkpoint housekeeping (trainingjob_progress/checkpoints.py, imported through
 trainingjob_progress): retention, paths and resume resolution, atomic publication, and the
 variables it reads from what the operator injects.
 

@@ -1,4 +1,4 @@
-"""The progress helper (trainer/trainingjob_progress.py) against a local fake API.
+"""The progress helper (trainer/trainingjob_progress/) against a local fake API.
 
 Why: training code calls report() from its hot loop, so the promises that matter are about failure:
 it never blocks or raises when the API is unreachable, stalls or refuses; it logs each distinct error

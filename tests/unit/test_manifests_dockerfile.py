@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from builders.configmap import TRAINER_FILES
 from tests.cluster import REPO
 from tests.unit.manifests_support import (
     CRD_FILE,
@@ -313,8 +314,8 @@ def test_image_install_has_runtime_dependencies_only(image_venv: Path) -> None:
     installed = {path.name for path in site.iterdir()}
     assert {"controller", "builders", "crd"} <= installed
     assert (site / "crd" / CRD_FILE.name).is_file(), "the CRD YAML ships with the package"
-    for name in ("train.py", "trainingjob_progress.py"):
-        assert (site / "trainer" / name).is_file(), f"the reference trainer's {name} ships with the package"
+    for path in TRAINER_FILES:
+        assert (site / "trainer" / path).is_file(), f"the reference trainer's {path} ships with the package"
     for not_shipped in ("tests", "hack", "monitoring"):
         assert not_shipped not in installed, f"{not_shipped} must not be installed"
     for dev_tool in ("pytest", "mypy", "ruff", "kubernetes_validate", "uv"):

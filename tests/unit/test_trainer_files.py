@@ -25,6 +25,7 @@ from builders.configmap import (
 from builders.pods import build_pod
 from crd import contract
 from crd.spec import parse
+from tests.cluster import REPO
 from tests.trainer.trainer_runs import install_config_map
 from tests.unit.builders_support import defaulted
 
@@ -99,3 +100,16 @@ def test_the_trainer_runs_and_the_helper_imports_from_the_mounted_files_alone(tm
     assert trainer.returncode == 0, trainer.stderr
     assert "training finished: 2 epochs, 4 steps" in trainer.stderr
     assert sorted(path.name for path in (tmp_path / "ckpt").iterdir()) == ["epoch-1", "epoch-2"]
+
+
+def test_the_training_readme_names_every_file_a_user_copies() -> None:
+    """examples/training/README.md tells users to copy the helper's folder and says how many files it
+    holds: it names the folder and every file of it, and every file of the reference trainer."""
+    readme = (REPO / "examples" / "training" / "README.md").read_text(encoding="utf-8")
+    for path in TRAINER_FILES:
+        folder, _, name = path.rpartition("/")
+        assert path in readme or (f"trainer/{folder}/" in readme and f"`{name}`" in readme), path
+    helper_folder = PROGRESS_HELPER_FILE.rpartition("/")[0]
+    helper = [path for path in TRAINER_FILES if path.startswith(f"{helper_folder}/")]
+    in_words = {6: "six", 7: "seven", 8: "eight", 9: "nine", 10: "ten"}
+    assert f"`trainer/{helper_folder}/` (all {in_words[len(helper)]} files of it)" in readme

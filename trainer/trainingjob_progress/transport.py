@@ -16,8 +16,8 @@ import urllib.request
 from collections.abc import Mapping
 from typing import Any
 
-from trainingjob_progress_base import MAX_RESPONSE_BYTES, OnceLogger
-from trainingjob_progress_report import annotation_patch
+from .base import MAX_RESPONSE_BYTES, OnceLogger
+from .report import annotation_patch
 
 
 def rank(environ: Mapping[str, str]) -> int:

@@ -1,8 +1,9 @@
 """The reference trainer's own launcher: one process per local rank when nobody else starts them
 (LOCAL_WORLD_SIZE > 1 without torchrun).
 
-Split out of train.py: process supervision (signals passed on, a failed rank stopping its peers after a
-grace period) is a concern of its own. It starts the trainer script it is given, train.py.
+A module of its own: process supervision (signals passed on, a failed rank stopping its peers after a
+grace period) is a concern of its own. It starts the entry script it is given (train.py at the top of
+the mount) again, once per local rank.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from types import FrameType
 from typing import Final
 
 import trainingjob_progress as progress
-from trainer_config import Config
-from trainer_engines import why_simulate
+
+from .config import Config
+from .engines import why_simulate
 
 KILL_GRACE_SECONDS: Final = 30.0
 
@@ -35,7 +37,7 @@ PEER_GRACE_SECONDS: Final = 10
 
 
 def launch_local_ranks(config: Config, script: str) -> int:
-    """Starts LOCAL_WORLD_SIZE copies of this file with RANK = RANK + local rank and LOCAL_RANK set, and
+    """Starts LOCAL_WORLD_SIZE copies of `script` with RANK = RANK + local rank and LOCAL_RANK set, and
     waits for them. When one fails the others are stopped after PEER_GRACE_SECONDS (they would wait for it
     forever); SIGTERM and SIGINT are passed on."""
     count = config.local_world_size

@@ -1,8 +1,8 @@
 """The reference trainer's torch engine: torch.distributed data-parallel training of a small MLP on
 synthetic, deterministic data, joined from the operator's rendezvous variables.
 
-Split out of train.py; torch is imported when the engine is made, never at import, so the trainer
-runs (as the simulation) in images without it.
+A module of its own, named torch_engine so that nothing mistakes it for torch itself. torch is imported
+when the engine is made, never at import, so the trainer runs (as the simulation) in images without it.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import time
 from datetime import timedelta
 from typing import Any, Final
 
-from trainer_checkpoints import TORCH_STATE_FILE, locate_checkpoint, write_metadata
-from trainer_config import Config, ConfigError
+from .checkpoints import TORCH_STATE_FILE, locate_checkpoint, write_metadata
+from .config import Config, ConfigError
 
 FEATURES: Final = 16
 HIDDEN: Final = 32

@@ -1,7 +1,7 @@
 """The reference trainer's training loop: resume, train and evaluate each epoch, checkpoint, report, and
 stop cleanly when told to.
 
-Split out of train.py so that the loop reads as what the operator expects of training code
+A module of its own so that the loop reads as what the operator expects of training code
 (docs/progress.md): a report after every epoch from rank 0, the newest checkpoint in it, an exit
 status that says whether to restart, and on SIGTERM (a preemption, an eviction, a gang restart, a
 suspension) a checkpoint of the step where the signal came, reported before the process exits 143, so
@@ -15,9 +15,10 @@ import signal
 from types import FrameType
 
 import trainingjob_progress as progress
-from trainer_checkpoints import resume_point, save_checkpoint, should_checkpoint, writes_checkpoints
-from trainer_config import EXIT_FAILED, EXIT_TERMINATED, Config, Terminated
-from trainer_engines import Engine
+
+from .checkpoints import resume_point, save_checkpoint, should_checkpoint, writes_checkpoints
+from .config import EXIT_FAILED, EXIT_TERMINATED, Config, Terminated
+from .engines import Engine
 
 log = logging.getLogger("train")
 

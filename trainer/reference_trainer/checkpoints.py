@@ -1,7 +1,7 @@
 """The reference trainer's checkpoints: finding the one RESUME_FROM designates, the metadata file
 written beside the state, and when and where the training loop saves.
 
-Split out of train.py: both engines read and write checkpoints through these functions, and the
+A module of its own: both engines read and write checkpoints through these functions, and the
 directory layout (epoch-<N>, written whole) is the progress helper's (trainingjob_progress).
 """
 
@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Final, Protocol
 
 import trainingjob_progress as progress
-from trainer_config import Config, ConfigError
+
+from .config import Config, ConfigError
 
 METADATA_FILE: Final = "trainingjob-checkpoint.json"
 TORCH_STATE_FILE: Final = "model.pt"

@@ -9,7 +9,7 @@ reported last (docs/progress.md, "When the pod is told to stop"). Python's defau
 die at once; `stop_on_sigterm` turns it into a flag the training loop looks at between steps, so a
 step is never cut in half and the checkpoint is consistent.
 
-Split out of trainingjob_progress.py, which re-exports it: import it from there.
+The package (trainingjob_progress/__init__.py) re-exports it: import it from there.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from types import FrameType
 from typing import Final
 
-from trainingjob_progress_base import log
+from .base import log
 
 GRACE_PERIOD_ENV: Final = "TRAININGJOB_TERMINATION_GRACE_SECONDS"
 # What a process stopped by SIGTERM exits with (128 + 15), as a shell reports it; failurePolicy

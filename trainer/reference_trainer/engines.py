@@ -1,7 +1,7 @@
-"""The reference trainer's engines behind one interface: the torch one (trainer_torch.py) and the
+"""The reference trainer's engines behind one interface: the torch one (torch_engine.py) and the
 pure-Python simulation used where torch is not importable, and the choice between them.
 
-Split out of train.py: the training loop (trainer_loop.py) sees only `Engine`.
+A module of its own: the training loop (loop.py) sees only `Engine`.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import random
 import time
 from typing import Protocol
 
-from trainer_checkpoints import SIMULATION_STATE_FILE, locate_checkpoint, write_metadata
-from trainer_config import Config, ConfigError
-from trainer_torch import EVAL_SAMPLES, FEATURES, TorchEngine
+from .checkpoints import SIMULATION_STATE_FILE, locate_checkpoint, write_metadata
+from .config import Config, ConfigError
+from .torch_engine import EVAL_SAMPLES, FEATURES, TorchEngine
 
 log = logging.getLogger("train")
 

@@ -17,12 +17,11 @@ code must delete old checkpoints.
 
 Standard library only, Python 3.9 or later (training images bring their own Python): the operator
 ships it next to the reference trainer in every namespace's trainer ConfigMap (mounted at
-/etc/trainingjob), and custom training code can import it from there or copy it with the files it
-imports (trainingjob_progress_*.py). This file is the helper's whole public surface: the Reporter, the
-checkpoint helpers re-exported from trainingjob_progress_checkpoints.py, and what to do when the pod
-is told to stop (trainingjob_progress_stop.py). The Reporter puts together
-the report's content (trainingjob_progress_report.py), the background sender
-(trainingjob_progress_sender.py) and the PATCH of the pod (trainingjob_progress_transport.py).
+/etc/trainingjob), and custom training code can import it from there or copy the package's folder
+(trainingjob_progress/, every module of it). This file is the helper's whole public surface: the
+Reporter, the checkpoint helpers re-exported from the module checkpoints, and what to do when the pod
+is told to stop (stop). The Reporter puts together the report's content (report), the background
+sender (sender) and the PATCH of the pod (transport); base holds what they share.
 
     from trainingjob_progress import Reporter
 
@@ -40,7 +39,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from trainingjob_progress_base import (
+from .base import (
     API_URL_ENV,
     CA_FILE_ENV,
     DEFAULT_ANNOTATION,
@@ -52,7 +51,7 @@ from trainingjob_progress_base import (
     OnceLogger,
     log,
 )
-from trainingjob_progress_checkpoints import (
+from .checkpoints import (
     atomic_checkpoint,
     checkpoint_dir,
     checkpoint_epoch,
@@ -65,10 +64,10 @@ from trainingjob_progress_checkpoints import (
     resolve_checkpoint,
     resume_path,
 )
-from trainingjob_progress_report import ReportBuilder
-from trainingjob_progress_sender import Sender
-from trainingjob_progress_stop import EXIT_TERMINATED, GRACE_PERIOD_ENV, grace_period_seconds, stop_on_sigterm
-from trainingjob_progress_transport import PodPatcher, in_cluster_url, pod_url, rank, read_text
+from .report import ReportBuilder
+from .sender import Sender
+from .stop import EXIT_TERMINATED, GRACE_PERIOD_ENV, grace_period_seconds, stop_on_sigterm
+from .transport import PodPatcher, in_cluster_url, pod_url, rank, read_text
 
 __all__ = [
     "API_URL_ENV",

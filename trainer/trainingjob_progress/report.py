@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from trainingjob_progress_base import MAX_METRIC_NAME, MAX_METRICS, UTC, OnceLogger, count, number, rfc3339
+from .base import MAX_METRIC_NAME, MAX_METRICS, UTC, OnceLogger, count, number, rfc3339
 
 
 class ReportBuilder:

@@ -1,9 +1,9 @@
 """What every part of the progress helper shares: the names the operator and the pod agree on, the
 limits of a report, and the logging that says each distinct problem once.
 
-Split out of trainingjob_progress.py so that the report's encoding, its transport to the API server,
+Apart from the package's __init__.py so that the report's encoding, its transport to the API server,
 the background sender and the checkpoint helpers can each live in their own file and still agree on
-these values. Standard library only, Python 3.9 or later, like every file of the helper.
+these values. Standard library only, Python 3.9 or later, like every module of the helper.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from trainingjob_progress_base import DEFAULT_TIMEOUT, OnceLogger
+from .base import DEFAULT_TIMEOUT, OnceLogger
 
 
 class Sender:

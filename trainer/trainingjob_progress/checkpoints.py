@@ -11,8 +11,8 @@ The operator never reads training storage, so the trainer owns its checkpoints: 
 one behind (`atomic_checkpoint`), which one to resume from (`resume_path`, `latest_checkpoint_dir`)
 and how many are kept (`enforce_retention`, CHECKPOINT_RETENTION). Retention works on filesystem
 paths only (pvc and nfs storage); for s3:// and gs:// the bucket's lifecycle rules or the user's own
-code must delete old checkpoints. Split out of trainingjob_progress.py, which re-exports all of it:
-import it from there.
+code must delete old checkpoints. The package (trainingjob_progress/__init__.py)
+re-exports all of it: import it from there.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import shutil
 from collections.abc import Iterator, Mapping
 from typing import Final
 
-from trainingjob_progress_base import OnceLogger, count, log
+from .base import OnceLogger, count, log
 
 CHECKPOINT_PREFIX: Final = "epoch-"
 STEP_INFIX: Final = "-step-"

@@ -1,7 +1,7 @@
 """The reference trainer's configuration: the operator's variables (and the trainer's own TRAIN_*
 knobs) read once into a `Config`, and the errors that end a run with a given exit status.
 
-Split out of train.py so that every part of the trainer (engines, checkpoints, the loop, the local-rank
+A module of its own so that every part of the trainer (engines, checkpoints, the loop, the local-rank
 launcher) reads the same typed view. A value that cannot work is a ConfigError (exit 2): retrying
 will not help.
 """
