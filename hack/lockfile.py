@@ -7,10 +7,11 @@ were locked, whatever the index serves that day; the package itself then goes in
 lock is generated, never edited by hand: `make lock` has uv resolve setup.cfg's install_requires for
 the image's Python (3.11) on Linux x86_64 and on arm64 (glibc 2.36, Debian bookworm's, the base
 image's), every distribution of each pinned version with its sha256, and fails when the two platforms
-would need different pins (one file serves both). An existing lock's pins are kept where they still
-satisfy setup.cfg (`make lock LOCK_UPGRADE=1` moves every pin to the newest allowed). `check` (CI
-runs it through tests/unit/test_lockfile.py) says in one line, without the network, when setup.cfg's
-requirements and the lock have drifted apart.
+would need different pins (one file serves both) or when a pin has no wheel for one of them (pip
+downloads each platform's wheels against the lock's hashes, as the image installs: wheels only). An
+existing lock's pins are kept where they still satisfy setup.cfg (`make lock LOCK_UPGRADE=1` moves
+every pin to the newest allowed). `check` (CI runs it through tests/unit/test_lockfile.py) says in one
+line, without the network, when setup.cfg's requirements and the lock have drifted apart.
 
     python -m hack.lockfile write [--upgrade]    # make lock
     python -m hack.lockfile check                # exit 1 and one line when the lock does not match
@@ -163,8 +164,36 @@ def compile_lock(output: Path, platform: str, *, upgrade: bool) -> None:
         raise ToolError(f"uv pip compile for {platform} failed: {result.stderr.strip()}")
 
 
+def manylinux_tags(platform: str) -> list[str]:
+    """pip's --platform values for a uv platform such as `aarch64-manylinux_2_36`: every manylinux tag
+    of that architecture up to that glibc (pip does not widen a --platform by itself)."""
+    architecture, _, tag = platform.partition("-")
+    newest = int(tag.rsplit("_", 1)[1])
+    return ["manylinux2014_" + architecture] + [
+        f"manylinux_2_{minor}_{architecture}" for minor in range(17, newest + 1)
+    ]
+
+
+def check_wheels(lock: Path, platform: str) -> None:
+    """Downloads a wheel of every pin for `platform` with pip --require-hashes (as the Dockerfile
+    installs: wheels only), so a lock that would need a build from source there is refused now."""
+    platforms = [flag for tag in manylinux_tags(platform) for flag in ("--platform", tag)]
+    with tempfile.TemporaryDirectory() as scratch:
+        command = [
+            *(sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:"),
+            *platforms,
+            *(f"--python-version={PYTHON_VERSION}", "--implementation=cp", "--require-hashes"),
+            *("--requirement", str(lock), "--dest", scratch),
+        ]
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        last = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise ToolError(f"the lock has no wheel for {platform} of every pin: {last}")
+
+
 def write(*, upgrade: bool) -> Path:
-    """Regenerates the lock for the first platform, then checks that the others resolve the same."""
+    """Regenerates the lock for the first platform, then checks that the others resolve the same and
+    that every pin has a wheel, whose hash the lock holds, on each platform."""
     lock = REPO / LOCK
     lock.parent.mkdir(exist_ok=True)
     first, *others = PLATFORMS
@@ -178,6 +207,8 @@ def write(*, upgrade: bool) -> Path:
                 raise ToolError(
                     f"{platform} resolves setup.cfg to other pins than {first}: one lock cannot serve both"
                 )
+    for platform in PLATFORMS:
+        check_wheels(lock, platform)
     return lock
 
 

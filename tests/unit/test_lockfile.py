@@ -120,3 +120,12 @@ def test_the_check_command_fails_with_one_line(tmp_path: Path) -> None:
     assert "make lock" in result.stderr
     passing = subprocess.run(command[:-2], cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
     assert passing.returncode == 0, passing.stderr
+
+
+def test_the_wheel_check_asks_pip_for_every_manylinux_tag_up_to_the_images_glibc() -> None:
+    """pip takes a --platform as it is, so a wheel tagged manylinux2014 or manylinux_2_28 is found for
+    the image's glibc 2.36 only when every older tag is named too."""
+    tags = lockfile.manylinux_tags("aarch64-manylinux_2_36")
+    assert tags[0] == "manylinux2014_aarch64"
+    assert tags[1:] == [f"manylinux_2_{minor}_aarch64" for minor in range(17, 37)]
+    assert lockfile.manylinux_tags("x86_64-manylinux_2_28")[-1] == "manylinux_2_28_x86_64"
