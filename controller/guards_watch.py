@@ -10,8 +10,10 @@ objects (get, list, watch with resourceNames).
 
 Their informers are required: the operator starts work only once it knows whether each is installed.
 `snapshot()` is what a reconcile hands the planner (`planner.Guards`), which decides what to withhold
-(planner/guards.py); this module only observes and says so: one log line when a policy goes missing
-(or is missing at start-up), one when it is back, and every job woken to act on it.
+(planner/guards.py: the trainers' RoleBindings without `trainingjob-trainer-progress`, the pods of a
+job asking for more than a tenant's ordinary rights without `trainingjob-escalation`); this module
+only observes and says so: one log line when a policy goes missing (or is missing at start-up), one
+when it is back, and every job woken to act on it.
 
 A policy counts as installed when the ValidatingAdmissionPolicy exists and so does its binding, naming
 it, with the Deny action (a binding that only warns or audits protects nothing).
@@ -28,11 +30,24 @@ from controller.planner.model import Guards
 from controller.resources import ADMISSION_POLICIES, ADMISSION_POLICY_BINDINGS, GUARD_POLICIES, name_selector
 from controller.runtime.informer import Informer
 from controller.watches import Watches
+from crd import contract
 
 logger = logging.getLogger(__name__)
 
 JsonDict = dict[str, Any]
 APPLY_CRD: Final = "apply crd/ (kubectl apply --server-side -k crd/), which make deploy and the Helm chart do"
+# What each policy's absence withholds (planner/guards.py), and what comes back with it, as the log says.
+WITHHELD: Final = {
+    contract.TRAINER_POLICY: "trainers get no right to patch pods",
+    contract.ESCALATION_POLICY: (
+        "no pod is created for a job that asks for more than the baseline Pod Security Standard or for "
+        "another ServiceAccount"
+    ),
+}
+RESTORED: Final = {
+    contract.TRAINER_POLICY: "trainers get their rights back",
+    contract.ESCALATION_POLICY: "the jobs it held back are started",
+}
 
 
 def essentials(obj: JsonDict) -> JsonDict:
@@ -126,15 +141,17 @@ class GuardsWatch:
         for name, gap in guards.missing.items():
             if before is None or before.get(name) != gap:
                 logger.warning(
-                    "%s: trainers get no right to patch pods until it is installed; %s",
+                    "%s: %s until it is installed; %s",
                     gap,
+                    WITHHELD.get(name, "what it guards is withheld"),
                     APPLY_CRD,
                     extra={"action": "guard-missing", "policy": name},
                 )
         for name in (before or {}).keys() - guards.missing.keys():
             logger.info(
-                "the admission policy %s is installed again: trainers get their rights back",
+                "the admission policy %s is installed again: %s",
                 name,
+                RESTORED.get(name, "what it guards is back"),
                 extra={"action": "guard-installed", "policy": name},
             )
         if before is not None and before != guards.missing:

@@ -99,7 +99,7 @@ def name_selector(name: str) -> str:
 # The admission policies the operator's guarantees rest on (crd/), each with a binding of its name: the
 # operator watches them by name (controller/guards_watch.py) and withholds what each guards while it is
 # missing (controller/planner/guards.py).
-GUARD_POLICIES: Final = (contract.TRAINER_POLICY,)
+GUARD_POLICIES: Final = (contract.TRAINER_POLICY, contract.ESCALATION_POLICY)
 ADMISSION_POLICIES: Final = Resource(
     "admissionregistration.k8s.io", "v1", "validatingadmissionpolicies", "ValidatingAdmissionPolicy", False
 )

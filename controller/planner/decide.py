@@ -321,7 +321,10 @@ def _reaction(facts: Facts, status: Mapping[str, Any], gang: Gang) -> Decision |
 
 def _create_missing(facts: Facts, status: Mapping[str, Any], gang: Gang, slots: Sequence[int]) -> Decision:
     """Pods for the missing ranks (`slots`), once no pod of a previous attempt is left; a running
-    elastic job adds its missing workers while the others train."""
+    elastic job adds its missing workers while the others train. None while the job is held back
+    (facts.held_back, planner/guards.py)."""
+    if facts.held_back is not None:
+        return Wait(facts.held_back)
     if facts.spec.elastic is not None and state_of(status) == State.RUNNING:
         added = elastic.add_workers(facts, gang)
         return added if added is not None else Wait(elastic.replacement_wait(facts, gang))

@@ -21,7 +21,8 @@ from controller.planner.model import CreateFailure, Observed, Settings
 from controller.planner.progress import Report, parse_report
 from controller.planner.timers import ceil_to_second
 from controller.runtime.clock import parse_time, rfc3339
-from crd.contract import PROGRESS_ANNOTATION, TRAINER_POLICY, State
+from crd.contract import ESCALATION_POLICY, PROGRESS_ANNOTATION, TRAINER_POLICY, State
+from crd.escalation import escalations
 from crd.spec import Spec, TrainingJob
 
 JsonDict = dict[str, Any]
@@ -57,6 +58,26 @@ class Facts:
         admission policy that narrows that account's rights is missing, so the operator took them back
         (planner/guards.py). Stall detection waits meanwhile: no report can arrive."""
         return not self.spec.service_account_name and TRAINER_POLICY in self.observed.guards.missing
+
+    @cached_property
+    def held_back(self) -> str | None:
+        """Why no pod of the job may be created: it asks for more than a tenant's ordinary rights (the
+        findings of crd/escalation.py) while the admission policy that judges that against its creator's
+        rights is missing, or not known to be installed (planner/guards.py). None: nothing holds it."""
+        guards = self.observed.guards
+        if guards.known and ESCALATION_POLICY not in guards.missing:
+            return None
+        found = escalations(self.observed.job.get("spec") or {})
+        if not found:
+            return None
+        missing = guards.missing.get(
+            ESCALATION_POLICY, f"the admission policy {ESCALATION_POLICY} is not known"
+        )
+        return (
+            f"{missing}: not starting the job, whose {'; '.join(found)} need(s) the policy's check of its "
+            "creator's rights; its pods are created once the policy is installed "
+            "(kubectl apply --server-side -k crd/)"
+        )
 
     @cached_property
     def stamp(self) -> str:

@@ -19,6 +19,13 @@ controller/guards_watch.py, puts what it sees into `Observed.guards`) and fails 
 
 Every job of a namespace sees its shared RoleBinding, so whichever reconciles first deletes it; the
 others find it gone (a UID precondition) and write nothing: no write loop while the policy is missing.
+
+The tenant-escalation policy `trainingjob-escalation` judges, at admission, what a job asks its pods to
+do against its creator's rights. A job carrying such settings (crd/escalation.py's findings) that was
+admitted while the policy was missing was never judged, so while it is missing no pod of such a job is
+created (`Facts.held_back`; decide.py waits instead of creating ranks), and `show_held` says why: the
+Created condition False with reason AdmissionPolicyMissing and a Warning Event. Pods that run already
+are left alone; an ordinary job is not concerned.
 """
 
 from __future__ import annotations
@@ -99,4 +106,18 @@ def show_progress_rights(facts: Facts, status: Mapping[str, Any]) -> tuple[JsonD
         message = f"the admission policy {TRAINER_POLICY} is installed: the trainers may report progress"
         change.note("Normal", "AdmissionPolicyInstalled", message)
         change.set(Condition.PROGRESS_REPORTING, True, "AdmissionPolicyInstalled", message)
+    return change.status, tuple(change.events)
+
+
+def show_held(facts: Facts, status: Mapping[str, Any]) -> tuple[JsonDict, tuple[Event, ...]]:
+    """`status` saying why the job's missing pods are not created while it is held back, and its Event."""
+    state = state_of(status)
+    held = facts.held_back
+    if held is None or state is None or state in FINISHED_STATES or not facts.gang(status).to_create(status):
+        return dict(status), ()
+    current = cond.get(status.get("conditions"), Condition.CREATED)
+    change = Change(moment(facts), status)
+    if current is None or current.get("reason") != "AdmissionPolicyMissing":
+        change.note("Warning", "AdmissionPolicyMissing", held)
+    change.set(Condition.CREATED, False, "AdmissionPolicyMissing", held)
     return change.status, tuple(change.events)

@@ -92,9 +92,10 @@ def plan(observed: Observed, settings: Settings | None = None) -> Plan:
         final = show_blocked(moment(facts), final, (failure.message for failure in refused))
     final = show_scheduled(facts, final)
     final, rights_events = guards.show_progress_rights(facts, final)
+    final, held_events = guards.show_held(facts, final)
     gang = facts.gang(final)
     final = _derived(final, facts)
-    events = [*result.events, *rights_events]
+    events = [*result.events, *rights_events, *held_events]
     if not status.get("state") and job.spec.scheduling.gang_scheduling and observed.gang_scheduler is None:
         events.append(
             Event(

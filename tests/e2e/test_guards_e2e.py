@@ -4,10 +4,12 @@ while a job runs takes the namespace's trainer RoleBinding away (the trainer acc
 the job's ProgressReporting condition and an Event say why, the operator's log says it once, and
 nothing more is written while it stays missing; applied again, the RoleBinding comes back. An operator
 started without the policy starts (no exit), says so once, and runs jobs without the right until the
-policy is installed.
+policy is installed. While the tenant-escalation policy is missing, a job asking for more than a
+tenant's ordinary rights gets no pod and says why, an ordinary job runs, and the held job starts once
+the policy is back.
 
-The policy is cluster-wide: each test deletes it and applies crd/trainer-progress-policy.yaml again
-when it ends, whatever happened.
+The policies are cluster-wide: each test deletes one and applies its file from crd/ again when it ends,
+whatever happened.
 """
 
 from __future__ import annotations
@@ -34,20 +36,23 @@ from tests.e2e.jobs import (
 from tests.e2e.operator import OperatorProcess
 from tests.e2e.reconcile_support import DEBUG
 
-POLICY_FILE: Final = REPO / "crd" / "trainer-progress-policy.yaml"
+POLICY_FILES: Final = {
+    contract.TRAINER_POLICY: REPO / "crd" / "trainer-progress-policy.yaml",
+    contract.ESCALATION_POLICY: REPO / "crd" / "escalation-policy.yaml",
+}
 BINDING: Final = "validatingadmissionpolicybinding"
 POLICY: Final = "validatingadmissionpolicy"
 JsonDict = dict[str, Any]
 
 
 @contextmanager
-def without(cluster: Kubectl, kind: str) -> Iterator[None]:
-    """The trainers' policy (or its binding) deleted, and applied again as crd/ has it afterwards."""
-    cluster.run("delete", f"{kind}/{contract.TRAINER_POLICY}", "--wait=true")
+def without(cluster: Kubectl, kind: str, name: str = contract.TRAINER_POLICY) -> Iterator[None]:
+    """A policy of crd/ (or its binding) deleted, and applied again as crd/ has it afterwards."""
+    cluster.run("delete", f"{kind}/{name}", "--wait=true")
     try:
         yield
     finally:
-        cluster.run("apply", "--server-side", "--force-conflicts", "-f", str(POLICY_FILE))
+        cluster.run("apply", "--server-side", "--force-conflicts", "-f", str(POLICY_FILES[name]))
 
 
 def trainer_may_patch_pods(cluster: Kubectl, namespace: str) -> bool:
@@ -169,3 +174,52 @@ def test_an_operator_started_without_the_policy_runs_jobs_without_the_right_unti
     wait("the trainers' RoleBinding", lambda: binding_of(cluster, namespace))
     assert reporting(cluster, namespace, "unguarded", "True")["reason"] == "AdmissionPolicyInstalled"
     assert trainer_may_patch_pods(cluster, namespace)
+
+
+def test_a_job_asking_for_more_waits_while_the_escalation_policy_is_missing(
+    cluster: Kubectl, namespace: str, start_operator: StartOperator
+) -> None:
+    operator = start_operator(DEBUG)
+    with without(cluster, BINDING, contract.ESCALATION_POLICY):
+        host = job_manifest("host", podTemplate={"spec": {"hostNetwork": True}})
+        cluster.apply(host, "-n", namespace)  # as an administrator: nothing at admission judges it now
+        cluster.apply(job_manifest("plain"), "-n", namespace)
+        wait_for_state(cluster, namespace, "plain", "Running")
+
+        def held() -> JsonDict | None:
+            found = condition(get_job(cluster, namespace, "host").get("status") or {}, "Created")
+            return found if found is not None and found.get("reason") == "AdmissionPolicyMissing" else None
+
+        created = wait("the held job's condition", held)
+        assert created["status"] == "False"
+        message = created["message"]
+        assert message.startswith(
+            f"ValidatingAdmissionPolicyBinding {contract.ESCALATION_POLICY} is not installed"
+        )
+        assert "spec.podTemplate.spec.hostNetwork=true" in message, message
+        assert get_job(cluster, namespace, "host")["status"]["message"] == message
+        assert cluster.items("pods", "-n", namespace, "-l", f"{contract.JOB_NAME_LABEL}=host") == []
+        events = [e for e in events_of(cluster, namespace, "host") if e["reason"] == "AdmissionPolicyMissing"]
+        assert [event["type"] for event in events] == ["Warning"]
+        lines = [line for line in said(operator, "guard-missing") if contract.ESCALATION_POLICY in line]
+        assert len(lines) == 1, lines
+        # No write loop while it waits.
+        writes = write_requests(operator)
+        touch(cluster, namespace, "host", "1")
+        wait(
+            "a reconcile of the touch",
+            lambda: (
+                get_job(cluster, namespace, "host")["metadata"]["resourceVersion"]
+                in [
+                    entry.get("resourceVersion")
+                    for entry in operator.logs()
+                    if entry.get("action") == "reconciled"
+                ]
+            ),
+        )
+        assert write_requests(operator) == writes
+    # Installed again: the held job starts.
+    wait_for_state(cluster, namespace, "host", "Running")
+    started = condition(get_job(cluster, namespace, "host")["status"], "Created")
+    assert started is not None
+    assert (started["status"], started["reason"]) == ("True", "PodsCreated")

@@ -1,9 +1,14 @@
-"""The trainers' rights follow the admission policy that bounds them (controller/planner/guards.py),
-through whole job lives in the fake cluster of tests.unit.lifecycle_world: the policy (or its binding)
-deleted while a job runs takes the namespace's trainer RoleBinding away, once, says so in the job's
-ProgressReporting condition and an Event, and writes nothing more while it stays missing; restored, the
-RoleBinding comes back and the condition says so; never known, nothing is granted or taken back. A
-RoleBinding of an earlier version (it bound a Role) is replaced. Stalls wait while no report can arrive.
+"""What the operator hands out follows the admission policies that bound it (controller/planner/guards.py),
+through whole job lives in the fake cluster of tests.unit.lifecycle_world.
+
+The trainers' rights: the trainer-progress policy (or its binding) deleted while a job runs takes the
+namespace's trainer RoleBinding away, once, says so in the job's ProgressReporting condition and an
+Event, and writes nothing more while it stays missing; restored, the RoleBinding comes back and the
+condition says so; never known, nothing is granted or taken back. A RoleBinding of an earlier version
+(it bound a Role) is replaced. Stalls wait while no report can arrive.
+
+The tenant-escalation policy: a job asking for more than a tenant's ordinary rights gets no pod while
+it is missing (or not known), says why, and starts once it is back; an ordinary job is not concerned.
 """
 
 from __future__ import annotations
@@ -230,3 +235,78 @@ def test_the_condition_is_kept_across_a_restart_of_the_gang() -> None:
     w.exit(0, 1)
     w.settle()
     assert w.condition("ProgressReporting") == before
+
+
+# ----------------------------------------------------------------- the tenant-escalation policy
+
+ESCALATION_GONE = Guards(
+    {contract.ESCALATION_POLICY: f"ValidatingAdmissionPolicy {contract.ESCALATION_POLICY} is not installed"}
+)
+HOST_NETWORK = {"spec.podTemplate": {"spec": {"hostNetwork": True}}}
+
+
+def pod_creates(result: Plan) -> list[str]:
+    return [obj["metadata"]["name"] for obj in result.creates if obj["kind"] == "Pod"]
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [HOST_NETWORK, {"spec.serviceAccountName": "powerful"}],
+    ids=["host-network", "another-account"],
+)
+def test_a_job_asking_for_more_is_not_started_while_the_escalation_policy_is_missing(
+    changes: dict[str, Any],
+) -> None:
+    w = world(changes)
+    w.guards = ESCALATION_GONE
+    w.settle()
+    assert not w.pods, "no pod while the policy that would have judged the job is missing"
+    assert w.state == "Pending"
+    created = w.condition("Created")
+    assert created is not None
+    assert (created["status"], created["reason"]) == ("False", "AdmissionPolicyMissing")
+    finding = (
+        "spec.podTemplate.spec.hostNetwork=true" if changes is HOST_NETWORK else "spec.serviceAccountName"
+    )
+    assert finding in created["message"]
+    assert ESCALATION_GONE.missing[contract.ESCALATION_POLICY] in created["message"]
+    assert w.status["message"] == created["message"]
+    assert [event.reason for event in w.events].count("AdmissionPolicyMissing") == 1
+    assert_steady(w, 60)
+
+    w.guards = Guards()
+    result = w.step(5)
+    assert pod_creates(result) == ["mnist-worker-0", "mnist-worker-1"], "started once the policy is back"
+
+
+def test_an_ordinary_job_is_not_concerned_by_the_escalation_policy() -> None:
+    w = world()
+    w.guards = ESCALATION_GONE
+    w.run_to_running()
+    created = w.condition("Created")
+    assert created is not None
+    assert (created["status"], created["reason"]) == ("True", "PodsCreated")
+
+
+def test_a_running_job_keeps_its_pods_but_gets_no_new_ones() -> None:
+    w = world({**HOST_NETWORK, "spec.failurePolicy.backoffLimit": 3})
+    w.run_to_running()
+    w.guards = ESCALATION_GONE
+    result = w.step(5)
+    assert result.deletes == []
+    assert w.state == "Running"
+    w.exit(1, 1)
+    w.settle()
+    w.step(3600)  # past any backoff
+    w.settle()
+    assert not w.live_pods(), "the gang restarted and no new pod was created"
+    created = w.condition("Created")
+    assert created is not None
+    assert created["reason"] == "AdmissionPolicyMissing"
+
+
+def test_not_known_yet_an_escalating_job_waits_too() -> None:
+    w = world(HOST_NETWORK)
+    w.guards = Guards(known=False)
+    w.settle()
+    assert not w.pods

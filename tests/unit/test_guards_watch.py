@@ -1,8 +1,8 @@
 """The watch of crd/'s admission policies (controller/guards_watch.py): what counts as installed, what a
-reconcile is handed, and what the operator says about it: one log line per policy when it goes
-missing (or is missing at start-up), one when it is back, every job woken on a change, nothing while
-the watches have not synced. Its informers ask for each object by name (a field selector), the
-request RBAC grants by resourceNames.
+reconcile is handed, and what the operator says about it: for each policy, one log line when it goes
+missing (or is missing at start-up) and one when it is back, every job woken on a change, nothing while
+the watches have not synced. Its informers ask for each object by name (a field selector), the request
+RBAC grants by resourceNames.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from tests.unit.shell_scene import manager_for
 api = informer_support.api
 
 NAME = contract.TRAINER_POLICY
+ESCALATION = contract.ESCALATION_POLICY
 
 
 def policy(name: str = NAME) -> dict[str, Any]:
@@ -97,26 +98,35 @@ class Scene:
         for informer in self.guards.informers:
             monkeypatch.setattr(informer, "has_synced", lambda: self.synced)
 
-    def informer(self, kind: str) -> Informer:
-        (found,) = [informer for informer in self.guards.informers if informer.resource.kind == kind]
+    def informer(self, kind: str, name: str) -> Informer:
+        (found,) = [
+            informer
+            for informer in self.guards.informers
+            if informer.resource.kind == kind and informer.name.endswith(f"(metadata.name={name})")
+        ]
         return found
 
-    def install(self) -> None:
-        self.informer(ADMISSION_POLICIES.kind).store.add(essentials(policy()))
-        self.informer(ADMISSION_POLICY_BINDINGS.kind).store.add(essentials(binding()))
+    def install(self, name: str) -> None:
+        self.informer(ADMISSION_POLICIES.kind, name).store.add(essentials(policy(name)))
+        self.informer(ADMISSION_POLICY_BINDINGS.kind, name).store.add(essentials(binding(name)))
 
-    def delete_binding(self) -> None:
-        self.informer(ADMISSION_POLICY_BINDINGS.kind).store.delete(essentials(binding()))
+    def delete_binding(self, name: str) -> None:
+        self.informer(ADMISSION_POLICY_BINDINGS.kind, name).store.delete(essentials(binding(name)))
+
+
+def messages(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [record.getMessage() for record in caplog.records]
 
 
 def test_each_object_is_watched_by_name_cluster_wide_and_the_operator_waits_for_it(
     api: FakeApi, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     scene = Scene(api, monkeypatch)
-    assert sorted(informer.name for informer in scene.guards.informers) == [
-        f"validatingadmissionpolicies (metadata.name={NAME})",
-        f"validatingadmissionpolicybindings (metadata.name={NAME})",
-    ]
+    assert sorted(informer.name for informer in scene.guards.informers) == sorted(
+        f"{resource} (metadata.name={name})"
+        for resource in ("validatingadmissionpolicies", "validatingadmissionpolicybindings")
+        for name in (NAME, ESCALATION)
+    )
     required = {
         informer.name for informer in scene.manager.watches.informers
     } - scene.manager.watches.optional
@@ -137,12 +147,13 @@ def test_missing_at_start_up_is_said_once_and_a_change_wakes_every_job(
         }
     )
     caplog.set_level(logging.INFO, logger="controller.guards_watch")
+    scene.install(ESCALATION)
 
     scene.guards.report()  # not synced: nothing known, nothing said
     assert caplog.records == []
     scene.synced = True
     scene.guards.report()  # the manager's call once the caches synced
-    assert [record.getMessage() for record in caplog.records] == [
+    assert messages(caplog) == [
         f"ValidatingAdmissionPolicy {NAME} is not installed: trainers get no right to patch pods until "
         "it is installed; apply crd/ (kubectl apply --server-side -k crd/), which make deploy and the "
         "Helm chart do"
@@ -153,20 +164,28 @@ def test_missing_at_start_up_is_said_once_and_a_change_wakes_every_job(
     assert len(caplog.records) == 1, "said once"
 
     caplog.clear()
-    scene.install()
+    scene.install(NAME)
     scene.guards.report()
-    assert [record.getMessage() for record in caplog.records] == [
+    assert messages(caplog) == [
         f"the admission policy {NAME} is installed again: trainers get their rights back"
     ]
     assert scene.manager.reconciler.guards() == Guards()
     assert queue.len() == 1, "every job acts on it"
 
     caplog.clear()
-    scene.delete_binding()
+    scene.delete_binding(ESCALATION)
     scene.guards.report()
-    assert [record.getMessage().split(":")[0] for record in caplog.records] == [
-        f"ValidatingAdmissionPolicyBinding {NAME} is not installed"
+    assert messages(caplog) == [
+        f"ValidatingAdmissionPolicyBinding {ESCALATION} is not installed: no pod is created for a job that "
+        "asks for more than the baseline Pod Security Standard or for another ServiceAccount until it is "
+        "installed; apply crd/ (kubectl apply --server-side -k crd/), which make deploy and the Helm chart do"
     ]
     assert scene.manager.reconciler.guards() == Guards(
-        {NAME: f"ValidatingAdmissionPolicyBinding {NAME} is not installed"}
+        {ESCALATION: f"ValidatingAdmissionPolicyBinding {ESCALATION} is not installed"}
     )
+    caplog.clear()
+    scene.install(ESCALATION)
+    scene.guards.report()
+    assert messages(caplog) == [
+        f"the admission policy {ESCALATION} is installed again: the jobs it held back are started"
+    ]

@@ -107,8 +107,9 @@ wildcards, no Secrets (pods only name Secrets in their env, which the kubelet re
 
 {{/*
 Cluster-scoped reads: which nodes exist and what they can hold (GPUs), to explain unschedulable jobs;
-Kueue's ResourceFlavors and the priority classes of queued jobs; by name, the admission policies the
-trainers' rights rest on, watched for as long as the operator runs.
+Kueue's ResourceFlavors and the priority classes of queued jobs; by name, the admission policies that
+bound what the operator hands out (the trainers' rights, the pods of jobs asking for more than a
+tenant's), watched for as long as the operator runs.
 */}}
 {{- define "trainingjob-operator.nodeRules" -}}
 - apiGroups: [""]
@@ -123,7 +124,7 @@ trainers' rights rest on, watched for as long as the operator runs.
   verbs: ["get", "list", "watch"]
 - apiGroups: ["admissionregistration.k8s.io"]
   resources: ["validatingadmissionpolicies", "validatingadmissionpolicybindings"]
-  resourceNames: ["trainingjob-trainer-progress"]
+  resourceNames: ["trainingjob-trainer-progress", "trainingjob-escalation"]
   verbs: ["list", "watch"]
 {{- end -}}
 
