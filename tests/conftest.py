@@ -41,7 +41,7 @@ from hack import images
 from hack.bench import kubeflow
 from hack.devcluster import coscheduling as coscheduling_part
 from hack.devcluster import kueue as kueue_part
-from hack.devcluster import nodehost
+from hack.devcluster import netpolicies, nodehost
 from hack.kube_bins import BackgroundBuilds, component_binary, is_cached
 from tests.cluster import DEV, REPO, Kubectl, require_optional, wait_for
 
@@ -168,6 +168,18 @@ def real_node(cluster: Kubectl) -> Kubectl:
 
 
 @pytest.fixture(scope="session")
+def network_policies(real_node: Kubectl) -> Kubectl:
+    """The session's cluster with NetworkPolicies enforced on its real node (kube-network-policies,
+    hack/devcluster/netpolicies.py) and the API server's endpoint one hop off the node, added by the
+    first test that asks for it. Skipped with the reason where the machine cannot run it."""
+    reasons = netpolicies.missing_prerequisites()
+    if reasons:
+        pytest.skip("NetworkPolicies cannot be enforced here: " + "; ".join(reasons))
+    require_optional(netpolicies.NAME)
+    return real_node
+
+
+@pytest.fixture(scope="session")
 def helm() -> Path:
     """The helm binary built from Go modules (hack/kube-bins.sh ensure helm), built on first use."""
     return component_binary("helm")
@@ -204,6 +216,7 @@ FIXTURE_MARKERS = {
     "coscheduling": pytest.mark.components,
     "node_images": pytest.mark.components,
     "real_node": pytest.mark.real_node,
+    "network_policies": pytest.mark.components,
 }
 
 
@@ -241,6 +254,7 @@ FIXTURE_BUILDS = {
     "coscheduling": coscheduling_part.BUILD,
     "kueue": kueue_part.BUILD,
     "kubeflow_operator": kubeflow.COMPONENT,
+    "network_policies": netpolicies.BUILD,
 }
 BACKGROUND_BUILDS = pytest.StashKey[BackgroundBuilds]()
 
@@ -295,6 +309,7 @@ __all__ = [
     "kubeflow_operator",
     "kueue",
     "namespace",
+    "network_policies",
     "node_images",
     "real_node",
 ]

@@ -15,7 +15,8 @@ Standard library only: it runs before any project dependency is installed. Its m
 - extras: dev processes registered with the cluster (`run`, `stop <name>`);
 - optional: components added on request (`up --with kueue,coscheduling`, also to a running cluster):
   kueue (Kueue's controller manager, its Configuration and webhooks) and coscheduling (the
-  scheduler-plugins scheduler as a second scheduler);
+  scheduler-plugins scheduler as a second scheduler), the real node (realnode, nodeconfig, nodehost,
+  apiforward, storage) and netpolicies (a NetworkPolicy enforcer on it, the API server's endpoint off it);
 - __main__: the command line (hack/dev-cluster.sh).
 
 `stop <component>` takes one component down on purpose (an API server outage for as long as a test
