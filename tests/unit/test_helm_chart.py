@@ -344,9 +344,6 @@ def test_leader_election_durations_are_refused_exactly_when_the_operator_refuses
         ({"watchNamespace": "ML_Team"}, "watchNamespace"),
         ({"watchNamespace": "x" * 64}, "watchNamespace"),
         ({"monitoring": {"enabled": "yes"}}, "enabled"),
-        ({"metrics": {"secure": "true"}}, "secure"),
-        ({"metrics": {"certSecret": "Metrics_Certs"}}, "certSecret"),
-        ({"metrics": {"port": 8443}}, "'port'"),
         ({"monitoring": {"labels": {"release": 1}}}, "release"),
         ({"networkPolicy": {"enable": True}}, "'enable'"),
         ({"crds": {"install": "false"}}, "install"),
@@ -366,10 +363,6 @@ def test_wrong_values_are_refused_naming_them(chart: Helm, values: Manifest, nam
         (
             {"operator": {"leaderElect": False}},
             "replicas (2) must be 0 or 1 when operator.leaderElect is false",
-        ),
-        (
-            {"metrics": {"secure": False, "certSecret": "metrics-certs"}},
-            "metrics.certSecret needs metrics.secure: plain HTTP serves no certificate",
         ),
         (
             {"operator": {"leaseDuration": "10s"}},
@@ -471,51 +464,3 @@ def test_every_option_validates_strictly(chart: Helm) -> None:
     objects = chart.template(merged(EVERY_OPTION, {"monitoring": {"labels": {"release": "prometheus"}}}))
     unknown = {obj["kind"] for obj in objects if validate_manifest(obj, version) is not None}
     assert unknown <= FOREIGN_KINDS
-
-
-# --------------------------------------------------------------------------------- the metrics endpoint
-
-
-def endpoint(objects: list[Manifest]) -> Manifest:
-    (found,) = one(objects, "ServiceMonitor")["spec"]["endpoints"]
-    assert isinstance(found, dict)
-    return found
-
-
-def pod_volumes(objects: list[Manifest]) -> list[Manifest]:
-    volumes: list[Manifest] = one(objects, "Deployment")["spec"]["template"]["spec"]["volumes"]
-    return volumes
-
-
-def test_metrics_are_https_with_a_token_and_a_self_signed_certificate_by_default(chart: Helm) -> None:
-    objects = chart.template({"monitoring": {"enabled": True}})
-    container = operator_container(objects)
-    settings = operator_settings(container)
-    assert (settings["metrics_secure"], settings["metrics_cert_path"]) == (True, None)
-    assert [volume["name"] for volume in pod_volumes(objects)] == ["tmp"]
-    scrape = endpoint(objects)
-    assert scrape["scheme"] == "https"
-    assert scrape["bearerTokenFile"] == "/var/run/secrets/kubernetes.io/serviceaccount/token"
-    assert scrape["tlsConfig"] == {"insecureSkipVerify": True}, "a self-signed certificate: nothing to verify"
-    reader = one(objects, "ClusterRole", f"{RELEASE}-metrics-reader")
-    assert reader["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
-
-
-def test_a_certificate_secret_is_mounted_served_and_verified(chart: Helm) -> None:
-    objects = chart.template({"monitoring": {"enabled": True}, "metrics": {"certSecret": "metrics-certs"}})
-    container = operator_container(objects)
-    path = operator_settings(container)["metrics_cert_path"]
-    assert {"name": "metrics-certs", "mountPath": path, "readOnly": True} in container["volumeMounts"]
-    volumes = {volume["name"]: volume for volume in pod_volumes(objects)}
-    assert volumes["metrics-certs"]["secret"]["secretName"] == "metrics-certs"
-    assert endpoint(objects)["tlsConfig"] == {
-        "serverName": f"{RELEASE}-metrics.{NAMESPACE}.svc",
-        "ca": {"secret": {"name": "metrics-certs", "key": "ca.crt"}},
-    }
-
-
-def test_plain_metrics_are_scraped_in_plain_http(chart: Helm) -> None:
-    objects = chart.template({"monitoring": {"enabled": True}, "metrics": {"secure": False}})
-    assert operator_settings(operator_container(objects))["metrics_secure"] is False
-    scrape = endpoint(objects)
-    assert not {"scheme", "bearerTokenFile", "tlsConfig"} & scrape.keys()
