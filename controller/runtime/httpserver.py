@@ -10,10 +10,11 @@ endpoints (controller/runtime/serving.py) are served by this instead:
 - at most `Limits.max_connections` connections are served at once; the one past the cap is closed at
   once (a plain-HTTP client first gets a 503), so threads and buffers stay bounded;
 - a new connection has `request_head_timeout` seconds, TLS handshake included, to send a complete
-  request line and headers; after a response, a kept-alive connection has `idle_timeout` seconds
-  for the next request's head; a response must be written within `write_timeout`. These are
-  deadlines for the whole step, not per byte (controller-runtime's servers set Go's
-  ReadHeaderTimeout and IdleTimeout for the same reason);
+  request line and headers, of at most `max_head_bytes`; after a response, a kept-alive connection
+  has `idle_timeout` seconds for the next request's head; a response must be written within
+  `write_timeout`. These are deadlines for the whole step, not per byte, and a bound on the head's
+  size (controller-runtime's servers set Go's ReadHeaderTimeout, IdleTimeout and MaxHeaderBytes for
+  the same reasons);
 - TLS (an `ssl.SSLContext` from a callable, so a rotated certificate is picked up by the next
   connection) is negotiated in the connection's own thread, under the request-head deadline.
 
@@ -82,6 +83,9 @@ class Limits:
     request_head_timeout: float = 10.0
     idle_timeout: float = 60.0
     write_timeout: float = 30.0
+    # A request's line and headers together (a bearer token is 1 to 2 KB); a longer head closes the
+    # connection. The standard library alone would read 100 header lines of 64 KB each.
+    max_head_bytes: int = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -128,20 +132,30 @@ class _Deadline:
         return left
 
 
+class HeadTooLarge(OSError):
+    """A request's head went past `Limits.max_head_bytes`."""
+
+
 class _DeadlineReader(io.RawIOBase):
-    """Socket reads under the connection's deadline: each recv may wait only for what is left of it."""
+    """Socket reads under the connection's deadline (each recv may wait only for what is left of it)
+    and within a budget of bytes (`budget`, set for each request's head)."""
 
     def __init__(self, sock: socket.socket, deadline: _Deadline) -> None:
         super().__init__()
         self._sock = sock
         self._deadline = deadline
+        self.budget = 0
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer: Any) -> int:
+        if self.budget <= 0:
+            raise HeadTooLarge("request head too large")
         self._sock.settimeout(self._deadline.remaining())
-        return self._sock.recv_into(buffer)
+        received = self._sock.recv_into(memoryview(buffer).cast("B")[: self.budget])
+        self.budget -= received
+        return received
 
 
 class _DeadlineWriter(io.BufferedIOBase):
@@ -171,7 +185,8 @@ class _ConnectionHandler(BaseHTTPRequestHandler):
         self.connection = self.request
         self.deadline = cast(_BoundedServer, self.server).first_deadline()
         self.served = 0
-        self.rfile = io.BufferedReader(_DeadlineReader(self.connection, self.deadline))
+        self.reader = _DeadlineReader(self.connection, self.deadline)
+        self.rfile = io.BufferedReader(self.reader)
         self.wfile = _DeadlineWriter(self.connection, self.deadline)
 
     def finish(self) -> None:
@@ -184,6 +199,7 @@ class _ConnectionHandler(BaseHTTPRequestHandler):
         server = cast(_BoundedServer, self.server)
         if self.served:
             self.deadline.start(server.limits.idle_timeout)
+        self.reader.budget = server.limits.max_head_bytes
         try:
             self.raw_requestline = self.rfile.readline(65537)
             if len(self.raw_requestline) > 65536:

@@ -13,6 +13,7 @@ them quick, no assertion is about how long anything took.
 
 from __future__ import annotations
 
+import contextlib
 import select
 import socket
 import ssl
@@ -131,6 +132,24 @@ def test_a_head_sent_a_byte_at_a_time_does_not_outlive_its_deadline() -> None:
         assert server.active_connections == 0 or wait_for(
             "the connection released", lambda: active(server, 0), timeout=PATIENCE, interval=0.01
         )
+
+
+def test_a_request_head_past_the_limit_closes_the_connection_unanswered() -> None:
+    """100 header lines of 1 KB: what the standard library allows (100 of 64 KB), past the limit."""
+    served: list[str] = []
+
+    def record(request: Request) -> Response:
+        served.append(request.path)
+        return hello(request)
+
+    with serving(record, Limits(request_head_timeout=PATIENCE, max_head_bytes=16 * 1024)) as server:
+        with connect(server) as client:
+            headers = "".join(f"X-Padding-{number}: {'x' * 1000}\r\n" for number in range(100))
+            with contextlib.suppress(OSError):  # the server may close while the head is still sent
+                client.sendall(f"GET /big HTTP/1.1\r\nHost: test\r\n{headers}\r\n".encode())
+            assert read_to_end(client) == b""
+        assert get(server, "/small") == (200, b"hello /small\n")
+    assert served == ["/small"]
 
 
 def test_a_kept_alive_connection_is_closed_after_the_idle_timeout() -> None:
