@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 import trainingjob_progress as tp
 
+from builders.configmap import PROGRESS_HELPER_FILE, TRAINER_FILES
 from crd import contract
 from hack.devcluster import nodeconfig
 from tests.cluster import DEV, Kubectl, wait_for
@@ -46,6 +47,16 @@ pytestmark = pytest.mark.slow
 
 SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 CHECKPOINTS = "/checkpoints"  # checkpoint.mountPath's default
+# The files under the trainer's mount by path, without the ConfigMap volume's own ..data links.
+MOUNTED_FILES = f"""
+import json, os
+root = {contract.CONFIG_MOUNT_PATH!r}
+found = []
+for directory, folders, files in os.walk(root, followlinks=True):
+    folders[:] = [name for name in folders if not name.startswith("..")]
+    found += [os.path.relpath(os.path.join(directory, name), root) for name in files]
+print(json.dumps(sorted(found)))
+"""
 
 
 def resume_from(pod: JsonDict) -> str | None:
@@ -105,6 +116,15 @@ def test_a_job_trains_to_completed_reporting_with_its_own_service_account(
     assert env["KUBERNETES_SERVICE_HOST"] == nodeconfig.API_SERVICE_IP
     assert not {tp.API_URL_ENV, tp.TOKEN_FILE_ENV, tp.CA_FILE_ENV} & set(env), env
     assert "KUBECONFIG" not in env
+    # The trainer's ConfigMap is mounted as trainer/'s tree (the entry script and the two packages, each
+    # file at its path, nothing else), and a user's code imports the helper from it with PYTHONPATH.
+    mounted = in_trainer(cluster, namespace, rank0, "python", "-c", MOUNTED_FILES)
+    assert json.loads(mounted) == sorted(TRAINER_FILES)
+    helper = "import trainingjob_progress as tp; print(tp.__file__, tp.Reporter.from_env({}).enabled)"
+    imported = in_trainer(
+        cluster, namespace, rank0, "env", f"PYTHONPATH={contract.CONFIG_MOUNT_PATH}", "python", "-c", helper
+    )
+    assert imported.split() == [f"{contract.CONFIG_MOUNT_PATH}/{PROGRESS_HELPER_FILE}", "False"]
     # That identity may patch its own pod (the admission policy narrows it to its progress) and
     # nothing else.
     server = json.loads((DEV / "run" / "state.json").read_text())["server"]
