@@ -196,6 +196,7 @@ def test_components_are_asked_for_by_name(tmp_path: Path) -> None:
         f"containerd github.com/containerd/containerd/v2 {pinned('CONTAINERD_VERSION')}",
         f"coredns github.com/coredns/coredns {pinned('COREDNS_VERSION')}",
         f"helm helm.sh/helm/v3 {pinned('HELM_VERSION')}",
+        f"kube-network-policies sigs.k8s.io/kube-network-policies {pinned('KUBE_NETWORK_POLICIES_VERSION')}",
         f"kubelet k8s.io/kubernetes {pinned('KUBE_VERSION')}",
         f"kueue sigs.k8s.io/kueue {pinned('KUEUE_VERSION')}",
         "local-path-provisioner github.com/rancher/local-path-provisioner "
@@ -206,7 +207,7 @@ def test_components_are_asked_for_by_name(tmp_path: Path) -> None:
     unknown = kube_bins("ensure", "no-such-component", env=dict(os.environ, TJ_CACHE_DIR=str(tmp_path)))
     assert unknown.returncode == 2
     assert (
-        "unknown component 'no-such-component'; one of: containerd coredns helm kubelet kueue "
+        "unknown component 'no-such-component'; one of: containerd coredns helm kube-network-policies kubelet kueue "
         "local-path-provisioner scheduler-plugins training-operator" in unknown.stderr
     )
     assert not (tmp_path / "components").exists()
