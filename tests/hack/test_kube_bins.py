@@ -207,8 +207,8 @@ def test_components_are_asked_for_by_name(tmp_path: Path) -> None:
     unknown = kube_bins("ensure", "no-such-component", env=dict(os.environ, TJ_CACHE_DIR=str(tmp_path)))
     assert unknown.returncode == 2
     assert (
-        "unknown component 'no-such-component'; one of: containerd coredns helm kube-network-policies kubelet kueue "
-        "local-path-provisioner scheduler-plugins training-operator" in unknown.stderr
+        "unknown component 'no-such-component'; one of: containerd coredns helm kube-network-policies "
+        "kubelet kueue local-path-provisioner scheduler-plugins training-operator" in unknown.stderr
     )
     assert not (tmp_path / "components").exists()
 
