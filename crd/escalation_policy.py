@@ -27,12 +27,10 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-import yaml
-
 from crd import contract
 from crd import escalation as e
 from crd.escalation_cel import Scope, literal, pod_escalations, restricted_violations
-from crd.immutability import LABELS, _BlockDumper
+from crd.policy_files import LABELS, deny_binding, policy_file
 
 JsonDict = dict[str, Any]
 
@@ -180,15 +178,9 @@ def policy() -> JsonDict:
 
 
 def binding() -> JsonDict:
-    return {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": e.POLICY_NAME, "labels": dict(LABELS)},
-        "spec": {"policyName": e.POLICY_NAME, "validationActions": ["Deny"]},
-    }
+    return deny_binding(e.POLICY_NAME)
 
 
 def policy_yaml() -> str:
     """crd/escalation-policy.yaml: the policy and its binding."""
-    dumped = (yaml.dump(d, Dumper=_BlockDumper, sort_keys=False, width=110) for d in (policy(), binding()))
-    return HEADER + "---\n".join(dumped)
+    return policy_file(HEADER, policy(), binding())

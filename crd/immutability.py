@@ -19,14 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final
 
-import yaml
-
 from crd import contract
+from crd.policy_files import LABELS, deny_binding, policy_file
 
 JsonDict = dict[str, Any]
 
 POLICY_FILE_NAME: Final = "immutable-spec-policy.yaml"
-LABELS: Final = {"app.kubernetes.io/name": "trainingjob"}
 HEADER: Final = "# Generated from crd/immutability.py by `python -m crd write`; do not edit by hand.\n"
 
 
@@ -115,26 +113,9 @@ def policy(fields: tuple[Immutable, ...] = IMMUTABLE_FIELDS) -> JsonDict:
 
 
 def binding() -> JsonDict:
-    return {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": contract.IMMUTABLE_SPEC_POLICY, "labels": dict(LABELS)},
-        "spec": {"policyName": contract.IMMUTABLE_SPEC_POLICY, "validationActions": ["Deny"]},
-    }
-
-
-class _BlockDumper(yaml.SafeDumper):
-    """Multi-line strings (the CEL expressions) as literal blocks, as one would write them by hand."""
-
-
-def _string(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
-    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style="|" if "\n" in text else None)
-
-
-_BlockDumper.add_representer(str, _string)
+    return deny_binding(contract.IMMUTABLE_SPEC_POLICY)
 
 
 def policy_yaml() -> str:
     """crd/immutable-spec-policy.yaml: the policy and its binding."""
-    dumped = (yaml.dump(d, Dumper=_BlockDumper, sort_keys=False, width=110) for d in (policy(), binding()))
-    return HEADER + "---\n".join(dumped)
+    return policy_file(HEADER, policy(), binding())
