@@ -171,6 +171,51 @@ def test_single_namespace_names_the_watched_namespace_once() -> None:
     assert not any(obj["metadata"].get("namespace") == "WATCHED-NAMESPACE" for obj in objects)
 
 
+# How the docs name each resource the single-namespace ClusterRole keeps (a policy and its binding go
+# together).
+DOCUMENTED_AS = {
+    "nodes": "nodes",
+    "priorityclasses": "priority classes",
+    "resourceflavors": "ResourceFlavors",
+    "workloadpriorityclasses": "WorkloadPriorityClasses",
+    "validatingadmissionpolicies": "admission policies",
+    "validatingadmissionpolicybindings": "admission policies",
+}
+
+
+def single_namespace_texts() -> dict[str, str]:
+    """What deploy/README.md (the overlay's bullet, the chart's `watchNamespace` row) and the component's
+    kustomization say the single-namespace ClusterRole keeps."""
+    readme = (REPO / "deploy" / "README.md").read_text()
+    bullet = readme[readme.index("  - `single-namespace`:") :].split("\n- ", 1)[0]
+    row = next(line for line in readme.splitlines() if line.startswith("| `watchNamespace` |"))
+    component = REPO / "deploy" / "components" / "single-namespace" / "kustomization.yaml"
+    comment = " ".join(
+        line.lstrip("# ") for line in component.read_text().split("apiVersion:", 1)[0].splitlines()
+    )
+    return {
+        "deploy/README.md single-namespace": bullet,
+        "deploy/README.md watchNamespace": row,
+        "component": comment,
+    }
+
+
+def test_the_docs_name_every_cluster_scoped_read_of_the_single_namespace_install() -> None:
+    clusterrole = one(rendered("deploy/overlays/single-namespace"), "ClusterRole", "trainingjob-operator")
+    kept = {resource for rule in clusterrole["rules"] for resource in rule["resources"]}
+    assert kept == set(DOCUMENTED_AS)
+    assert all(set(rule["verbs"]) <= {"get", "list", "watch"} for rule in clusterrole["rules"])
+    missing = {
+        where: [
+            DOCUMENTED_AS[resource]
+            for resource in sorted(kept)
+            if DOCUMENTED_AS[resource] not in " ".join(text.split())
+        ]
+        for where, text in single_namespace_texts().items()
+    }
+    assert not any(missing.values()), missing
+
+
 def test_lease_role_matches_the_lease_the_deployment_uses() -> None:
     objects = rendered("deploy")
     args = container(objects)["args"]

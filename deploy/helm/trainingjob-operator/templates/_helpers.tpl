@@ -111,7 +111,7 @@ Kueue's ResourceFlavors and the priority classes of queued jobs; by name, the ad
 bound what the operator hands out (the trainers' rights, the pods of jobs asking for more than a
 tenant's), watched for as long as the operator runs.
 */}}
-{{- define "trainingjob-operator.nodeRules" -}}
+{{- define "trainingjob-operator.clusterReadRules" -}}
 - apiGroups: [""]
   resources: ["nodes"]
   verbs: ["get", "list", "watch"]
