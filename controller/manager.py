@@ -47,8 +47,8 @@ logger = logging.getLogger(__name__)
 CONTROLLER = "trainingjob"
 # Threads writing Events; each object's Events stay on one of them, in order.
 EVENT_WRITERS = 4
-# Distinct messages of one reason per job before Events fold into a combined one (client-go: 10). A gang
-# start records one create per pod and per supporting object; up to 100 workers keep their own Events.
+# Distinct messages of one reason per job before Events fold into a combined one (client-go: 10): a
+# job's changes of state with their messages ("Running: 3/4 workers running", ...) keep their own Events.
 EVENT_MAX_SIMILAR = 128
 # A listen address that turns a server off, as controller-runtime's bind address flags take it.
 DISABLED = "0"

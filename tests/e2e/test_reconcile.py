@@ -212,8 +212,10 @@ def test_running_job_status_and_events(kubectl: Kubectl, namespace: str, running
             "SuccessfulCreate": [created],
         },
     )
-    # One Event for everything the first reconcile created, not one per object.
+    # One Event for everything the first reconcile created, not one per object; it also tells of the
+    # new job's first state, Pending, which has no Event of its own (README, "Status").
     assert event_messages(events, "SuccessfulCreate") == {created}
+    assert not [event for event in events if event["message"].startswith("Pending")], events
     assert all(event["type"] == "Normal" for event in events), events
     assert all(event["involvedObject"]["uid"] == running_job["metadata"]["uid"] for event in events)
     assert all(event["source"]["component"] == contract.OPERATOR_NAME for event in events)
@@ -280,6 +282,10 @@ def test_a_failure_under_restart_policy_never_fails_the_job(kubectl: Kubectl, na
             [p["metadata"]["name"] for p in pods_of(kubectl, namespace, "fragile")] == ["fragile-worker-1"]
         ),
     )
+    # Their deletes are one Event naming both, with the reason.
+    deleted = "Deleted pods: fragile-worker-0, fragile-worker-2 ("
+    events = wait_for_events(kubectl, namespace, "fragile", {"SuccessfulDelete": [deleted]})
+    assert len(event_messages(events, "SuccessfulDelete")) == 1, events
 
 
 @pytest.fixture

@@ -15,6 +15,8 @@ from typing import Any, Final
 
 import pytest
 
+from controller import manager
+from controller.runtime import events
 from crd import kube_openapi, kube_schemas
 from crd.openapi import INT32_MAX
 from crd.render import CRD_FILE_NAME, rules
@@ -209,3 +211,15 @@ def test_fuzz_doc_states_the_harness_bounds() -> None:
 def test_the_docs_checked_here_say_so(doc: str) -> None:
     """A reader who changes a figure finds where it is checked (and so edits both)."""
     assert "tests/unit/test_docs_figures.py" in (REPO / "docs" / doc).read_text()
+
+
+# --------------------------------------------------------------------------------- README's Events
+
+
+def test_readme_states_how_events_are_folded() -> None:
+    text = " ".join((REPO / "README.md").read_text().split())
+    window = int(stated(text, r"the same Event again within (\d+) minutes raises its count"))
+    similar = int(stated(text, r"from the (\d+)th different message of one reason within \d+ minutes"))
+    again = int(stated(text, r"different message of one reason within (\d+) minutes on"))
+    assert window * 60 == again * 60 == events.DEFAULT_WINDOW_SECONDS
+    assert similar == manager.EVENT_MAX_SIMILAR

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import copy
 from datetime import timedelta
+from typing import Any
+
+import pytest
 
 from controller.planner import plan
 from controller.runtime.clock import parse_time, rfc3339
@@ -260,3 +263,33 @@ def test_a_create_that_keeps_failing_does_not_restamp_the_attempt_start() -> Non
     assert len([obj for obj in second.creates if obj["kind"] == "Pod"]) == 2
     assert second.status["attemptStartTime"] == first.status["attemptStartTime"]
     assert second.status == first.status
+
+
+@pytest.mark.parametrize(
+    ("changes", "first_event"),
+    [
+        ({}, None),  # Pending: the shell's SuccessfulCreate for what the same reconcile creates tells it
+        ({"spec.suspend": True}, ("Normal", "Suspended", "Suspended: suspended")),
+        (
+            {"spec.hyperparameters.additionalParams": {"lr": "1", "LR": "2"}},
+            ("Warning", "InvalidSpec", "Failed: invalid spec"),
+        ),
+    ],
+)
+def test_a_new_jobs_first_state_has_an_event_but_pending(
+    changes: dict[str, Any], first_event: tuple[str, str, str] | None
+) -> None:
+    """README ("Status"): every change of state is an Event but a new job's first Pending, whose reconcile
+    goes on to create the job's objects (one SuccessfulCreate Event names them, or FailedCreate)."""
+    w = world(changes)
+    result = w.step()
+    states = [(event.type, event.reason, event.message) for event in result.events]
+    if first_event is None:
+        assert w.state == "Pending"
+        assert result.creates
+        assert not states
+    else:
+        assert w.state == first_event[2].split(":")[0]
+        assert len(states) == 1
+        assert states[0][:2] == first_event[:2]
+        assert states[0][2].startswith(first_event[2])
