@@ -7,7 +7,8 @@ PYTHON ?= python3
 VENV ?= .venv
 VENV_PY := $(VENV)/bin/python
 # Two installs into the same virtualenv: the operator's runtime dependencies (all the demo needs) and
-# the dev tools plus the frameworks' extras for the tests: `train` (torch, about 5 GB), `tensorflow`
+# the dev tools, the testbed (testbed/pyproject.toml, with its harness's dependencies) and the frameworks'
+# extras for the tests: `train` (torch, about 5 GB), `tensorflow`
 # (tensorflow-cpu) and `jax` (jax with its CPU jaxlib). The dev install is a superset, so it satisfies
 # the runtime stamp too.
 RUNTIME_STAMP := $(VENV)/.installed-runtime
@@ -18,9 +19,9 @@ PYTEST_ARGS ?=
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
 
-# The demo: everything on a fresh machine, then a TrainingJob trained to Completed (hack/demo.py).
-# Its settings reach hack/preflight.sh and hack/demo.py through the environment. The Python programs
-# of hack/ run as modules from the repository (python -m hack.<program>).
+# The demo: everything on a fresh machine, then a TrainingJob trained to Completed
+# (testbed/harness/demo.py). Its settings reach hack/preflight.sh and the demo through the environment.
+# The testbed's programs run as modules from the repository (python -m testbed.<program>).
 DEV_DIR := $(or $(TJ_DEV_DIR),.dev)
 DEMO_NAMESPACE ?= demo
 DEMO_METRICS_PORT ?= 8080
@@ -35,7 +36,7 @@ demo: ## start here: local cluster with a real node, operator, and a TrainingJob
 	@$(MAKE) --no-print-directory venv node-tools
 	hack/dev-cluster.sh up --with real-node
 	@KUBECONFIG=$(DEV_DIR)/kubeconfig $(MAKE) --no-print-directory install KUBECTL=$(DEV_DIR)/bin/kubectl
-	$(VENV_PY) -m hack.demo
+	$(VENV_PY) -m testbed.harness.demo
 
 .PHONY: demo-down
 demo-down: ## stop the demo's operator, then the real node (drained, the machine restored) and the local cluster
@@ -52,9 +53,9 @@ $(RUNTIME_STAMP): setup.cfg pyproject.toml
 	$(VENV_PY) -m pip install --quiet -e .
 	@touch $@
 
-$(STAMP): setup.cfg pyproject.toml
+$(STAMP): setup.cfg pyproject.toml testbed/pyproject.toml
 	$(make_venv)
-	$(VENV_PY) -m pip install --quiet -e '.[dev,train,tensorflow,jax]'
+	$(VENV_PY) -m pip install --quiet -e '.[dev,train,tensorflow,jax]' -e './testbed[harness]'
 	@touch $@ $(RUNTIME_STAMP)
 
 .PHONY: venv
@@ -76,9 +77,9 @@ test: $(STAMP) promtool node-tools ## run the whole test suite (starts and stops
 	@# The control plane, the real node's binaries and, meanwhile, its images are built before the
 	@# tests (minutes the first time, with progress), not inside the first test that needs them; a
 	@# machine that cannot run the node says why here. The optional components the tests need build
-	@# in the background as the tests run (tests/conftest.py).
+	@# in the background as the tests run (conftest.py).
 	@if [ "$$(id -u)" = 0 ]; then hack/dev-cluster.sh build real-node; \
-		else echo "not root: the real node's tests will be skipped (hack/README.md, \"The real node\")"; fi
+		else echo "not root: the real node's tests will be skipped (testbed/README.md, \"The real node\")"; fi
 	$(VENV_PY) -m pytest -m 'not long' $(PYTEST_ARGS)
 
 # The tests that each run for minutes and prove what shorter tests of the same path prove too
@@ -107,7 +108,7 @@ fuzz: $(STAMP) ## fuzz the operator with generated bad TrainingJobs on the local
 
 # The chaos suite (docs/chaos.md): CHAOS_JOBS TrainingJobs, two operator replicas, CHAOS_LEADER_KILLS
 # kill -9 of the leader, CHAOS_APISERVER_RESTARTS API server restarts, node losses, injected faults; an
-# audit of the invariants and one summary line. `make test` runs a short variant (tests/hack/test_chaos.py).
+# audit of the invariants and one summary line. `make test` runs a short variant (testbed/tests/test_chaos.py).
 CHAOS_JOBS ?= 60
 CHAOS_LEADER_KILLS ?= 20
 CHAOS_APISERVER_RESTARTS ?= 3
@@ -116,7 +117,7 @@ CHAOS_SEED ?= 15
 .PHONY: chaos
 chaos: $(STAMP) ## kill the leader, restart the API server, lose nodes, fault jobs; audit the accounting (docs/chaos.md)
 	CHAOS_JOBS=$(CHAOS_JOBS) CHAOS_LEADER_KILLS=$(CHAOS_LEADER_KILLS) CHAOS_APISERVER_RESTARTS=$(CHAOS_APISERVER_RESTARTS) \
-		CHAOS_SEED=$(CHAOS_SEED) $(VENV_PY) -m hack.chaos
+		CHAOS_SEED=$(CHAOS_SEED) $(VENV_PY) -m testbed.harness.chaos
 
 # The soak (docs/soak.md): SOAK_JOBS TrainingJobs kept in flight for SOAK_SECONDS, created, failed,
 # restarted, completed and deleted; the operator's RSS and CPU over time, and whether RSS levelled off.
@@ -125,7 +126,7 @@ SOAK_SECONDS ?= 900
 
 .PHONY: soak
 soak: $(STAMP) ## keep jobs churning for a bounded time; the operator's RSS and CPU over time (docs/soak.md)
-	SOAK_JOBS=$(SOAK_JOBS) SOAK_SECONDS=$(SOAK_SECONDS) $(VENV_PY) -m hack.soak
+	SOAK_JOBS=$(SOAK_JOBS) SOAK_SECONDS=$(SOAK_SECONDS) $(VENV_PY) -m testbed.harness.soak
 
 .PHONY: lint
 lint: $(STAMP) ## ruff and mypy
@@ -167,19 +168,19 @@ BENCH_ARGS ?=
 
 .PHONY: bench
 bench: $(STAMP) ## benchmark the operator on a throwaway cluster (.dev/bench); prints JSON (docs/bench.md)
-	$(VENV_PY) -m hack.bench $(BENCH_ARGS)
+	$(VENV_PY) -m testbed.harness.bench $(BENCH_ARGS)
 
 # This operator and Kubeflow's training-operator (built on first use) side by side, alternating runs,
 # each on a fresh bench cluster (docs/bench.md); BENCH_ARGS as for bench, plus --sequence, --sizes, ...
 .PHONY: bench-peer
 bench-peer: $(STAMP) ## this operator against Kubeflow's training-operator, each run on a fresh bench cluster (docs/bench.md)
-	$(VENV_PY) -m hack.bench.peer $(BENCH_ARGS)
+	$(VENV_PY) -m testbed.harness.bench.peer $(BENCH_ARGS)
 
 # What one status write costs the API server with the CRD's CEL rules, without its transition rules
 # and without any (docs/bench.md); BENCH_ARGS: --jobs, --writes, --rounds, --spec-from.
 .PHONY: bench-status
 bench-status: $(STAMP) ## the API server's CPU per TrainingJob status write, with and without the CRD's rules (docs/bench.md)
-	$(VENV_PY) -m hack.bench.statuscost $(BENCH_ARGS)
+	$(VENV_PY) -m testbed.harness.bench.statuscost $(BENCH_ARGS)
 
 # The curve: bench-peer at each of BENCH_SIZES job counts, then its plots against the job count in
 # docs/bench/ (docs/bench.md). The 5,000-job runs take about an hour of a quiet machine's time.
@@ -189,8 +190,8 @@ BENCH_CURVE_RESULT ?= $(DEV_DIR)/bench/curve-result.json
 .PHONY: bench-curve
 bench-curve: $(STAMP) ## bench-peer at BENCH_SIZES job counts and its plots in docs/bench/ (docs/bench.md)
 	@mkdir -p $(dir $(BENCH_CURVE_RESULT))
-	$(VENV_PY) -m hack.bench.peer --sizes $(BENCH_SIZES) $(BENCH_ARGS) > $(BENCH_CURVE_RESULT)
-	$(VENV_PY) -m hack.bench.plot $(BENCH_CURVE_RESULT)
+	$(VENV_PY) -m testbed.harness.bench.peer --sizes $(BENCH_SIZES) $(BENCH_ARGS) > $(BENCH_CURVE_RESULT)
+	$(VENV_PY) -m testbed.harness.bench.plot $(BENCH_CURVE_RESULT)
 
 # promtool checks and unit-tests monitoring/alerts.yaml (tests/unit/test_manifests_monitoring.py). Debian ships it
 # in the package prometheus, installed here when promtool is missing (as root, else through sudo).
@@ -205,8 +206,8 @@ promtool: ## install promtool (Debian package prometheus) when it is missing
 	}
 	@promtool --version 2>&1 | head -n 1
 
-# The real node (`hack/dev-cluster.sh up --with real-node`, hack/README.md "The real node") and its
-# container images (hack/images): built on this machine from Go modules, Debian packages and the
+# The real node (`hack/dev-cluster.sh up --with real-node`, testbed/README.md "The real node") and its
+# container images (testbed/images): built on this machine from Go modules, Debian packages and the
 # project's own files, cached under ~/.cache/trainingjob-operator. The Debian packages they use are
 # installed when missing (as root, else through sudo), as promtool's is: runc, the CNI plugins,
 # iptables and nftables (the NetworkPolicy enforcer's) for the node, debootstrap, buildah and busybox
@@ -226,8 +227,8 @@ node-tools: ## install the Debian packages the real node and its images need whe
 	fi
 
 .PHONY: images
-images: node-tools $(STAMP) ## build the real node's container images (hack/images; IMAGES="operator ..." for some)
-	TJ_TRAINER_VENV=$(abspath $(VENV)) $(PYTHON) -m hack.images ensure $(IMAGES)
+images: node-tools $(STAMP) ## build the real node's container images (testbed/images; IMAGES="operator ..." for some)
+	TJ_TRAINER_VENV=$(abspath $(VENV)) $(PYTHON) -m testbed.images ensure $(IMAGES)
 
 # The image's runtime dependencies, locked with their hashes (requirements/runtime.txt, installed by the
 # Dockerfile with pip --require-hashes): uv resolves setup.cfg's install_requires for Python 3.11 on
@@ -237,13 +238,13 @@ LOCK_UPGRADE ?=
 
 .PHONY: lock
 lock: $(STAMP) ## regenerate the image's lock of runtime dependencies from setup.cfg (requirements/runtime.txt)
-	$(VENV_PY) -m hack.lockfile write $(if $(LOCK_UPGRADE),--upgrade)
+	$(VENV_PY) -m image.lockfile write $(if $(LOCK_UPGRADE),--upgrade)
 
 # The real node's base image stands in for the Dockerfile's FROM; its Debian package versions are pinned
-# in hack/images/base-packages.txt (hack/README.md). This records what the mirror serves now.
+# in testbed/images/base-packages.txt (testbed/README.md). This records what the mirror serves now.
 .PHONY: pin-base-image
 pin-base-image: node-tools ## record the Debian package versions the real node's base image is built from
-	$(PYTHON) -m hack.images pin-base
+	$(PYTHON) -m testbed.images pin-base
 
 .PHONY: generate-monitoring
 generate-monitoring: $(STAMP) ## regenerate the PrometheusRule (kustomize) and the Helm chart's copy of the rules from monitoring/alerts.yaml

@@ -11,16 +11,16 @@ Tests that need Kueue or the coscheduling scheduler on the cluster ask for the `
 (`hack/dev-cluster.sh up --with <name>`, a no-op when it runs already; built the first time), and
 it stays for the rest of the session. Those tests are marked `components` too.
 
-Tests that need the real node's container images (hack/images: pause, busybox, base, operator,
+Tests that need the real node's container images (testbed/images: pause, busybox, base, operator,
 trainer-torch) take the `node_images` fixture: each image is built on first use (minutes cold), then
 taken from the cache under ~/.cache/trainingjob-operator/images. Building them needs root. Those
 tests are marked `components`.
 
 Once the tests are collected, the optional components the selected tests will need and that are not
 cached yet are built in the background at the lowest CPU priority, in the order the tests need them
-(hack/kube_bins.py BackgroundBuilds; their progress in .dev/background-builds.log): on a cold machine
-they use the CPU the cluster tests leave idle, and the fixture of the first test that needs one waits
-for its build instead of starting it, and the modules that need one run after all others. The
+(testbed/cluster/kube_bins.py BackgroundBuilds; their progress in .dev/background-builds.log): on a
+cold machine they use the CPU the cluster tests leave idle, and the fixture of the first test that
+needs one waits for its build instead of starting it, and the modules that need one run after all others. The
 session stops what still builds when it ends.
 """
 
@@ -37,12 +37,12 @@ from pathlib import Path
 import pytest
 
 from crd import contract
-from hack import images
-from hack.bench import kubeflow
-from hack.devcluster import coscheduling as coscheduling_part
-from hack.devcluster import kueue as kueue_part
-from hack.devcluster import netpolicies, nodehost
-from hack.kube_bins import BackgroundBuilds, component_binary, is_cached
+from testbed import images
+from testbed.addons import coscheduling as coscheduling_part
+from testbed.addons import kueue as kueue_part
+from testbed.cluster.kube_bins import BackgroundBuilds, component_binary, is_cached
+from testbed.harness.bench import kubeflow
+from testbed.node import netpolicies, nodehost
 from tests.cluster import DEV, REPO, Kubectl, require_optional, wait_for
 
 CRD_DIR = REPO / "crd"
@@ -157,7 +157,7 @@ def coscheduling(cluster: Kubectl) -> Kubectl:
 
 @pytest.fixture(scope="session")
 def real_node(cluster: Kubectl) -> Kubectl:
-    """The session's cluster with its real node (kubelet, containerd, CNI, CoreDNS; hack/devcluster/
+    """The session's cluster with its real node (kubelet, containerd, CNI, CoreDNS; testbed/cluster/
     realnode.py) running, added by the first test that asks for it. Where the machine cannot run one
     (no root, no cgroup v1 hierarchies, a missing tool), the test is skipped with the reason."""
     reasons = nodehost.missing_prerequisites()
@@ -170,7 +170,7 @@ def real_node(cluster: Kubectl) -> Kubectl:
 @pytest.fixture(scope="session")
 def network_policies(real_node: Kubectl) -> Kubectl:
     """The session's cluster with NetworkPolicies enforced on its real node (kube-network-policies,
-    hack/devcluster/netpolicies.py) and the API server's endpoint one hop off the node, added by the
+    testbed/node/netpolicies.py) and the API server's endpoint one hop off the node, added by the
     first test that asks for it. Skipped with the reason where the machine cannot run it."""
     reasons = netpolicies.missing_prerequisites()
     if reasons:
@@ -193,7 +193,7 @@ def kubeflow_operator() -> Path:
 
 @pytest.fixture(scope="session")
 def node_images() -> Callable[[str], images.Image]:
-    """The real node's images by name (hack/images), each built on first use in the session (root
+    """The real node's images by name (testbed/images), each built on first use in the session (root
     only: debootstrap, chroot and buildah's mount namespace need it)."""
     if os.geteuid() != 0:
         pytest.skip("building the real node's images needs root (debootstrap, chroot, buildah)")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Local Kubernetes control plane for development, tests and the demo (see hack/README.md).
+# Local Kubernetes control plane for development, tests and the demo (see testbed/README.md).
 #   hack/dev-cluster.sh up [--nodes N --gpus-per-node G --cpu-per-node C --memory-per-node M]
 #                          [--with kueue,coscheduling]   (optional components; also on a running cluster)
 #   hack/dev-cluster.sh down | status | env
@@ -7,4 +7,4 @@
 #   hack/dev-cluster.sh run <name> [--wait-http URL] -- <command...>    (a dev process; `stop <name>`)
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}" exec python3 -m hack.devcluster "$@"
+PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}" exec python3 -m testbed.cluster "$@"

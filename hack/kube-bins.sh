@@ -66,7 +66,7 @@ ldflags_helm() {
   echo "$flags"
 }
 
-# Kueue's controller manager, with its CRDs and its webhook configurations (hack/devcluster/kueue.py
+# Kueue's controller manager, with its CRDs and its webhook configurations (testbed/addons/kueue.py
 # points them at the local manager). It has no version flag: it logs its version as it starts, then
 # exits for the kubeconfig that is not there.
 component_kueue() {
@@ -111,7 +111,7 @@ version_training_operator() {
   python3 -c 'import json, sys; print("source", json.load(open(sys.argv[1]))["Version"])' "$2/module.json"
 }
 
-# The real node (hack/devcluster/realnode.py): the kubelet and kube-proxy of the control plane's
+# The real node (testbed/node/realnode.py): the kubelet and kube-proxy of the control plane's
 # Kubernetes version, built through the same wrapper module as the control plane (HOW=kubernetes),
 # containerd with its runc shim and ctr, CoreDNS, and the local-path provisioner for PersistentVolumes.
 component_kubelet() {
@@ -137,7 +137,7 @@ component_coredns() {
 version_coredns() { "$1" -version | sed -n 's/^CoreDNS-\(.*\)$/v\1/p'; }
 
 # Rancher's local-path provisioner: PersistentVolumes as directories of the real node, made and removed
-# by helper pods (hack/devcluster/storage.py). Its version is a variable of its main package.
+# by helper pods (testbed/node/storage.py). Its version is a variable of its main package.
 component_local_path_provisioner() {
   MODULE=github.com/rancher/local-path-provisioner VERSION=$LOCAL_PATH_PROVISIONER_VERSION PACKAGE=.
   HOW=install RECIPE=1 VERSION_ARGS=(--version)
@@ -145,7 +145,7 @@ component_local_path_provisioner() {
 
 ldflags_local_path_provisioner() { echo " -X main.VERSION=$LOCAL_PATH_PROVISIONER_VERSION"; }
 
-# The NetworkPolicy enforcer of the real node (hack/devcluster/netpolicies.py): kube-network-policies
+# The NetworkPolicy enforcer of the real node (testbed/node/netpolicies.py): kube-network-policies
 # judges the first packet of each connection of a pod that a policy selects in user space, through
 # nfnetlink_queue. It is built inside a copy of the module with three changes (patch_kube_network_policies):
 # - its nftables rules hand packets to the queue with the xtables NFQUEUE target (through nft_compat)

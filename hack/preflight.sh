@@ -74,7 +74,7 @@ else
 fi
 
 # --- Go, unless the cluster already runs or its binaries are cached --------------------------------
-if $python_ok && TJ_DEV_DIR=$DEV_DIR PYTHONPATH=$REPO "$PYTHON" -m hack.devcluster status >/dev/null 2>&1; then
+if $python_ok && TJ_DEV_DIR=$DEV_DIR PYTHONPATH=$REPO "$PYTHON" -m testbed.cluster status >/dev/null 2>&1; then
   found+=("the local cluster (running)")
 elif ! command -v go >/dev/null 2>&1 && cache=$("$HACK_DIR/kube-bins.sh" dir 2>/dev/null); then
   found+=("the control plane, cached in $cache (no Go needed)")
@@ -100,14 +100,14 @@ else
   fi
 fi
 
-# --- the real node (its job runs in containers: hack/devcluster/realnode.py) ------------------------
+# --- the real node (its job runs in containers: testbed/node/realnode.py) ------------------------
 if [[ $(id -u) != 0 ]]; then
   problem "the demo runs its job in containers on a real node (kubelet, containerd), which needs root:
       a network namespace, cgroups and mounts. Run make demo as root (e.g. in a VM or container host)."
 fi
 if [[ ! -e $CGROUP_FS/memory/cgroup.procs || ! -d $CGROUP_FS/cpu ]]; then
   problem "no cgroup v1 memory and cpu hierarchies under $CGROUP_FS: the real node's kubelet is set up
-      for cgroup v1 (hack/README.md, \"The real node\")"
+      for cgroup v1 (testbed/README.md, \"The real node\")"
 fi
 for package in runc containernetworking-plugins iptables debootstrap buildah busybox-static; do
   if ! dpkg-query -W -f='${Status}\n' "$package" 2>/dev/null | grep -q ' installed$'; then

@@ -13,8 +13,8 @@ existing lock's pins are kept where they still satisfy setup.cfg (`make lock LOC
 every pin to the newest allowed). `check` (CI runs it through tests/unit/test_lockfile.py) says in one
 line, without the network, when setup.cfg's requirements and the lock have drifted apart.
 
-    python -m hack.lockfile write [--upgrade]    # make lock
-    python -m hack.lockfile check                # exit 1 and one line when the lock does not match
+    python -m image.lockfile write [--upgrade]    # make lock
+    python -m image.lockfile check                # exit 1 and one line when the lock does not match
 
 Runs with the test virtualenv's Python (`packaging` for the requirement syntax; uv from the dev extra).
 """
@@ -35,7 +35,7 @@ from typing import Final
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from hack.common import REPO, ToolError
+from testbed.common import REPO, ToolError
 
 LOCK: Final = "requirements/runtime.txt"
 REGENERATE: Final = "make lock"
@@ -213,7 +213,7 @@ def write(*, upgrade: bool) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hack.lockfile", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m image.lockfile", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     write_parser = commands.add_parser("write", help=f"regenerate {LOCK} with uv")
     write_parser.add_argument("--upgrade", action="store_true", help="move every pin to the newest allowed")

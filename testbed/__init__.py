@@ -1,7 +1,8 @@
-"""Development tooling: the local control plane and its real node, the Go-built binaries, the node's
-images, the demo and the benchmark (see hack/README.md).
+"""The test bed: a real Kubernetes control plane on 127.0.0.1 with fake GPU nodes and one real node,
+the real node's container images, the optional components built from Go modules, and the programs
+that drive the operator on it (demo, bench, chaos, soak). See testbed/README.md.
 
-A package so its programs share hack/common.py and tests import the pieces they check. The programs
-run as modules from the repository: `python -m hack.devcluster` (through hack/dev-cluster.sh),
-`python -m hack.images`, `python -m hack.demo`, `python -m hack.bench`.
+Not the product: nothing here is installed with the operator or shipped in its image. The programs
+run as modules from the repository (`python -m testbed.cluster` through hack/dev-cluster.sh,
+`python -m testbed.images`, `python -m testbed.harness.bench`, ...).
 """

@@ -1,13 +1,13 @@
-"""What every program in hack/ needs: the repository's paths, progress lines, ports, processes, waiting.
+"""What every program of the testbed needs: the repository's paths, progress lines, ports, processes, waiting.
 
 Why one module: the dev cluster, the images, the demo and the bench each need a free port on
 127.0.0.1, the kernel's start time of a process (a pid alone may be reused), a wait with a deadline, a
 progress line with the elapsed time and a process started with its output in a log. Each used to carry
 its own copy of these; one copy is what they share now.
 
-Standard library only: hack/devcluster runs with the system's python3 before any project dependency
-is installed. The programs run as modules from the repository (`python -m hack.<program>`), so
-`hack.*` imports need no path set-up.
+Standard library only: testbed/cluster runs with the system's python3 before any project dependency
+is installed. The programs run as modules from the repository (`python -m testbed.<program>`), so
+`testbed.*` imports need no path set-up.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from hack.podstatus import disruption_condition, now_rfc3339, terminated_status_patch
+from testbed.cluster.podstatus import disruption_condition, now_rfc3339, terminated_status_patch
 
 REPO = Path(__file__).resolve().parent.parent
 DEV = Path(os.environ.get("TJ_DEV_DIR", REPO / ".dev"))
@@ -203,7 +203,7 @@ def end_pod(
     reason (default Completed or Error; e.g. OOMKilled). `disruption` adds the DisruptionTarget
     condition with that reason (PreemptionByScheduler, EvictionByEvictionAPI, DeletionByTaintManager,
     TerminationByKubelet). `container` ends only that container's state (the others keep theirs); by
-    default every container ends with the same code. The patch is hack/podstatus.py's, which the
+    default every container ends with the same code. The patch is testbed/cluster/podstatus.py's, which the
     chaos run and the soak send too.
     """
     pod = kubectl.get_json("pod", name, "-n", namespace)

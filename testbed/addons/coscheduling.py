@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Final
 
-from hack.devcluster.state import KUBECONFIG
+from testbed.cluster.state import KUBECONFIG
 
 NAME: Final = "coscheduling"
 BUILD: Final = "scheduler-plugins"
@@ -36,7 +36,7 @@ def scheduler_configuration() -> dict[str, Any]:
         "apiVersion": "kubescheduler.config.k8s.io/v1",
         "kind": "KubeSchedulerConfiguration",
         "leaderElection": {"leaderElect": False},
-        # The kube-scheduler's rate (hack/devcluster/components.py): gangs of hundreds of pods.
+        # The kube-scheduler's rate (testbed/cluster/components.py): gangs of hundreds of pods.
         "clientConnection": {"kubeconfig": str(KUBECONFIG), "qps": 500, "burst": 1000},
         "profiles": [
             {

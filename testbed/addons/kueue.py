@@ -6,7 +6,7 @@ Deployment behind a Service, with a certificate its own cert manager makes for t
 name. Here the manager is a process on 127.0.0.1, so:
 
 - its webhook server, health probes and metrics listen on 127.0.0.1 (free ports);
-- internal cert management is off: the serving certificate comes from the cluster's CA (hack/devcluster/
+- internal cert management is off: the serving certificate comes from the cluster's CA (testbed/cluster/
   pki.py), for IP 127.0.0.1;
 - the webhook configurations are generated from the module's config/components/webhook manifests,
   each Service reference turned into `https://127.0.0.1:<port><path>` with the cluster's CA as
@@ -31,8 +31,8 @@ import base64
 from pathlib import Path
 from typing import Any, Final
 
-from hack.common import in_private_mounts
-from hack.devcluster.state import KUBECONFIG
+from testbed.cluster.state import KUBECONFIG
+from testbed.common import in_private_mounts
 
 NAME: Final = "kueue"
 BUILD: Final = "kueue"

@@ -1,7 +1,7 @@
 """Optional components on the dev cluster, added only when asked for: `up --with kueue,coscheduling`.
 
-Why: only some tests and demos need Kueue (hack/devcluster/kueue.py) or the coscheduling scheduler
-(hack/devcluster/coscheduling.py); building them costs minutes the first time and running them costs
+Why: only some tests and demos need Kueue (testbed/addons/kueue.py) or the coscheduling scheduler
+(testbed/addons/coscheduling.py); building them costs minutes the first time and running them costs
 memory, so a cluster has them only when someone asks, on `up` or later on a running cluster (the
 test session asks for what its tests need). Each is built (or taken from the cache) by hack/kube-bins.sh
 before the cluster lock is taken, its CRDs come from the same module, and its process is one more
@@ -21,12 +21,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Final
 
-from hack import kube_bins
-from hack.common import ToolError, free_ports, http_ok, wait_until
-from hack.devcluster import coscheduling, kueue, netpolicies, realnode
-from hack.devcluster.pki import issue, self_signed_context
-from hack.devcluster.processes import kubectl, spawn, stop_processes, wait_for
-from hack.devcluster.state import (
+from testbed.addons import coscheduling, kueue
+from testbed.cluster import kube_bins
+from testbed.cluster.pki import issue, self_signed_context
+from testbed.cluster.processes import kubectl, spawn, stop_processes, wait_for
+from testbed.cluster.state import (
     LOGS,
     NETWORK_POLICIES,
     REAL_NODE,
@@ -36,6 +35,8 @@ from hack.devcluster.state import (
     say,
     write_state,
 )
+from testbed.common import ToolError, free_ports, http_ok, wait_until
+from testbed.node import netpolicies, realnode
 
 OPTIONAL: Final = WITH_CHOICES
 BUILDS: Final = {

@@ -1,10 +1,10 @@
 """`hack/dev-cluster.sh`: the command line of the dev cluster (see the package's docstring).
 
-python3 -m hack.devcluster up [--with kueue,coscheduling,real-node,network-policies]|down|status|env
-python3 -m hack.devcluster remove|build real-node|kueue|coscheduling|network-policies
-python3 -m hack.devcluster restart|stop|start <component>
-python3 -m hack.devcluster run <name> [--wait-http URL] -- <command...>
-python3 -m hack.devcluster stop <name>
+python3 -m testbed.cluster up [--with kueue,coscheduling,real-node,network-policies]|down|status|env
+python3 -m testbed.cluster remove|build real-node|kueue|coscheduling|network-policies
+python3 -m testbed.cluster restart|stop|start <component>
+python3 -m testbed.cluster run <name> [--wait-http URL] -- <command...>
+python3 -m testbed.cluster stop <name>
 """
 
 from __future__ import annotations
@@ -13,15 +13,13 @@ import argparse
 import os
 import sys
 
-from hack.common import ToolError, still_running
-from hack.devcluster import __doc__ as package_doc
-from hack.devcluster import netpolicies, realnode
-from hack.devcluster.extras import run_extra, stop_extra
-from hack.devcluster.lifecycle import down, remove_optional, restart, start_one, stop_one, up
-from hack.devcluster.nodes import NodeShape
-from hack.devcluster.optional import build, parse_with
-from hack.devcluster.processes import START_TIMEOUT
-from hack.devcluster.state import (
+from testbed.addons.optional import build, parse_with
+from testbed.cluster import __doc__ as package_doc
+from testbed.cluster.extras import run_extra, stop_extra
+from testbed.cluster.lifecycle import down, remove_optional, restart, start_one, stop_one, up
+from testbed.cluster.nodes import NodeShape
+from testbed.cluster.processes import START_TIMEOUT
+from testbed.cluster.state import (
     COMPONENTS,
     KUBECONFIG,
     KUBECTL_LINK,
@@ -35,6 +33,8 @@ from hack.devcluster.state import (
     say,
     stopped_components,
 )
+from testbed.common import ToolError, still_running
+from testbed.node import netpolicies, realnode
 
 ALL_COMPONENTS = (*COMPONENTS, *OPTIONAL_COMPONENTS, *NODE_COMPONENTS, *NETWORK_POLICY_COMPONENTS)
 

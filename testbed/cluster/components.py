@@ -11,13 +11,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from hack.common import REPO
-from hack.devcluster.nodeconfig import SERVICE_CIDR
-from hack.devcluster.nodes import KWOK_NODE_LABEL
-from hack.devcluster.state import KUBECONFIG, RUN
+from testbed.cluster.nodes import KWOK_NODE_LABEL
+from testbed.cluster.state import KUBECONFIG, RUN
+from testbed.node.nodeconfig import SERVICE_CIDR
 
-STAGES: Final = REPO / "hack" / "kwok-stages.yaml"
-KWOK_CONFIG: Final = REPO / "hack" / "kwok-config.yaml"
+STAGES: Final = Path(__file__).with_name("kwok-stages.yaml")
+KWOK_CONFIG: Final = Path(__file__).with_name("kwok-config.yaml")
 POD_CIDR: Final = "10.0.0.1/16"
 
 

@@ -12,10 +12,9 @@ import os
 import time
 from typing import Any
 
-from hack.common import ToolError, http_ok, process_start_time, start_logged, still_running
-from hack.devcluster.lifecycle import EXTRA_STOP_TIMEOUT
-from hack.devcluster.processes import stop_processes, wait_for
-from hack.devcluster.state import (
+from testbed.cluster.lifecycle import EXTRA_STOP_TIMEOUT
+from testbed.cluster.processes import stop_processes, wait_for
+from testbed.cluster.state import (
     COMPONENTS,
     EXTRA_NAME,
     LOGS,
@@ -26,6 +25,7 @@ from hack.devcluster.state import (
     say,
     write_state,
 )
+from testbed.common import ToolError, http_ok, process_start_time, start_logged, still_running
 
 
 def run_extra(name: str, command: list[str], wait_http: str | None, timeout: float, replace: bool) -> None:

@@ -1,11 +1,11 @@
 """The Go-built binaries from Python: the control plane's directory, and optional components by name.
 
-Why: hack/kube-bins.sh owns building and caching (see hack/README.md); the dev cluster and the tests
+Why: hack/kube-bins.sh owns building and caching (see testbed/README.md); the dev cluster and the tests
 only need "the directory of the control plane" or "the path of helm", built on first use. Its
 progress lines go to this process's stderr as they come (a cold build takes minutes), and a failed
 build is one ToolError naming the component; the script has printed the end of its log already.
 
-    from hack.kube_bins import component_binary
+    from testbed.cluster.kube_bins import component_binary
     helm = component_binary("helm")   # builds helm once, then returns the cached binary at once
 """
 
@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Final
 
-from hack.common import REPO, ToolError
+from testbed.common import REPO, ToolError
 
 SCRIPT: Final = REPO / "hack" / "kube-bins.sh"
 

@@ -17,20 +17,19 @@ import time
 from pathlib import Path
 from typing import Any, Final
 
-from hack import kube_bins
-from hack.common import REPO, ToolError, free_ports, http_ok, still_running
-from hack.devcluster import components, netpolicies, optional, realnode
-from hack.devcluster.components import Ports
-from hack.devcluster.nodes import NodeShape, create_nodes, ready_nodes
-from hack.devcluster.pki import (
+from testbed.addons import optional
+from testbed.cluster import components, kube_bins
+from testbed.cluster.components import Ports
+from testbed.cluster.nodes import NodeShape, create_nodes, ready_nodes
+from testbed.cluster.pki import (
     KUBELET_CLIENT_BINDING,
     admin_ssl_context,
     kubeconfig_text,
     make_pki,
     self_signed_context,
 )
-from hack.devcluster.processes import kubectl, spawn, stop_processes, wait_for
-from hack.devcluster.state import (
+from testbed.cluster.processes import kubectl, spawn, stop_processes, wait_for
+from testbed.cluster.state import (
     KUBECONFIG,
     KUBECTL_LINK,
     NETWORK_POLICIES,
@@ -50,6 +49,8 @@ from hack.devcluster.state import (
     stopped_components,
     write_state,
 )
+from testbed.common import REPO, ToolError, free_ports, http_ok, still_running
+from testbed.node import netpolicies, realnode
 
 # etcd keeps its data on tmpfs (in a fresh private directory) for speed; the cluster is disposable.
 SHM: Final = Path("/dev/shm")  # noqa: S108
@@ -60,7 +61,7 @@ EXTRA_STOP_TIMEOUT: Final = 30.0
 
 def up(shape: NodeShape, with_optional: tuple[str, ...] = ()) -> None:
     """Starts the cluster unless it runs, then makes the optional components in `with_optional` run on
-    it (hack/devcluster/optional.py); a cluster rebuilt after a crash gets back the ones it had."""
+    it (testbed/addons/optional.py); a cluster rebuilt after a crash gets back the ones it had."""
     # A cold build takes minutes: done before the lock, so that other commands are not held up.
     requested = optional.build(list(with_optional))
     recorded: list[str] = []

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from hack.devcluster.processes import kubectl
+from testbed.cluster.processes import kubectl
 
 KWOK_NODE_LABEL: Final = "kwok.x-k8s.io/managed"
 

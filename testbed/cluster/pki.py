@@ -3,7 +3,7 @@
 Why: the API server serves TLS and authenticates clients by certificate, like any real cluster, so
 the operator's client, kubectl and the components talk to it the way they would in production. The
 same holds between the API server and the kubelet API (`kubectl logs`, `exec`): the real node's kubelet
-serves a certificate of the cluster's CA (hack/devcluster/realnode.py), and the API server presents
+serves a certificate of the cluster's CA (testbed/node/realnode.py), and the API server presents
 its own client certificate, which RBAC lets use the kubelet API (`KUBELET_CLIENT_BINDING`). The CA
 is new for every cluster; nothing outlives `down`.
 """
@@ -17,11 +17,11 @@ import subprocess
 from pathlib import Path
 from typing import Any, Final
 
-from hack.common import ToolError
-from hack.devcluster.nodeconfig import API_SERVICE_IP, NODE_IP
+from testbed.common import ToolError
+from testbed.node.nodeconfig import API_SERVICE_IP, NODE_IP
 
 # Loopback, the `kubernetes` Service's address and names (pods use them in-cluster), and the real node's
-# address, where the node and its pods reach the API server through a relay (hack/devcluster/apiforward.py).
+# address, where the node and its pods reach the API server through a relay (testbed/node/apiforward.py).
 APISERVER_SANS = (
     f"subjectAltName=IP:127.0.0.1,IP:{API_SERVICE_IP},IP:{NODE_IP},DNS:localhost,DNS:kubernetes,"
     "DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-from hack.common import ToolError, process_start_time, start_logged, still_running, tail, wait_until
-from hack.devcluster.state import KUBECONFIG, LOGS, RUN, dead_components, say, write_state
+from testbed.cluster.state import KUBECONFIG, LOGS, RUN, dead_components, say, write_state
+from testbed.common import ToolError, process_start_time, start_logged, still_running, tail, wait_until
 
 START_TIMEOUT: Final = 90.0
 STOP_TIMEOUT: Final = 15.0

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
-from hack.common import DEV, Say, still_running
+from testbed.common import DEV, Say, still_running
 
 RUN: Final = DEV / "run"
 LOGS: Final = DEV / "logs"
@@ -27,9 +27,9 @@ KUBECTL_LINK: Final = DEV / "bin" / "kubectl"
 LOCK: Final = DEV / "cluster.lock"
 
 COMPONENTS: Final = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
-# Components added on request (`up --with`, hack/devcluster/optional.py); processes like the others.
+# Components added on request (`up --with`, testbed/addons/optional.py); processes like the others.
 OPTIONAL_COMPONENTS: Final = ("coscheduling", "kueue")
-# The real node (`up --with real-node`, hack/devcluster/realnode.py): its processes are components too.
+# The real node (`up --with real-node`, testbed/node/realnode.py): its processes are components too.
 REAL_NODE: Final = "real-node"
 NODE_COMPONENTS: Final = (
     "containerd",
@@ -39,7 +39,7 @@ NODE_COMPONENTS: Final = (
     "coredns",
     "local-path-provisioner",
 )
-# NetworkPolicies enforced on the real node (`up --with network-policies`, hack/devcluster/netpolicies.py):
+# NetworkPolicies enforced on the real node (`up --with network-policies`, testbed/node/netpolicies.py):
 # the API server's relay off the node, then the enforcer, processes like the node's.
 NETWORK_POLICIES: Final = "network-policies"
 NETWORK_POLICY_COMPONENTS: Final = ("api-endpoint", "network-policies")

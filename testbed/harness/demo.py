@@ -3,7 +3,7 @@
 Why: the first command of the README has to show the product working, not a wall of YAML. The
 Makefile has already checked the machine (hack/preflight.sh), made the virtualenv, started the local
 cluster with its real node (`hack/dev-cluster.sh up --with real-node`: a kubelet and containerd on
-this machine, hack/devcluster/realnode.py) and installed the CRD; this script then
+this machine, testbed/node/realnode.py) and installed the CRD; this script then
 
 1. creates the namespace (DEMO_NAMESPACE, default `demo`);
 2. starts the operator (watching that namespace only; /metrics in plain HTTP on
@@ -12,7 +12,7 @@ this machine, hack/devcluster/realnode.py) and installed the CRD; this script th
    `hack/dev-cluster.sh down` stops it too; it is reused when it already runs;
 3. applies examples/trainingjob-simple.yaml, placed on the real node (a toleration of its taint and a
    node selector: the cluster's other nodes are kwok's, which run nothing). Its pods run the reference
-   trainer with real torch in the trainer image (hack/images). If the job exists from an earlier run it
+   trainer with real torch in the trainer image (testbed/images). If the job exists from an earlier run it
    is deleted first and created again, so every `make demo` shows a whole run. Two settings of the
    reference trainer are added to its spec.env so the run can be watched: TRAIN_STEP_SECONDS
    (DEMO_STEP_SECONDS, default 0.1: about 2 s per epoch) and TRAIN_PROGRESS_INTERVAL=1 (a report per
@@ -23,8 +23,8 @@ this machine, hack/devcluster/realnode.py) and installed the CRD; this script th
    watch through the project's Python client (trainingjob_client), as a notebook would follow a job;
    a watchdog thread ends it early if the operator or a component of the cluster dies.
 
-Run with the operator's virtualenv from the repository: `.venv/bin/python -m hack.demo` (the Makefile
-does).
+Run with the operator's virtualenv from the repository: `.venv/bin/python -m testbed.harness.demo` (the
+Makefile does).
 """
 
 from __future__ import annotations
@@ -44,9 +44,9 @@ import yaml
 from controller.resources import NAMESPACES, SERVICEACCOUNTS
 from controller.runtime.client import KubeClient
 from controller.runtime.errors import AlreadyExists, KubeError, NotFound
-from hack.common import REPO, Say, ToolError, still_running, tail, wait_until
-from hack.devcluster import nodeconfig
-from hack.devcluster.state import KUBECONFIG, LOGS, dead_components, read_state
+from testbed.cluster.state import KUBECONFIG, LOGS, dead_components, read_state
+from testbed.common import REPO, Say, ToolError, still_running, tail, wait_until
+from testbed.node import nodeconfig
 from trainingjob_client import (
     JobDeleted,
     JobNotFound,

@@ -1,9 +1,9 @@
 """Container images for the local real node, built on this machine: no registry is reachable.
 
-    python3 -m hack.images ensure [NAME ...]   # build what is not cached; one line per image
-    python3 -m hack.images list                # references, key, built or not, size
+    python3 -m testbed.images ensure [NAME ...]   # build what is not cached; one line per image
+    python3 -m testbed.images list                # references, key, built or not, size
 
-    from hack.images import ensure, IMAGES
+    from testbed.images import ensure, IMAGES
     built = ensure("operator")   # Image(name, key, references, archive, built, config_digest, ...)
 
 Each image is a docker archive that `ctr -n k8s.io images import` takes, filed under short references
@@ -13,10 +13,10 @@ pods), `base` (Debian bookworm with Python 3.11 from debootstrap, under the name
 uses), `operator` (the project's Dockerfile built with buildah on that base) and `trainer-torch` (the
 base plus torch and its dependencies from the test virtualenv). Each is cached under
 ~/.cache/trainingjob-operator/images/ by a key over all its inputs and rebuilt only when one changes
-(hack/README.md, "Images for the real node"). Standard library only: runs with the system's python3.
+(testbed/README.md, "Images for the real node"). Standard library only: runs with the system's python3.
 """
 
-from hack.images.builder import IMAGES, describe, ensure, ensure_all
-from hack.images.cache import Image
+from testbed.images.builder import IMAGES, describe, ensure, ensure_all
+from testbed.images.cache import Image
 
 __all__ = ["IMAGES", "Image", "describe", "ensure", "ensure_all"]

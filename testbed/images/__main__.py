@@ -1,9 +1,9 @@
-"""`python3 -m hack.images`: build the real node's images, or list them (see the package's docstring).
+"""`python3 -m testbed.images`: build the real node's images, or list them (see the package's docstring).
 
-python3 -m hack.images ensure [NAME ...]   # all without names; one line per image on stdout:
+python3 -m testbed.images ensure [NAME ...]   # all without names; one line per image on stdout:
                                            #   <archive> <reference> <reference> ...
-python3 -m hack.images list                # name, references, key, built or not, size
-python3 -m hack.images pin-base            # record the base image's Debian package versions (root)
+python3 -m testbed.images list                # name, references, key, built or not, size
+python3 -m testbed.images pin-base            # record the base image's Debian package versions (root)
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-from hack.common import REPO, Say, ToolError
-from hack.images import base, cache
-from hack.images.builder import IMAGES, describe, ensure_all
-from hack.images.cache import Image
-from hack.images.recipe import Context
-from hack.images.steps import Steps, remove_tree
+from testbed.common import REPO, Say, ToolError
+from testbed.images import base, cache
+from testbed.images.builder import IMAGES, describe, ensure_all
+from testbed.images.cache import Image
+from testbed.images.recipe import Context
+from testbed.images.steps import Steps, remove_tree
 
 
 def list_images() -> None:
@@ -36,7 +36,7 @@ def list_images() -> None:
 
 
 def pin_base() -> None:
-    """debootstrap into a scratch directory and record its packages (hack/images/debian_pins.py)."""
+    """debootstrap into a scratch directory and record its packages (testbed/images/debian_pins.py)."""
     if os.geteuid() != 0:
         raise ToolError("pinning the base image runs debootstrap: run it as root")
     root = cache.cache_root() / "base"
@@ -51,7 +51,7 @@ def pin_base() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m hack.images", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python3 -m testbed.images", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     ensure_parser = commands.add_parser(
         "ensure", help="build the images not cached yet; print their archives"

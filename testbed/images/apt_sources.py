@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from hack.common import ToolError
+from testbed.common import ToolError
 
 APT_DIR: Final = Path("/etc/apt")
 # Schemes debootstrap can fetch from.

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, BinaryIO, Final
 
-from hack.images.layers import HashingSink, LayerDigests, LayerWriter
+from testbed.images.layers import HashingSink, LayerDigests, LayerWriter
 
 BLOCK: Final = 512
 MACHINE_ARCHITECTURES: Final = {"x86_64": "amd64", "aarch64": "arm64", "arm64": "arm64"}

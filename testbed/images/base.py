@@ -6,12 +6,12 @@ setuptools and wheel), python-is-python3 and ca-certificates (`debootstrap --var
 the mirror the machine's apt uses) does what the Dockerfile asks of it (`python -m venv`, `pip
 --python`, `pip wheel --no-build-isolation`, `ldd`, `ldconfig`, `chroot`), so it stands in under the
 FROM lines' names without their digests (a digest names the upstream manifest, which no image built
-here can have: hack/images/operator.py gives buildah the Dockerfile with the digests dropped), and
+here can have: testbed/images/operator.py gives buildah the Dockerfile with the digests dropped), and
 under `python:3.11-slim`, the name the real node's plain-Python pods use. Its Python is Debian's 3.11,
 which is also what the trainer images need (their packages come from a Python 3.11 virtualenv).
 
 What pins the stand-in, as the digest pins the real base: the Debian package versions recorded in
-hack/images/base-packages.txt (hack/images/debian_pins.py), part of the key and checked on every
+testbed/images/base-packages.txt (testbed/images/debian_pins.py), part of the key and checked on every
 cold build.
 
 Outbound TLS on this machine is re-signed, so pip inside the image must trust the machine's extra
@@ -27,11 +27,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
-from hack.images import apt_sources, debian_pins, dockerfile
-from hack.images.archive import RuntimeConfig, image_config
-from hack.images.keys import KeyInputs
-from hack.images.recipe import Build, Context, Recipe
-from hack.images.steps import Steps, unmount_all
+from testbed.images import apt_sources, debian_pins, dockerfile
+from testbed.images.archive import RuntimeConfig, image_config
+from testbed.images.keys import KeyInputs
+from testbed.images.recipe import Build, Context, Recipe
+from testbed.images.steps import Steps, unmount_all
 
 SUITE: Final = "bookworm"
 PYTHON_VERSION: Final = "3.11"  # bookworm's python3

@@ -16,12 +16,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
-from hack.common import Say, ToolError
-from hack.images import base, busybox, cache, operator, pause, trainer
-from hack.images.archive import ArchiveWriter
-from hack.images.keys import KeyInputs
-from hack.images.recipe import SHARED_REVISION, Build, Context, Recipe
-from hack.images.steps import Steps
+from testbed.common import Say, ToolError
+from testbed.images import base, busybox, cache, operator, pause, trainer
+from testbed.images.archive import ArchiveWriter
+from testbed.images.keys import KeyInputs
+from testbed.images.recipe import SHARED_REVISION, Build, Context, Recipe
+from testbed.images.steps import Steps
 
 IMAGES: Final[Mapping[str, Recipe]] = {
     recipe.name: recipe

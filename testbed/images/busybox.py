@@ -17,12 +17,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
-from hack.common import ToolError
-from hack.images.archive import RuntimeConfig, image_config
-from hack.images.elf import is_static_executable
-from hack.images.keys import KeyInputs
-from hack.images.layers import LayerWriter
-from hack.images.recipe import Build, Context, Recipe
+from testbed.common import ToolError
+from testbed.images.archive import RuntimeConfig, image_config
+from testbed.images.elf import is_static_executable
+from testbed.images.keys import KeyInputs
+from testbed.images.layers import LayerWriter
+from testbed.images.recipe import Build, Context, Recipe
 
 PATH: Final = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 PASSWD: Final = b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"

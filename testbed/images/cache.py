@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from hack.images.steps import remove_tree
+from testbed.images.steps import remove_tree
 
 ARCHIVE: Final = "image.tar"
 METADATA: Final = "IMAGE.json"

@@ -2,7 +2,7 @@
 
 Why: the trainer images carry the framework exactly as the tests use it, so their packages are the
 ones installed in the test virtualenv, not a fresh resolution. This file runs with that virtualenv's
-Python (`<venv>/bin/python hack/images/closure.py torch`): it starts from the named distributions,
+Python (`<venv>/bin/python testbed/images/closure.py torch`): it starts from the named distributions,
 follows each one's requirements whose environment markers hold there (with the extras asked for,
 e.g. `cuda-toolkit[cublas,...]`), and prints one JSON object per distribution: name, version, its
 site-packages directory, the SHA-256 of its RECORD's rows inside site-packages and the files

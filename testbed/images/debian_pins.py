@@ -1,10 +1,10 @@
-"""The base image's Debian packages, pinned: the versions hack/images/base-packages.txt records are the
+"""The base image's Debian packages, pinned: the versions testbed/images/base-packages.txt records are the
 ones a cold build of the base image must install.
 
 Why: the base image stands in for the Dockerfile's FROM, which names its image by digest. No digest
 can name a root filesystem built here, and debootstrap installs whatever the machine's Debian mirror
 serves that day, which moves with each point release. So the stand-in's equivalent of a digest is the
-list of its packages and their versions: recorded by `make pin-base-image` (`python3 -m hack.images
+list of its packages and their versions: recorded by `make pin-base-image` (`python3 -m testbed.images
 pin-base`), part of the base image's key, and compared with what debootstrap installed on every cold
 build, which stops with one line naming the differences when the mirror has moved on. Standard
 library only.
@@ -16,10 +16,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
-PINS: Final = "hack/images/base-packages.txt"
+PINS: Final = "testbed/images/base-packages.txt"
 REPIN: Final = "make pin-base-image"
 HEADER: Final = f"""\
-# The Debian packages of the real node's base image (hack/images/base.py, the stand-in for the
+# The Debian packages of the real node's base image (testbed/images/base.py, the stand-in for the
 # Dockerfile's FROM) and their versions, as debootstrap installed them from the mirror when they were
 # last recorded: `{REPIN}` writes this file. A cold build that installs anything else stops.
 """

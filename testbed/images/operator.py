@@ -5,7 +5,7 @@ daemon, as root, in a chroot (`--isolation chroot`, the host's network for pip).
 from the `base` archive, tagged under the names it stands in for, and nothing is ever pulled
 (`--pull=never`, an empty registries.conf). The Dockerfile's FROM names its base by digest, which
 only the upstream image has, so buildah gets a copy of it with the digests dropped
-(hack/images/dockerfile.py `without_digests`), in the build's work directory: the FROM then names the
+(testbed/images/dockerfile.py `without_digests`), in the build's work directory: the FROM then names the
 stand-in by the tag the digest was taken from, and everything else is the file users build.
 Everything buildah keeps lives in the build's temporary directory: its storage (`--root`, vfs, so no
 overlay mounts), its run directory, its policy and configuration files. buildah 1.28 also writes a
@@ -29,14 +29,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from hack.common import in_private_mounts
-from hack.images import dockerfile
-from hack.images.keys import KeyInputs
-from hack.images.recipe import Build, Context, Recipe
-from hack.images.steps import Steps, mounts_under
+from testbed.common import in_private_mounts
+from testbed.images import dockerfile
+from testbed.images.keys import KeyInputs
+from testbed.images.recipe import Build, Context, Recipe
+from testbed.images.steps import Steps, mounts_under
 
 POLICY: Final = {"default": [{"type": "insecureAcceptAnything"}]}
-# What buildah runs after, in a mount namespace of its own (hack.common.in_private_mounts): see the docstring.
+# What buildah runs after, in a mount namespace of its own (testbed.common.in_private_mounts): see the
+# docstring.
 PRIVATE_VAR_LIB: Final = 'mount -t tmpfs -o size=16m,mode=0755 buildah-var-lib /var/lib && exec "$@"'
 GZIP_LAYER: Final = "application/vnd.oci.image.layer.v1.tar+gzip"
 

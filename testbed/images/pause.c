@@ -2,7 +2,7 @@
  * The sandbox ("pause") process of the local real node's pods: containerd's sandbox_image runs it as
  * each pod's first process. It holds the pod's namespaces open by doing nothing: it sleeps until
  * SIGINT or SIGTERM (then exits 0), and as PID 1 of a pod sharing its PID namespace it reaps every
- * child that exits, so no zombie is left. Built with `gcc -static` (hack/images/pause.py), so the
+ * child that exits, so no zombie is left. Built with `gcc -static` (testbed/images/pause.py), so the
  * image holds this one file.
  */
 #include <signal.h>

@@ -13,10 +13,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
-from hack.images.archive import RuntimeConfig, image_config
-from hack.images.elf import is_static_executable
-from hack.images.keys import KeyInputs
-from hack.images.recipe import Build, Context, Recipe
+from testbed.images.archive import RuntimeConfig, image_config
+from testbed.images.elf import is_static_executable
+from testbed.images.keys import KeyInputs
+from testbed.images.recipe import Build, Context, Recipe
 
 SOURCE: Final = Path(__file__).with_name("pause.c")
 CFLAGS: Final = ("-static", "-O2", "-Wall", "-Wextra", "-Werror", "-s")
@@ -40,7 +40,7 @@ def build(build: Build) -> dict[str, object]:
     build.steps.output("pause -v", [str(binary), "-v"])
     layer = build.archive.add_layer(lambda layer: layer.add_file(binary, "pause"))
     runtime = RuntimeConfig(env=(), entrypoint=("/pause",), user="65535:65535")
-    history = [{"created": build.created, "created_by": "gcc -static hack/images/pause.c"}]
+    history = [{"created": build.created, "created_by": "gcc -static testbed/images/pause.c"}]
     return image_config(runtime, [layer.diff_id], history, build.created)
 
 

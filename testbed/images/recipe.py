@@ -1,6 +1,6 @@
 """What an image recipe is: its references, its key inputs and its build, and what each of them gets.
 
-Why a shape shared by every image: the cache (hack/images/cache.py) treats all images alike (a key,
+Why a shape shared by every image: the cache (testbed/images/cache.py) treats all images alike (a key,
 a lock, a temporary directory renamed into place), so each recipe only says what is particular to it.
 `Context` is where a recipe reads the machine and the repository from (tests point it at copies);
 `Build` is what a build gets: a work directory, logged steps, the archive to write, and the images it
@@ -17,12 +17,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
 
-from hack.common import REPO, Say, ToolError
-from hack.images.apt_sources import APT_DIR
-from hack.images.archive import ArchiveWriter
-from hack.images.cache import Image
-from hack.images.keys import KeyInputs
-from hack.images.steps import Steps
+from testbed.common import REPO, Say, ToolError
+from testbed.images.apt_sources import APT_DIR
+from testbed.images.archive import ArchiveWriter
+from testbed.images.cache import Image
+from testbed.images.keys import KeyInputs
+from testbed.images.steps import Steps
 
 # The shared steps' revision (archive format, cache layout): raising it gives every image a new key.
 SHARED_REVISION: Final = 1

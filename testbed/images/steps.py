@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
-from hack.common import Say, ToolError, tail
+from testbed.common import Say, ToolError, tail
 
 STILL_WORKING_EVERY: Final = 30.0
 MOUNTINFO: Final = Path("/proc/self/mountinfo")

@@ -4,7 +4,7 @@ Why: a TrainingJob without spec.image runs its framework's public default image 
 name public PyTorch images), which this machine cannot pull. A trainer image stands in for them on the
 real node: Debian's Python 3.11 (the base image) and, in /usr/local/lib/python3.11/dist-packages, the
 framework's installed dependency closure copied from the test virtualenv (the same versions the tests
-use; hack/images/closure.py resolves it there). Console scripts go to /usr/local/bin with their
+use; testbed/images/closure.py resolves it there). Console scripts go to /usr/local/bin with their
 `#!` line pointing at /usr/bin/python3. The virtualenv is TJ_TRAINER_VENV, else the repository's
 .venv, else the one this interpreter runs in.
 
@@ -33,13 +33,13 @@ from typing import Final
 
 from crd.contract import DEFAULT_IMAGES
 from crd.defaults import subschema
-from hack.common import ToolError
-from hack.images import base
-from hack.images.archive import open_member, read_archive
-from hack.images.base import PYTHON_VERSION
-from hack.images.keys import KeyInputs
-from hack.images.layers import LayerWriter
-from hack.images.recipe import Build, Context, Recipe
+from testbed.common import ToolError
+from testbed.images import base
+from testbed.images.archive import open_member, read_archive
+from testbed.images.base import PYTHON_VERSION
+from testbed.images.keys import KeyInputs
+from testbed.images.layers import LayerWriter
+from testbed.images.recipe import Build, Context, Recipe
 
 CLOSURE_SCRIPT: Final = Path(__file__).with_name("closure.py")
 DIST_PACKAGES: Final = f"usr/local/lib/python{PYTHON_VERSION}/dist-packages"

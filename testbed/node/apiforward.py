@@ -1,7 +1,7 @@
 """The API server, as the real node and its pods reach it: a TCP relay from the node's network namespace.
 
 Why: the dev cluster's API server listens on 127.0.0.1 only, and the real node lives in a network
-namespace of its own (hack/devcluster/realnode.py), whose loopback is not the machine's. Its kubelet,
+namespace of its own (testbed/node/realnode.py), whose loopback is not the machine's. Its kubelet,
 kube-proxy and CoreDNS, and every pod through the `kubernetes` Service, need the API server; a real
 cluster gives them its advertise address. This relay is that address: it listens on the node's own
 address inside the node's namespace and opens, for every connection, one to the API server on the
@@ -10,9 +10,9 @@ machine's loopback. It relays bytes only: TLS is end to end between the client a
 
 The listening socket is made inside the node's namespace and everything else outside: a socket
 stays in the namespace it was created in, so the process enters the namespace (setns) just long
-enough to create it. Standard library only (setns through libc), like the rest of hack/devcluster.
+enough to create it. Standard library only (setns through libc), like the rest of testbed/cluster.
 
-    python3 -m hack.devcluster.apiforward --netns PATH --listen IP:PORT --to 127.0.0.1:PORT
+    python3 -m testbed.node.apiforward --netns PATH --listen IP:PORT --to 127.0.0.1:PORT
 """
 
 from __future__ import annotations

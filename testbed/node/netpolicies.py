@@ -9,7 +9,7 @@ verdict of the policies (the packets of a connection it accepted pass without as
 selects are not looked at.
 
 The API server, off the node. Pods reach the API server through the `kubernetes` Service. On the real
-node its endpoint is the relay at the node's own address (hack/devcluster/apiforward.py), and a pod's
+node its endpoint is the relay at the node's own address (testbed/node/apiforward.py), and a pod's
 connection to an address of its own node is delivered to the node (netfilter's input path), which no
 NetworkPolicy enforcer judges: an egress rule for the API server would be proven by nothing. So while
 this part runs, the Service's endpoint is a second relay in a network namespace of its own,
@@ -17,7 +17,7 @@ this part runs, the Service's endpoint is a second relay in a network namespace 
 as an API server sits on control-plane nodes of a real cluster: the node forwards a pod's connection
 to it, and the enforcer judges it against the policies' ipBlocks like any other.
 
-Not judged here (hack/README.md, docs/security.md): traffic the node itself originates as root (the
+Not judged here (testbed/README.md, docs/security.md): traffic the node itself originates as root (the
 kubelet's probes; the enforcer accepts it before asking), and the pods' DNS, which goes to CoreDNS, a
 process at the node's own address (input path, as above), not to pods of kube-dns.
 
@@ -39,12 +39,9 @@ import subprocess
 from pathlib import Path
 from typing import Any, Final
 
-from hack.common import REPO, ToolError
-from hack.devcluster import nodeconfig, nodehost
-from hack.devcluster.apiforward import inside
-from hack.devcluster.pki import kubeconfig_text
-from hack.devcluster.processes import kubectl, spawn, stop_processes, wait_for
-from hack.devcluster.state import (
+from testbed.cluster.pki import kubeconfig_text
+from testbed.cluster.processes import kubectl, spawn, stop_processes, wait_for
+from testbed.cluster.state import (
     LOGS,
     NETWORK_POLICIES,
     NETWORK_POLICY_COMPONENTS,
@@ -54,6 +51,9 @@ from hack.devcluster.state import (
     say,
     write_state,
 )
+from testbed.common import REPO, ToolError
+from testbed.node import nodeconfig, nodehost
+from testbed.node.apiforward import inside
 
 NAME: Final = NETWORK_POLICIES
 BUILD: Final = "kube-network-policies"
@@ -99,7 +99,7 @@ def enforcer_args() -> list[str]:
 
 
 def api_endpoint_slice(address: str) -> dict[str, Any]:
-    """The `kubernetes` Service's EndpointSlice (hack/devcluster/nodeconfig.py's) pointing at `address`."""
+    """The `kubernetes` Service's EndpointSlice (testbed/node/nodeconfig.py's) pointing at `address`."""
     (endpoint_slice,) = nodeconfig.api_objects()
     (endpoint,) = endpoint_slice["endpoints"]
     endpoint["addresses"] = [address]
@@ -148,7 +148,7 @@ def start(state: dict[str, Any], build_dir: Path, record: dict[str, Any]) -> Non
     python = Path(shutil.which("python3") or "/usr/bin/python3")
     relay_args = [
         "-m",
-        "hack.devcluster.apiforward",
+        "testbed.node.apiforward",
         f"--netns={api_netns_path()}",
         f"--listen={API_IP}:{nodeconfig.API_PORT}",
         f"--to=127.0.0.1:{state['ports']['kube-apiserver']}",

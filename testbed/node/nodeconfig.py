@@ -2,14 +2,14 @@
 its kubelet, containerd, CNI, kube-proxy and CoreDNS, as pure functions of them.
 
 Why apart: each setting here is a decision with a reason (measured on this kind of machine, see
-hack/README.md "The real node"), and reading them together, away from the start-up sequence in
-hack/devcluster/realnode.py, is how they are reviewed and tested. Nothing here touches the machine.
+testbed/README.md "The real node"), and reading them together, away from the start-up sequence in
+testbed/node/realnode.py, is how they are reviewed and tested. Nothing here touches the machine.
 
 Addressing. The node is a network namespace of its own, `NETNS`, joined to the machine by one veth
 pair whose two addresses (`HOST_IP` on the machine's side, `NODE_IP` inside) are the only addresses
 the machine gains; its pods sit on a bridge inside the namespace (`POD_CIDR`). Nothing is routed
 beyond: pods reach the node, each other, the Services and, through the relay of
-hack/devcluster/apiforward.py at `NODE_IP:API_PORT`, the API server; nothing else.
+testbed/node/apiforward.py at `NODE_IP:API_PORT`, the API server; nothing else.
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ class NodePaths:
 
     @property
     def storage(self) -> Path:
-        """The local-path provisioner's volumes (hack/devcluster/storage.py)."""
+        """The local-path provisioner's volumes (testbed/node/storage.py)."""
         return self.run / "volumes"
 
     def kubeconfig(self, user: str) -> Path:

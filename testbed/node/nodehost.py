@@ -22,9 +22,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Final
 
-from hack.common import ToolError
-from hack.devcluster import nodeconfig
-from hack.devcluster.nodeconfig import (
+from testbed.common import ToolError
+from testbed.node import nodeconfig
+from testbed.node.nodeconfig import (
     CGROUP_ROOT,
     HOST_IP,
     HOST_LINK,

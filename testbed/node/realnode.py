@@ -4,18 +4,18 @@
 Why: kwok only writes statuses, so the operator had never met a container: its own image, a pod
 network, a DNS server, a kubelet's SIGTERM and grace period, a cgroup's OOM kill, `kubectl exec`.
 This node runs pods for real, on this machine, as a real cluster does, without touching anything of
-the machine that `down` does not put back (hack/devcluster/nodehost.py keeps the record).
+the machine that `down` does not put back (testbed/node/nodehost.py keeps the record).
 
-How it is put together (the settings and their reasons are in hack/devcluster/nodeconfig.py):
+How it is put together (the settings and their reasons are in testbed/node/nodeconfig.py):
 - a network namespace with one veth pair to the machine; inside it containerd (its shims in a
   cgroup of their own), the kubelet, kube-proxy (iptables) and CoreDNS, and the relay to the API
-  server (hack/devcluster/apiforward.py) that the node and its pods use as the API server's address;
+  server (testbed/node/apiforward.py) that the node and its pods use as the API server's address;
 - the kubelet registers with the taint `ml.example.com/real-node=true:NoSchedule` (only pods that
   tolerate it land here) and the node advertises fake `nvidia.com/gpu` capacity like the kwok nodes;
-- images are built here (hack/images) and imported into containerd, whose root is kept in the cache
+- images are built here (testbed/images) and imported into containerd, whose root is kept in the cache
   so that a later `up` does not import them again;
 - the cluster's `kubernetes` and `kube-dns` Services get EndpointSlices at the node's address;
-- PersistentVolumes come from the local-path provisioner (hack/devcluster/storage.py), a
+- PersistentVolumes come from the local-path provisioner (testbed/node/storage.py), a
   default StorageClass whose volumes are directories of this node.
 
 Each process is a component in state.json like the control plane's (`status`, `stop`, `start`,
@@ -30,15 +30,16 @@ import time
 from pathlib import Path
 from typing import Any, Final
 
-from hack import images, kube_bins
-from hack.common import REPO, ToolError, http_ok, wait_until
-from hack.devcluster import nodeconfig, nodehost, storage
-from hack.devcluster.apiforward import inside
-from hack.devcluster.nodeconfig import NODE_NAME, NodePaths
-from hack.devcluster.pki import issue, kubeconfig_text
-from hack.devcluster.processes import kubectl, spawn, stop_processes, wait_for
-from hack.devcluster.state import NODE_COMPONENTS, REAL_NODE, RUN, read_state, read_versions, say, write_state
-from hack.images import refs as images_refs
+from testbed import images
+from testbed.cluster import kube_bins
+from testbed.cluster.pki import issue, kubeconfig_text
+from testbed.cluster.processes import kubectl, spawn, stop_processes, wait_for
+from testbed.cluster.state import NODE_COMPONENTS, REAL_NODE, RUN, read_state, read_versions, say, write_state
+from testbed.common import REPO, ToolError, http_ok, wait_until
+from testbed.images import refs as images_refs
+from testbed.node import nodeconfig, nodehost, storage
+from testbed.node.apiforward import inside
+from testbed.node.nodeconfig import NODE_NAME, NodePaths
 
 NAME: Final = REAL_NODE
 # The node's processes, in the order they start (they stop in the reverse order).
@@ -72,7 +73,7 @@ def paths() -> NodePaths:
 
 
 def build() -> dict[str, Path]:
-    """The node's binaries, built the first time (hack/kube-bins.sh), and its images (hack/images)."""
+    """The node's binaries, built the first time (hack/kube-bins.sh), and its images (testbed/images)."""
     built = build_binaries()
     build_images()
     return built
@@ -150,7 +151,7 @@ def start(state: dict[str, Any], builds: dict[str, Path], record: dict[str, Any]
         Path(shutil.which("python3") or "/usr/bin/python3"),
         [
             "-m",
-            "hack.devcluster.apiforward",
+            "testbed.node.apiforward",
             f"--netns={nodeconfig.netns_path()}",
             f"--listen={nodeconfig.NODE_IP}:{nodeconfig.API_PORT}",
             f"--to=127.0.0.1:{apiserver_port}",

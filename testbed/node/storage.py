@@ -8,7 +8,7 @@ helper pod removes the directory and the volume.
 
 Its "shared filesystem" mode is the one that serves ReadWriteMany: the volumes live under one
 directory (under the node's run directory) that every pod of the node sees, with no node affinity.
-The helper pods run on the real node (busybox, built by hack/images), since a kwok node would only
+The helper pods run on the real node (busybox, built by testbed/images), since a kwok node would only
 pretend to run them. The class is the cluster's default, so a claim without a class binds at once.
 The provisioner runs as a process with the admin kubeconfig, like the other dev components.
 """
@@ -19,10 +19,10 @@ import json
 from pathlib import Path
 from typing import Any, Final
 
-from hack.devcluster import nodeconfig
-from hack.devcluster.nodeconfig import NODE_NAME, NodePaths
-from hack.devcluster.processes import kubectl, spawn, wait_for
-from hack.devcluster.state import KUBECONFIG, say
+from testbed.cluster.processes import kubectl, spawn, wait_for
+from testbed.cluster.state import KUBECONFIG, say
+from testbed.node import nodeconfig
+from testbed.node.nodeconfig import NODE_NAME, NodePaths
 
 NAMESPACE: Final = "local-path-storage"
 SERVICE_ACCOUNT: Final = "local-path-provisioner-service-account"

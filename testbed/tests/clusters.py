@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from hack.common import process_start_time
+from testbed.common import process_start_time
 from tests.cluster import REPO
 
 SCRIPT = REPO / "hack" / "dev-cluster.sh"

@@ -1,4 +1,5 @@
-"""Fixtures of the tests of hack/: a throwaway second dev cluster, a copy of what images are built from."""
+"""Fixtures of the testbed's own tests: a throwaway second dev cluster, a copy of what images are
+built from."""
 
 from __future__ import annotations
 
@@ -8,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from hack.images import debian_pins, dockerfile
-from hack.images.recipe import Context
+from testbed.images import debian_pins, dockerfile
+from testbed.images.recipe import Context
+from testbed.tests.clusters import dev_cluster
 from tests.cluster import REPO, Kubectl
-from tests.hack.clusters import dev_cluster
 
 
 @pytest.fixture

@@ -12,8 +12,9 @@ from dataclasses import replace
 from typing import Any
 
 from controller.resources import PODS, TRAININGJOBS
-from hack.bench.clustercost import cluster_cpu, etcd_key, median_sizes, object_sizes
-from hack.bench.comparison import (
+from testbed.common import wait_until
+from testbed.harness.bench.clustercost import cluster_cpu, etcd_key, median_sizes, object_sizes
+from testbed.harness.bench.comparison import (
     KUBEFLOW_TUNED,
     OURS,
     compared,
@@ -24,12 +25,11 @@ from hack.bench.comparison import (
     summarize_size,
     why_not_compared,
 )
-from hack.bench.kubeflow import pytorch_job, pytorch_job_running
-from hack.bench.peer import options_per_size, parse, size_options
-from hack.bench.quiet import ancestors, busy_processes
-from hack.bench.sampler import Sampler
-from hack.bench.tracker import Tracker, spread
-from hack.common import wait_until
+from testbed.harness.bench.kubeflow import pytorch_job, pytorch_job_running
+from testbed.harness.bench.peer import options_per_size, parse, size_options
+from testbed.harness.bench.quiet import ancestors, busy_processes
+from testbed.harness.bench.sampler import Sampler
+from testbed.harness.bench.tracker import Tracker, spread
 
 
 def run(

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from hack.bench.comparison import KUBEFLOW_TUNED, OURS
-from hack.bench.plot import PLOTS, load_sizes, main
-from tests.hack.test_bench_peer import run
+from testbed.harness.bench.comparison import KUBEFLOW_TUNED, OURS
+from testbed.harness.bench.plot import PLOTS, load_sizes, main
+from testbed.tests.test_bench_peer import run
 
 
 def result(jobs: int, *runs: dict[str, object]) -> dict[str, object]:

@@ -11,10 +11,10 @@ import sys
 import threading
 from pathlib import Path
 
-from hack.bench.comparison import KUBEFLOW_TUNED, OURS
-from hack.common import process_start_time, still_running, wait_until
+from testbed.common import process_start_time, still_running, wait_until
+from testbed.harness.bench.comparison import KUBEFLOW_TUNED, OURS
+from testbed.tests.clusters import read_state
 from tests.cluster import REPO
-from tests.hack.clusters import read_state
 
 READY = re.compile(r"is ready \(pid (\d+),")
 
@@ -34,7 +34,7 @@ def interrupt_peer_bench(dev_dir: Path, contender: str, stop: signal.Signals) ->
         "-c",
         INTERRUPTIBLE,
         "-m",
-        "hack.bench.peer",
+        "testbed.harness.bench.peer",
         "--jobs=3",
         "--replicas=1",
         f"--sequence={contender}",

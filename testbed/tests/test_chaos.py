@@ -26,7 +26,7 @@ SHORT = (
 
 def test_a_short_chaos_run_keeps_every_invariant(scratch_dir: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "hack.chaos", *SHORT, f"--dev-dir={scratch_dir}"],
+        [sys.executable, "-m", "testbed.harness.chaos", *SHORT, f"--dev-dir={scratch_dir}"],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -5,11 +5,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hack.bench.operator import Operator
-from hack.chaos import audit
-from hack.chaos.audit import Leadership, Write
-from hack.chaos.plan import DISRUPTIONS, ChaosPlan, Disturbance, Fault, FaultKind, Ledger, make_plan, settled
-from hack.chaos.replicas import Replica, log_time
+from testbed.harness.bench.operator import Operator
+from testbed.harness.chaos import audit
+from testbed.harness.chaos.audit import Leadership, Write
+from testbed.harness.chaos.plan import (
+    DISRUPTIONS,
+    ChaosPlan,
+    Disturbance,
+    Fault,
+    FaultKind,
+    Ledger,
+    make_plan,
+    settled,
+)
+from testbed.harness.chaos.replicas import Replica, log_time
 
 
 def seeded(seed: int) -> ChaosPlan:

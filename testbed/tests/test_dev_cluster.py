@@ -18,9 +18,17 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from hack.devcluster import nodeconfig
-from hack.devcluster.nodes import KWOK_NODE_LABEL
-from hack.devcluster.state import NODE_COMPONENTS
+from testbed.cluster.nodes import KWOK_NODE_LABEL
+from testbed.cluster.state import NODE_COMPONENTS
+from testbed.node import nodeconfig
+from testbed.tests.clusters import (
+    SCRIPT,
+    dev_cluster,
+    listening_addresses,
+    listening_ports,
+    pid_running,
+    read_state,
+)
 from tests.cluster import (
     DEV,
     REPO,
@@ -30,14 +38,6 @@ from tests.cluster import (
     lose_node,
     restore_node,
     wait_for,
-)
-from tests.hack.clusters import (
-    SCRIPT,
-    dev_cluster,
-    listening_addresses,
-    listening_ports,
-    pid_running,
-    read_state,
 )
 
 # ------------------------------------------------------------------------------ the session cluster

@@ -1,4 +1,4 @@
-"""hack/images, without building: keys, references, the apt mirror, the Dockerfile, archives, the cache.
+"""testbed/images, without building: keys, references, the apt mirror, the Dockerfile, archives, the cache.
 
 The promises checked here: an image's key changes when one of its inputs changes (a Dockerfile line,
 a file the Dockerfile copies, the project's version, the machine's CA certificates or mirror, a
@@ -6,7 +6,7 @@ package of the trainer) and only then (not for a file .dockerignore leaves out, 
 file); references carry no registry host and are normalized as containerd does; the mirror is read
 from apt sources in both formats; the examples' images are read as a YAML parser reads them; an
 archive holds what containerd's importer needs; a failed build leaves nothing in the cache.
-The images themselves are built and checked in tests/hack/test_images_build.py.
+The images themselves are built and checked in testbed/tests/test_images_build.py.
 """
 
 from __future__ import annotations
@@ -25,15 +25,15 @@ import pytest
 import yaml
 
 from crd.contract import DEFAULT_IMAGES
-from hack.common import Say, ToolError
-from hack.images import apt_sources, base, cache, dockerfile, operator, refs, trainer
-from hack.images.archive import ArchiveWriter, RuntimeConfig, image_config, read_archive
-from hack.images.builder import IMAGES, describe, key_inputs
-from hack.images.closure import closure, record_digest
-from hack.images.elf import is_static_executable
-from hack.images.keys import KeyInputs
-from hack.images.recipe import Context
-from hack.images.steps import Steps, mounts_under
+from testbed.common import Say, ToolError
+from testbed.images import apt_sources, base, cache, dockerfile, operator, refs, trainer
+from testbed.images.archive import ArchiveWriter, RuntimeConfig, image_config, read_archive
+from testbed.images.builder import IMAGES, describe, key_inputs
+from testbed.images.closure import closure, record_digest
+from testbed.images.elf import is_static_executable
+from testbed.images.keys import KeyInputs
+from testbed.images.recipe import Context
+from testbed.images.steps import Steps, mounts_under
 from tests.cluster import REPO
 
 DEB822 = """\
@@ -453,7 +453,7 @@ def test_a_dynamic_program_is_not_static(tmp_path: Path) -> None:
 
 def test_the_command_line_lists_every_image_with_its_key() -> None:
     result = subprocess.run(
-        ["python3", "-m", "hack.images", "list"],
+        ["python3", "-m", "testbed.images", "list"],
         cwd=REPO,
         capture_output=True,
         text=True,

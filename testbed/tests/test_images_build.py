@@ -23,12 +23,12 @@ from pathlib import Path
 import pytest
 
 from crd.contract import DEFAULT_IMAGES
-from hack.images import IMAGES, Image, base
-from hack.images.archive import read_archive
-from hack.images.elf import is_static_executable
-from hack.images.recipe import Context
-from hack.images.refs import repository_path
-from hack.images.steps import mounts_under
+from testbed.images import IMAGES, Image, base
+from testbed.images.archive import read_archive
+from testbed.images.elf import is_static_executable
+from testbed.images.recipe import Context
+from testbed.images.refs import repository_path
+from testbed.images.steps import mounts_under
 from tests.cluster import REPO, wait_for
 
 NodeImages = Callable[[str], Image]
@@ -273,7 +273,7 @@ def test_a_cached_ensure_runs_no_build_tool(node_images: NodeImages, tmp_path: P
         (tools / tool).chmod(0o755)
     env = {**os.environ, "PATH": f"{tools}{os.pathsep}{os.environ['PATH']}", "TJ_TRAINER_VENV": sys.prefix}
     result = subprocess.run(
-        ["python3", "-m", "hack.images", "ensure"],
+        ["python3", "-m", "testbed.images", "ensure"],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -1,11 +1,11 @@
-"""hack/images, without building: how the base image is pinned and named after the Dockerfile's FROM.
+"""testbed/images, without building: how the base image is pinned and named after the Dockerfile's FROM.
 
 The promises: the Dockerfile names its base by digest and the local build gets it with the digests
 dropped (FROM lines only); the stand-in answers to the FROM's tag and to the name plain-Python pods
 use, and refuses a tag of another Python or Debian release; its Debian package versions are pinned,
 read and written in one format, part of its key (and so of the operator's), and a mirror that moved on
 is one line naming the packages and the command that re-pins. The images are built in
-tests/hack/test_images_build.py; the rest of hack/images' pure parts in tests/hack/test_images.py.
+testbed/tests/test_images_build.py; the rest of testbed/images' pure parts in testbed/tests/test_images.py.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from __future__ import annotations
 import pytest
 
 from crd.contract import DEFAULT_IMAGES
-from hack.images import base, debian_pins, dockerfile
-from hack.images.builder import key_inputs
-from hack.images.recipe import Context
+from testbed.images import base, debian_pins, dockerfile
+from testbed.images.builder import key_inputs
+from testbed.images.recipe import Context
 from tests.cluster import REPO
 
 

@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from hack.common import ToolError
-from hack.devcluster import netpolicies, nodeconfig, nodehost
-from hack.devcluster.optional import parse_with
-from hack.devcluster.state import NETWORK_POLICY_COMPONENTS
+from testbed.addons.optional import parse_with
+from testbed.cluster.state import NETWORK_POLICY_COMPONENTS
+from testbed.common import ToolError
+from testbed.node import netpolicies, nodeconfig, nodehost
+from testbed.tests.clusters import dev_cluster, read_state
 from tests.cluster import DEV, Kubectl
-from tests.hack.clusters import dev_cluster, read_state
 
 
 def test_network_policies_bring_the_real_node_first() -> None:

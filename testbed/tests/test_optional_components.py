@@ -1,5 +1,5 @@
 """The optional components of the dev cluster do their job: Kueue queues, the coscheduling scheduler
-binds gangs whole or not at all (hack/devcluster/optional.py, `up --with kueue,coscheduling`).
+binds gangs whole or not at all (testbed/addons/optional.py, `up --with kueue,coscheduling`).
 
 Kueue: a ClusterQueue with quota for one GPU and two batch Jobs of one GPU each. Kueue's mutating
 webhook suspends both as they are created (the create response already says so, before any controller
@@ -27,9 +27,9 @@ from typing import Any
 import pytest
 
 from crd import contract
+from testbed.tests.clusters import dev_cluster, listening_addresses, listening_ports, pid_running, read_state
 from tests.cluster import DEV, Kubectl, end_pod, wait_for
 from tests.e2e.jobs import PodWatch, extra_nodes
-from tests.hack.clusters import dev_cluster, listening_addresses, listening_ports, pid_running, read_state
 
 JsonDict = dict[str, Any]
 GPU = contract.GPU_RESOURCE

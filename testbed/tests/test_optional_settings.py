@@ -1,7 +1,7 @@
 """The decisions behind the dev cluster's optional components, without a cluster: Kueue's Configuration
 and webhook configurations, the second scheduler's configuration, `--with` parsing, the private /etc.
 
-Their effect on the real components is tests/hack/test_optional_components.py's subject.
+Their effect on the real components is testbed/tests/test_optional_components.py's subject.
 """
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ from typing import Any
 import pytest
 
 from crd import contract
-from hack import kube_bins
-from hack.common import ToolError
-from hack.devcluster import coscheduling, kueue, optional, realnode
-from hack.devcluster.optional import json_documents, parse_with
+from testbed.addons import coscheduling, kueue, optional
+from testbed.addons.optional import json_documents, parse_with
+from testbed.cluster import kube_bins
+from testbed.common import ToolError
+from testbed.node import realnode
 
 JsonDict = dict[str, Any]
 

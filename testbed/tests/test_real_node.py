@@ -1,4 +1,4 @@
-"""The local cluster's real node (hack/devcluster/realnode.py): pods in containers, as on a real cluster.
+"""The local cluster's real node (testbed/node/realnode.py): pods in containers, as on a real cluster.
 
 Each test runs real pods on the node: the network (pod to pod, DNS names of Services, a ClusterIP
 through kube-proxy, the API server in-cluster), the kubelet's API (logs, exec, port-forward), exit
@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from hack.common import ToolError
-from hack.devcluster import nodeconfig, nodehost, realnode
-from hack.devcluster.state import NODE_COMPONENTS, REAL_NODE, read_state, write_state
+from testbed.cluster.state import NODE_COMPONENTS, REAL_NODE, read_state, write_state
+from testbed.common import ToolError
+from testbed.node import nodeconfig, nodehost, realnode
 from tests.cluster import Kubectl, dev_cluster, wait_for
 from tests.e2e.jobs import wait
 from tests.e2e.realnode import (

@@ -17,7 +17,7 @@ def test_a_short_soak_churns_jobs_and_samples_the_operator(scratch_dir: Path) ->
         [
             sys.executable,
             "-m",
-            "hack.soak",
+            "testbed.harness.soak",
             "--jobs=20",
             "--seconds=90",
             "--sample-every=5",

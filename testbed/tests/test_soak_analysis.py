@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hack.soak.analysis import Sample, level_off, summary
+from testbed.harness.soak.analysis import Sample, level_off, summary
 
 
 def series(*rss: float) -> list[Sample]:

@@ -1,4 +1,4 @@
-"""The status-write cost measurement (hack/bench/statuscost.py): its rule-free CRD is the real one
+"""The status-write cost measurement (testbed/harness/bench/statuscost.py): its rule-free CRD is the real one
 without rules, its status is one the CRD accepts as it is, and its summary reads the rounds right."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import yaml
 
 from crd import contract
 from crd.immutability import IMMUTABLE_FIELDS
-from hack.bench import statuscost
-from hack.common import ToolError
+from testbed.common import ToolError
+from testbed.harness.bench import statuscost
 from tests.cluster import REPO
 from tests.unit.crd_schema_checks import ROOT, schema_error_paths, unknown_field_paths
 

@@ -15,7 +15,7 @@ import time
 from datetime import datetime
 from typing import Any, Final
 
-from hack.devcluster import nodeconfig
+from testbed.node import nodeconfig
 from tests.cluster import Kubectl, wait_for
 from tests.e2e.jobs import job_manifest, wait_for_state
 from tests.e2e.operator_identity import NAMESPACE as OPERATOR_NAMESPACE

@@ -23,8 +23,8 @@ from typing import Any, TypeVar
 import yaml
 
 from crd import contract
-from hack.devcluster import nodes
-from hack.devcluster.state import KUBECONFIG
+from testbed.cluster import nodes
+from testbed.cluster.state import KUBECONFIG
 from tests.cluster import Kubectl, KubectlError, wait_for
 from tests.e2e.operator import OperatorProcess
 
@@ -243,7 +243,7 @@ def node_manifest(
     name: str, *, gpus: int, labels: dict[str, str], taints: Sequence[JsonDict], cpu: str = "64"
 ) -> JsonDict:
     """A fake GPU node that kwok manages (it turns Ready and runs pods bound to it): one of
-    hack/devcluster's nodes with extra labels and taints."""
+    testbed/cluster's nodes with extra labels and taints."""
     node = nodes.node_manifest(name, nodes.NodeShape(1, gpus, cpu, "512Gi", "A100-SXM4-80GB"))
     node["metadata"]["labels"].update(labels)
     node["spec"] = {"taints": list(taints)}

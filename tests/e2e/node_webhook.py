@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from crd import contract
-from hack.devcluster.pki import issue, openssl
+from testbed.cluster.pki import issue, openssl
 from tests.cluster import Kubectl
 from tests.e2e.jobs import wait
 from tests.e2e.realnode import SELECTOR, TOLERATION, pod_on_node

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hack.common import free_port
+from testbed.common import free_port
 from tests.cluster import REPO, wait_for
 
 

@@ -1,10 +1,10 @@
 """Putting pods and TrainingJobs on the local cluster's real node, and reading what its kubelet did.
 
-Why apart: every test of the real node (the node itself in tests/hack/test_real_node.py, training in
+Why apart: every test of the real node (the node itself in testbed/tests/test_real_node.py, training in
 containers, the operator deployed from its image) needs the same few things: a pod or a job that
 tolerates the node's taint and asks for it, resources that fit a 2-core machine, the container
 states the kubelet reports, the processes its containers run on this machine and the files a claim
-of the local-path provisioner holds. The node's settings are hack/devcluster/nodeconfig.py's.
+of the local-path provisioner holds. The node's settings are testbed/node/nodeconfig.py's.
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from hack.devcluster import nodeconfig
+from testbed.node import nodeconfig
 from tests.cluster import Kubectl
 from tests.e2e.jobs import job_manifest, wait
 
 JsonDict = dict[str, Any]
 
 NODE = nodeconfig.NODE_NAME
-# The base image (a Debian root filesystem with python3, built by hack/images) and the trainer image
+# The base image (a Debian root filesystem with python3, built by testbed/images) and the trainer image
 # (the same with torch), under the names the node imported them with.
 PYTHON_IMAGE = "python:3.11-slim"
 TOLERATION: JsonDict = {"key": nodeconfig.REAL_NODE_LABEL, "operator": "Exists", "effect": "NoSchedule"}

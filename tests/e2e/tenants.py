@@ -2,7 +2,7 @@
 
 Why not `kubectl --as`: impersonation is the admin acting, and the API server's authorizer and the
 admission policies should see a requester exactly as a tenant's kubectl would present one. Each user
-here has a client certificate signed by the cluster's CA (hack/devcluster/pki.py's `issue`, in a
+here has a client certificate signed by the cluster's CA (testbed/cluster/pki.py's `issue`, in a
 directory of the test's own with a copy of the CA), so the API server authenticates the certificate's
 CN as the user name and its O entries as groups; a RoleBinding gives the user what a test grants.
 
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hack.devcluster.pki import issue, kubeconfig_text
+from testbed.cluster.pki import issue, kubeconfig_text
 from tests.cluster import DEV, Kubectl
 from tests.e2e.jobs import PatientKubectl
 

@@ -4,7 +4,7 @@ and one typed exception with one clear sentence for each kind of bad input.
 The happy path, a notebook's session from submit to Completed, is here as one script (submit, wait
 with progress, follow rank 0's log while it trains, see it Completed) and in
 tests/e2e/test_client_docs.py (docs/client.md run as written). That job runs on the local cluster's
-real node (hack/devcluster/realnode.py): the reference trainer with real torch in a container, its
+real node (testbed/node/realnode.py): the reference trainer with real torch in a container, its
 output read through the API server from the node's kubelet.
 """
 

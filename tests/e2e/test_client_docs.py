@@ -3,7 +3,7 @@
 Why: the page is the client's tutorial, so each example has to work as written. The Python blocks
 share one namespace of variables, like the cells of a notebook, against the local cluster with the
 real operator. The job the page trains, mnist-notebook, runs on the local cluster's real node
-(hack/devcluster/realnode.py): the reference trainer with real torch in containers, so
+(testbed/node/realnode.py): the reference trainer with real torch in containers, so
 `wait(progress=True)` sees a real run to Completed and `logs()` reads the trainer's real output
 through the API server from the node's kubelet. The page's code does not place it there (nor should
 it): a mutating webhook of the test's (tests/e2e/node_webhook.py) adds the node's toleration and

@@ -73,7 +73,7 @@ CHART_POD_VALUES: Final = {
 
 def warnings(stderr: str) -> list[str]:
     """The API server's warnings, except kubectl's note that the session's CRD (installed with
-    server-side apply by tests/conftest.py) lacks the client-side last-applied annotation."""
+    server-side apply by conftest.py) lacks the client-side last-applied annotation."""
     return [
         line
         for line in stderr.splitlines()

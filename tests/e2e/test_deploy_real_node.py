@@ -2,8 +2,8 @@
 
 Why: every other test runs the operator as a process on the machine, and kwok fakes the pods of the
 Deployment that `make deploy` and the chart install. Here the Deployment's two pods run on the local
-cluster's real node (hack/devcluster/realnode.py) from the image this tree's Dockerfile builds
-(hack/images), placed there with `make deploy`'s NODE_SELECTOR and TOLERATE and with the chart's
+cluster's real node (testbed/node/realnode.py) from the image this tree's Dockerfile builds
+(testbed/images), placed there with `make deploy`'s NODE_SELECTOR and TOLERATE and with the chart's
 nodeSelector and tolerations values. So what only a real cluster exercises is proven: the image's
 entry point, the probes answered by the real process, the deployed ServiceAccount and RBAC through
 the in-cluster configuration (no kubeconfig anywhere), restricted Pod Security with a read-only root
@@ -35,9 +35,9 @@ from typing import Any, Final
 import pytest
 
 from crd import contract
-from hack.devcluster import nodeconfig
-from hack.devcluster.apiforward import listen_in
-from hack.images import Image
+from testbed.images import Image
+from testbed.node import nodeconfig
+from testbed.node.apiforward import listen_in
 from tests.cluster import REPO, Kubectl, wait_for
 from tests.e2e.deployed_operator import (
     HELM_PLACEMENT_FLAGS,

@@ -19,8 +19,8 @@ from collections.abc import Iterator
 import pytest
 
 from crd import contract
-from hack.devcluster import coscheduling as coscheduling_part
-from hack.devcluster import kueue as kueue_part
+from testbed.addons import coscheduling as coscheduling_part
+from testbed.addons import kueue as kueue_part
 from tests.cluster import Kubectl, dev_cluster, optional_api_withdrawn, require_optional, wait_for
 from tests.e2e.conftest import StartOperator
 from tests.e2e.jobs import job_manifest, pods_of, status_of, wait_for_events

@@ -4,7 +4,7 @@ Why: an elastic job is only as good as torchrun's rendezvous and the operator's 
 Here the elastic example (examples/trainingjob-elastic.yaml, made small: 3 CPU workers, 2 at least,
 its checkpoints on a claim of the cluster's default class instead of NFS) runs the reference trainer
 under `python -m torch.distributed.run` in the trainer image on the local cluster's real node
-(hack/devcluster/realnode.py): the agents rendezvous over the pod network at worker 0's c10d store
+(testbed/node/realnode.py): the agents rendezvous over the pod network at worker 0's c10d store
 behind the job's master Service, found through CoreDNS. Then:
 
 1. 3 workers train;

@@ -1,7 +1,7 @@
 """Every example in examples/ applies cleanly and runs on the local cluster, as a user would run it.
 
 The examples are applied with `kubectl apply -n <namespace>`. Those whose comments promise a
-training result train to Completed on the local cluster's real node (hack/devcluster/realnode.py:
+training result train to Completed on the local cluster's real node (testbed/node/realnode.py:
 real torch in containers, claims of the local-path provisioner), placed there and made to fit the
 machine by tests/e2e/realnode.py's `job_on_node`: the resume example continues from the checkpoints
 an earlier job left on its retained claim, the bring-your-own example trains its own code from a
@@ -288,7 +288,7 @@ def test_the_byo_example_trains_its_own_code_on_its_dataset_to_completed(
     """The example as it is, but for its images: `myteam/trainer:1.0` is a private image its
     imagePullSecrets would pull from the user's registry, and `python:3.12-slim` (the init container's)
     is not on this machine either. Both become the base image the node has (`python:3.11-slim`,
-    hack/images: Debian's Python, all the example's plain-Python code needs). The pull Secret, the code
+    testbed/images: Debian's Python, all the example's plain-Python code needs). The pull Secret, the code
     from a ConfigMap, the dataset prepared on a claim and the job are the example's."""
     kubectl = PatientKubectl.of(real_node)
     start_operator("--progress-interval=0")

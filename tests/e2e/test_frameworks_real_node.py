@@ -3,7 +3,7 @@ roles, JAX across processes, and a preempted rank whose work is not lost.
 
 Why: the environment contract (docs/env.md) claims these frameworks work with what the operator
 injects; here the examples' programs (their ConfigMaps) run in the trainer images on the local
-cluster's real node (hack/devcluster/realnode.py), their peers found through CoreDNS and the job's
+cluster's real node (testbed/node/realnode.py), their peers found through CoreDNS and the job's
 Services, their traffic over the pod network, and the operator reacts to what a real kubelet reports:
 
 - MultiWorkerMirroredStrategy across two workers, to Completed;
@@ -16,7 +16,7 @@ Services, their traffic over the pod network, and the operator reacts to what a 
   the step where the signal came, rank 0 saves and reports it, the next attempt resumes at that step,
   and no backoffLimit is spent.
 
-The jobs name the trainer images hack/images builds from the test environment's frameworks:
+The jobs name the trainer images testbed/images builds from the test environment's frameworks:
 trainingjob-trainer:tensorflow-<version> and trainingjob-trainer:jax-<version>, the versions of the
 tensorflow-cpu and jax distributions installed here; the PyTorch job runs its framework's default
 image, which the node has as the torch trainer image.
@@ -35,7 +35,7 @@ import pytest
 import yaml
 
 from crd import contract
-from hack.images.trainer import tag_safe
+from testbed.images.trainer import tag_safe
 from tests.cluster import REPO, Kubectl
 from tests.e2e.conftest import StartOperator
 from tests.e2e.jobs import condition, job_manifest, pods_of, status_of, wait, wait_for_state

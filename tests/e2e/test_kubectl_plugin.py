@@ -4,7 +4,7 @@ The built kubectl finds the console script `kubectl-trainingjob` on PATH and run
 arguments after the plugin's name and its own environment ($KUBECONFIG); nothing here calls the
 plugin directly. The operator runs for the test's namespace; pods end the way tests/cluster.py ends
 them, except in the logs test, whose job runs on the local cluster's real node
-(hack/devcluster/realnode.py): the reference trainer with real torch in a container, its output read
+(testbed/node/realnode.py): the reference trainer with real torch in a container, its output read
 through the API server from the node's kubelet.
 """
 

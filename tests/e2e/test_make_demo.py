@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from hack.common import free_port, process_start_time
-from hack.devcluster import nodehost
+from testbed.common import free_port, process_start_time
+from testbed.node import nodehost
+from testbed.tests.clusters import listening_addresses
 from tests.cluster import REPO, Kubectl, dev_cluster
-from tests.hack.clusters import listening_addresses
 
 pytestmark = pytest.mark.slow
 

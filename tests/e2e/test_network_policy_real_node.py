@@ -2,7 +2,7 @@
 
 Why: a NetworkPolicy is only as good as what enforces it, and the API server enforces none. Here the
 local cluster's real node runs kube-network-policies (`hack/dev-cluster.sh up --with network-policies`,
-hack/devcluster/netpolicies.py), which judges every new connection of a pod a policy selects, and the
+testbed/node/netpolicies.py), which judges every new connection of a pod a policy selects, and the
 `kubernetes` Service's endpoint sits one hop off the node, as a control plane does, so that a pod's
 connection to the API server is judged like any other. What the policies allow is shown to work and
 what they leave out is shown to fail, each against a control that succeeds:
@@ -30,8 +30,8 @@ import pytest
 import yaml
 
 from crd import contract
-from hack.devcluster import netpolicies, nodeconfig
-from hack.images import Image
+from testbed.images import Image
+from testbed.node import netpolicies, nodeconfig
 from tests.cluster import REPO, Kubectl, wait_for
 from tests.e2e.conftest import StartOperator
 from tests.e2e.deployed_operator import (

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from hack.common import free_port
+from testbed.common import free_port
 from tests.cluster import Kubectl, wait_for
 from tests.e2e.conftest import StartOperator
 from tests.e2e.metrics_access import metrics_reader, token_file

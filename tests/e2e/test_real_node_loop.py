@@ -5,7 +5,7 @@ TrainingJob actually trains to Completed, that the trainer's reports reach the s
 API server with the per-job ServiceAccount's own token, that a gang restart resumes from the
 checkpoint the trainer reported, or that deleting a job stops its trainers. Here the real operator
 runs for the test's namespace and the jobs run on the local cluster's real node
-(hack/devcluster/realnode.py): the reference trainer with real torch in the trainer image, its
+(testbed/node/realnode.py): the reference trainer with real torch in the trainer image, its
 checkpoints on a claim of the default StorageClass (the local-path provisioner), its token the one
 the kubelet projects into the container.
 
@@ -29,7 +29,7 @@ import trainingjob_progress as tp
 
 from builders.configmap import PROGRESS_HELPER_FILE, TRAINER_FILES
 from crd import contract
-from hack.devcluster import nodeconfig
+from testbed.node import nodeconfig
 from tests.cluster import DEV, Kubectl, wait_for
 from tests.e2e.conftest import StartOperator
 from tests.e2e.jobs import PodWatch, pods_of, status_of, wait, wait_for_state

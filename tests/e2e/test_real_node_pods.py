@@ -4,7 +4,7 @@ Why: what a job puts in `spec.podTemplate` (docs/pod-template.md) only matters i
 the job meant: init containers before the trainer, a native sidecar stopped after it, a classic
 sidecar that never exits not keeping the job from completing, and the job's own code and data from
 a ConfigMap, a Secret and a claim that outlives it. Here the real operator merges the template into
-each worker pod and the local cluster's real node (hack/devcluster/realnode.py) runs it: the trainer
+each worker pod and the local cluster's real node (testbed/node/realnode.py) runs it: the trainer
 is the reference trainer with real torch in the trainer image, the other containers run in the base
 image (`python:3.11-slim`, Debian's Python), and a claim is one of the local-path provisioner's.
 """

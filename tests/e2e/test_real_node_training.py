@@ -1,8 +1,8 @@
 """Training in containers on the real node: the examples with real torch over the pod network.
 
 Why: everything below the API server used to be simulated. Here the reference trainer runs in the
-trainer image (hack/images: Debian's Python with the test environment's torch) on the local cluster's
-real node (hack/devcluster/realnode.py): rank 0 is found through CoreDNS and the job's Services, the
+trainer image (testbed/images: Debian's Python with the test environment's torch) on the local cluster's
+real node (testbed/node/realnode.py): rank 0 is found through CoreDNS and the job's Services, the
 ranks' gradients cross the pod network with Gloo, progress reaches the job's status from inside the
 containers with the pod's own token, and `kubectl exec` and `kubectl logs -f` reach the ranks
 through the kubelet. The examples are applied as they are, placed on the node and made to fit a

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from hack.podstatus import now_rfc3339
+from testbed.cluster.podstatus import now_rfc3339
 from tests.cluster import Kubectl, patch_pod_status
 from tests.e2e.jobs import (
     PatientKubectl,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from hack import lockfile
+from image import lockfile
 from tests.cluster import REPO
 
 SETUP_CFG = (REPO / "setup.cfg").read_text(encoding="utf-8")
@@ -113,7 +113,7 @@ beta-gamma==2.0 \\
 def test_the_check_command_fails_with_one_line(tmp_path: Path) -> None:
     setup = tmp_path / "setup.cfg"
     setup.write_text(with_requirement(requirement_line("cryptography"), "cryptography>=99"))
-    command = [sys.executable, "-m", "hack.lockfile", "check", "--setup-cfg", str(setup)]
+    command = [sys.executable, "-m", "image.lockfile", "check", "--setup-cfg", str(setup)]
     result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 1
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr

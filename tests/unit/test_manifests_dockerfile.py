@@ -5,7 +5,7 @@ script that runs.
 
 Split out of tests/unit/test_manifests.py (deploy/, examples/), like tests/unit/test_manifests_rbac.py
 and tests/unit/test_manifests_monitoring.py. The lock itself is checked against setup.cfg in
-tests/unit/test_lockfile.py; the image built from this Dockerfile in tests/hack/test_images_build.py.
+tests/unit/test_lockfile.py; the image built from this Dockerfile in testbed/tests/test_images_build.py.
 """
 
 from __future__ import annotations
@@ -316,7 +316,7 @@ def test_image_install_has_runtime_dependencies_only(image_venv: Path) -> None:
     assert (site / "crd" / CRD_FILE.name).is_file(), "the CRD YAML ships with the package"
     for path in TRAINER_FILES:
         assert (site / "trainer" / path).is_file(), f"the reference trainer's {path} ships with the package"
-    for not_shipped in ("tests", "hack", "monitoring"):
+    for not_shipped in ("tests", "hack", "testbed", "monitoring"):
         assert not_shipped not in installed, f"{not_shipped} must not be installed"
     for dev_tool in ("pytest", "mypy", "ruff", "kubernetes_validate", "uv"):
         assert dev_tool not in installed, f"{dev_tool} is a dev tool"

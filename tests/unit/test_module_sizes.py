@@ -17,7 +17,7 @@ PACKAGES = (
     "controller",
     "builders",
     "crd",
-    "hack",
+    "testbed",
     "image",
     "trainer",
     "trainingjob_client",

@@ -7,7 +7,7 @@ and a symlink pointing out of it brings its target; the standard library loses i
 test suite and their extension modules, and keeps what the operator imports; `ldd`'s output is read
 with the loader and without the vDSO, and a library not found fails; a dpkg record is written for each
 package a copied file came from, not for packages that merely own a directory. The image itself is
-built and looked into in tests/hack/test_images_build.py.
+built and looked into in testbed/tests/test_images_build.py.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ It prints one JSON object on stdout (targets included, each marked met or not) a
 with the elapsed time on stderr. The operator and the bench cluster are stopped at the end, also on
 failure and on Ctrl-C. See docs/bench.md.
 
-    .venv/bin/python -m hack.bench [--jobs N] [--replicas R] [...] [-- extra operator flags]
+    .venv/bin/python -m testbed.harness.bench [--jobs N] [--replicas R] [...] [-- extra operator flags]
 
 Its modules: options (flags and variables), cluster (the bench cluster and its jobs), operator (the
 operator process and its metrics), tracker (when pods and jobs got where, from the bench's watches),

@@ -1,12 +1,13 @@
-"""`make bench` (`python -m hack.bench`): one run, its JSON on stdout; see the package's docstring."""
+"""`make bench` (`python -m testbed.harness.bench`): one run, its JSON on stdout; see the package's
+docstring."""
 
 from __future__ import annotations
 
 import sys
 
-from hack.bench.options import parse_options
-from hack.bench.phases import Bench
-from hack.bench.report import execute
+from testbed.harness.bench.options import parse_options
+from testbed.harness.bench.phases import Bench
+from testbed.harness.bench.report import execute
 
 
 def main(argv: list[str] | None = None) -> int:

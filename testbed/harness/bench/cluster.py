@@ -25,8 +25,8 @@ from controller.runtime.client import KubeClient
 from controller.runtime.errors import AlreadyExists
 from controller.runtime.resource import Resource
 from crd import contract
-from hack.bench.options import Options
-from hack.common import REPO, JsonDict, ToolError
+from testbed.common import REPO, JsonDict, ToolError
+from testbed.harness.bench.options import Options
 
 NAMESPACE: Final = "bench"
 
@@ -82,7 +82,7 @@ def training_jobs(options: Options, namespace: str = NAMESPACE) -> JobKind:
 
 
 def install_crd(client: KubeClient, timeout: float = 60.0) -> None:
-    """Server-side applies the CRD (hack/devcluster installed it already; this is idempotent) and
+    """Server-side applies the CRD (testbed/cluster installed it already; this is idempotent) and
     waits until it is Established."""
     for path in sorted((REPO / "crd").glob("*.yaml")):
         if path.name == "kustomization.yaml":

@@ -4,7 +4,7 @@ the operator, their sum per job, and how large a pod (and a job) is as stored.
 Why: on a small cluster the control plane's CPU, not the operator's, sets how fast jobs start, and on a
 shared cluster the API server's and etcd's capacity per job is what a platform team pays for an
 operator's choices (the size of its pods, the objects it creates, the writes they bring). The CPU
-comes from /proc (utime + stime of each component's process, hack/bench/procfs.py); the sizes are
+comes from /proc (utime + stime of each component's process, testbed/harness/bench/procfs.py); the sizes are
 read back from the cluster two ways:
 
 - `etcd_bytes`: the value etcd holds under the object's key (the API server's protobuf encoding of a
@@ -27,9 +27,9 @@ from controller.resources import PODS
 from controller.runtime.client import KubeClient
 from controller.runtime.errors import KubeError
 from controller.runtime.resource import Resource
-from hack.common import JsonDict
+from testbed.common import JsonDict
 
-# The processes of the bench cluster whose CPU counts as the cluster's (hack/devcluster's names).
+# The processes of the bench cluster whose CPU counts as the cluster's (testbed/cluster's names).
 CONTROL_PLANE: Final = ("kube-apiserver", "etcd", "kube-scheduler", "kube-controller-manager", "kwok")
 OPERATOR: Final = "operator"
 SAMPLED_OBJECTS: Final = 8
@@ -50,7 +50,7 @@ def cluster_cpu(components: Mapping[str, float], operator: float, jobs: int) -> 
 
 
 def etcd_url(dev_dir: Path) -> str | None:
-    """etcd's client URL from the dev cluster's state (hack/devcluster records every command line)."""
+    """etcd's client URL from the dev cluster's state (testbed/cluster records every command line)."""
     try:
         state = json.loads((dev_dir / "run" / "state.json").read_text())
     except (OSError, ValueError):

@@ -1,8 +1,8 @@
 """`make bench-peer`'s judgement: a run's figures, the medians of each contender's runs, their ratios,
 which runs may be compared at all, the targets, and how each figure grows with the job count.
 
-Why apart from the runs (hack/bench/peer.py): these are pure functions of the runs' JSON, so tests
-call them directly, and the plots (hack/bench/plot.py) read the same figures.
+Why apart from the runs (testbed/harness/bench/peer.py): these are pure functions of the runs' JSON, so tests
+call them directly, and the plots (testbed/harness/bench/plot.py) read the same figures.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import statistics
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
-from hack.bench.targets import TARGET_BRING_UP_SECONDS, TARGET_IDLE_CPU_PERCENT, check
-from hack.common import JsonDict
+from testbed.common import JsonDict
+from testbed.harness.bench.targets import TARGET_BRING_UP_SECONDS, TARGET_IDLE_CPU_PERCENT, check
 
 OURS: Final = "trainingjob-operator"
 # This operator from another checkout (--baseline-tree): a change measured before and after, alternating.

@@ -1,7 +1,7 @@
 """Kubeflow's training-operator v1 as the bench's peer: its CRD, what it needs to start out of a
 cluster, its process, and the PyTorchJob that matches the bench's TrainingJob.
 
-Why apart: `make bench-peer` (hack/bench/peer.py) runs this operator and ours on one cluster, so
+Why apart: `make bench-peer` (testbed/harness/bench/peer.py) runs this operator and ours on one cluster, so
 everything specific to the peer sits in one module. It is built like the other optional components
 (`hack/kube-bins.sh ensure training-operator`, cached), and it runs as a process on 127.0.0.1:
 
@@ -33,11 +33,11 @@ import yaml
 from controller.resources import CRDS, NAMESPACES, SECRETS, Resource
 from controller.runtime.client import KubeClient
 from controller.runtime.errors import AlreadyExists
-from hack.bench.cluster import wait_established
-from hack.bench.operator import Operator
-from hack.common import JsonDict, free_port, in_private_mounts
-from hack.devcluster.pki import openssl
-from hack.kube_bins import ensure
+from testbed.cluster.kube_bins import ensure
+from testbed.cluster.pki import openssl
+from testbed.common import JsonDict, free_port, in_private_mounts
+from testbed.harness.bench.cluster import wait_established
+from testbed.harness.bench.operator import Operator
 
 COMPONENT: Final = "training-operator"
 NAMESPACE: Final = "kubeflow"

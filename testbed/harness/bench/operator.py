@@ -17,8 +17,8 @@ from typing import Final
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from hack.bench.procfs import ProcSample, proc_sample
-from hack.common import REPO, Say, ToolError, free_port, http_get, start_logged, tail
+from testbed.common import REPO, Say, ToolError, free_port, http_get, start_logged, tail
+from testbed.harness.bench.procfs import ProcSample, proc_sample
 
 LEASE_NAMESPACE: Final = "default"
 
@@ -34,7 +34,8 @@ def operator_tree() -> Path:
 class Operator:
     """The operator under test, as a process with its own session; its log goes to a file.
 
-    This operator by default; hack/bench/kubeflow.py's peer overrides how it is started and probed."""
+    This operator by default; testbed/harness/bench/kubeflow.py's peer overrides how it is started and
+    probed."""
 
     name = "trainingjob-operator"
 
@@ -43,7 +44,7 @@ class Operator:
     def __init__(
         self, kubeconfig: Path, log_path: Path, extra: tuple[str, ...], tree: Path | None = None
     ) -> None:
-        # The checkout whose operator runs (hack/bench/peer.py's baseline: another one).
+        # The checkout whose operator runs (testbed/harness/bench/peer.py's baseline: another one).
         self.tree = tree or operator_tree()
         self.port = free_port()  # /metrics
         self.health_port = free_port()  # /readyz

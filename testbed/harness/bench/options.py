@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from hack.common import REPO
+from testbed.common import REPO
 
-PODS_PER_NODE: Final = 100  # of the 110 a node allows (hack/devcluster/nodes.py), leaving slack
+PODS_PER_NODE: Final = 100  # of the 110 a node allows (testbed/cluster/nodes.py), leaving slack
 GPUS_PER_NODE: Final = 8
 
 
@@ -54,7 +54,7 @@ class Options:
 
 def parse_options(argv: list[str] | None) -> Options:
     parser = argparse.ArgumentParser(
-        prog="python -m hack.bench",
+        prog="python -m testbed.harness.bench",
         description="Benchmark the operator on a throwaway local cluster; prints one JSON object.",
         epilog="Arguments after `--` (and $BENCH_OPERATOR_ARGS) are passed to the operator.",
     )

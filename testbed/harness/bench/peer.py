@@ -1,4 +1,4 @@
-"""`make bench-peer` (`python -m hack.bench.peer`): this operator and Kubeflow's training-operator
+"""`make bench-peer` (`python -m testbed.harness.bench.peer`): this operator and Kubeflow's training-operator
 v1.9.3 side by side, alternating, with equivalent jobs, at one or several job counts; medians, ratios,
 what the whole cluster paid, and the curve.
 
@@ -9,13 +9,14 @@ Kubeflow tuned), so slow drifts of the machine's load fall on both sides. For ev
 
 1. starts a fresh bench cluster with nodes for every pod (a run never inherits another's objects, its
    etcd history or its watch caches, and needs no clean-up of thousands of pods between runs);
-2. waits until the machine is quiet (hack/bench/quiet.py: the load average, other tests and benches)
-   and records the load average;
+2. waits until the machine is quiet (testbed/harness/bench/quiet.py: the load average, other tests and
+   benches) and records the load average;
 3. starts the operator (this one with its defaults, or the baseline: this operator from another
-   checkout; Kubeflow as hack/bench/kubeflow.py describes);
+   checkout; Kubeflow as testbed/harness/bench/kubeflow.py describes);
 4. creates N jobs: TrainingJobs of R workers, or PyTorchJobs of 1 master and R-1 workers, and times
    all pods created, Running, all jobs Running and the latencies per job; the CPU seconds of every
-   control-plane component and of the operator (hack/bench/clustercost.py), the operator's peak RSS,
+   control-plane component and of the operator (testbed/harness/bench/clustercost.py), the operator's peak
+   RSS,
    its API requests by verb, its work queue depth over time, and the stored size of a pod;
 5. waits until the operator is idle, then measures writes per minute and CPU over a window;
 6. stops the operator.
@@ -40,8 +41,9 @@ from typing import Final
 from controller.resources import SERVICEACCOUNTS
 from controller.runtime.errors import NotFound
 from crd import contract
-from hack.bench.cluster import JobKind, create_namespace, training_jobs
-from hack.bench.comparison import (
+from testbed.common import JsonDict, ToolError, wait_until
+from testbed.harness.bench.cluster import JobKind, create_namespace, training_jobs
+from testbed.harness.bench.comparison import (
     BASELINE,
     KUBEFLOW_DEFAULT,
     KUBEFLOW_TUNED,
@@ -51,7 +53,7 @@ from hack.bench.comparison import (
     summarize_size,
     why_not_compared,
 )
-from hack.bench.kubeflow import (
+from testbed.harness.bench.kubeflow import (
     PYTORCHJOBS,
     TUNED,
     KubeflowOperator,
@@ -60,13 +62,12 @@ from hack.bench.kubeflow import (
     pytorch_job,
     pytorch_job_running,
 )
-from hack.bench.operator import Operator, say
-from hack.bench.options import PODS_PER_NODE, Options, parse_options
-from hack.bench.phases import Bench
-from hack.bench.quiet import busy_processes, load_average
-from hack.bench.report import execute
-from hack.bench.tracker import Tracker, training_job_running
-from hack.common import JsonDict, ToolError, wait_until
+from testbed.harness.bench.operator import Operator, say
+from testbed.harness.bench.options import PODS_PER_NODE, Options, parse_options
+from testbed.harness.bench.phases import Bench
+from testbed.harness.bench.quiet import busy_processes, load_average
+from testbed.harness.bench.report import execute
+from testbed.harness.bench.tracker import Tracker, training_job_running
 
 CONTENDERS: Final[dict[str, tuple[str, ...]]] = {
     OURS: (),
@@ -308,10 +309,11 @@ def far_above_reference(load: float, reference: float, peer: PeerOptions) -> boo
 
 def parse(argv: list[str] | None) -> tuple[Options, PeerOptions]:
     parser = argparse.ArgumentParser(
-        prog="python -m hack.bench.peer",
+        prog="python -m testbed.harness.bench.peer",
         description="This operator and Kubeflow's training-operator side by side, each run on a fresh "
         "cluster.",
-        epilog="Other flags are those of `python -m hack.bench` (--jobs, --replicas, --window, ...).",
+        epilog="Other flags are those of `python -m testbed.harness.bench` (--jobs, --replicas, --window, "
+        "...).",
     )
     parser.add_argument(
         "--sequence",

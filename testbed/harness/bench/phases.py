@@ -14,7 +14,8 @@ from collections.abc import Callable
 from controller.resources import from_kubeconfig
 from controller.runtime.client import KubeClient
 from crd import contract
-from hack.bench.cluster import (
+from testbed.common import JsonDict, ToolError, wait_until
+from testbed.harness.bench.cluster import (
     apiserver_requests,
     count_events,
     counter_delta,
@@ -24,15 +25,14 @@ from hack.bench.cluster import (
     run_devcluster,
     training_jobs,
 )
-from hack.bench.clustercost import cluster_cpu, stored_pod_and_job_sizes
-from hack.bench.operator import Operator, say
-from hack.bench.options import GPUS_PER_NODE, Options
-from hack.bench.procfs import busy_cores, component_cpu, component_pids, cpu_pressure, machine_busy
-from hack.bench.profile import Profiler
-from hack.bench.sampler import Sampler
-from hack.bench.targets import targets
-from hack.bench.tracker import Tracker, spread
-from hack.common import JsonDict, ToolError, wait_until
+from testbed.harness.bench.clustercost import cluster_cpu, stored_pod_and_job_sizes
+from testbed.harness.bench.operator import Operator, say
+from testbed.harness.bench.options import GPUS_PER_NODE, Options
+from testbed.harness.bench.procfs import busy_cores, component_cpu, component_pids, cpu_pressure, machine_busy
+from testbed.harness.bench.profile import Profiler
+from testbed.harness.bench.sampler import Sampler
+from testbed.harness.bench.targets import targets
+from testbed.harness.bench.tracker import Tracker, spread
 
 WRITE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 
@@ -237,7 +237,7 @@ class Bench(BenchCluster):
         }
 
     def stored_sizes(self) -> JsonDict:
-        """A pod's and a job's sizes as the cluster stores them (hack/bench/clustercost.py)."""
+        """A pod's and a job's sizes as the cluster stores them (testbed/harness/bench/clustercost.py)."""
         return stored_pod_and_job_sizes(self.client, self.dev_dir, self.kind.resource, self.kind.namespace)
 
     def steady_state(self) -> JsonDict:

@@ -1,10 +1,11 @@
-"""`make bench-curve`'s plots (`python -m hack.bench.plot RESULT.json ...`): each figure of the
+"""`make bench-curve`'s plots (`python -m testbed.harness.bench.plot RESULT.json ...`): each figure of the
 side-by-side bench against the job count, for every operator, as PNG files for docs/bench.md.
 
 Why: how a figure grows with the work (linearly, or faster) is seen at a glance on a curve and hardly
 in a table of medians. The results of several `make bench-peer` runs can be combined (the 5,000-job
 runs take hours and may come from a run of their own): their runs are grouped by job count and the
-medians computed again (hack/bench/comparison.py). Each plot shows the median per job count as a line
+medians computed again (testbed/harness/bench/comparison.py). Each plot shows the median per job count as a
+line
 and every compared run as a dot; the work queue's depth is plotted over time instead, one panel per
 job count. matplotlib is a dev dependency (setup.cfg), imported only here; its object API draws
 without pyplot's global state or a display.
@@ -21,8 +22,8 @@ from typing import Any, Final
 
 from matplotlib.figure import Figure
 
-from hack.bench.comparison import KUBEFLOW_TUNED, OURS, compared, curve, figures, summarize_size
-from hack.common import REPO, JsonDict
+from testbed.common import REPO, JsonDict
+from testbed.harness.bench.comparison import KUBEFLOW_TUNED, OURS, compared, curve, figures, summarize_size
 
 COLOURS: Final = {OURS: "tab:blue", KUBEFLOW_TUNED: "tab:orange"}
 # One PNG per entry: its file name, title, y label, and the figures it draws (a line each).
@@ -160,7 +161,7 @@ def write_plots(sizes: Sequence[JsonDict], directory: Path, prefix: str) -> list
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m hack.bench.plot",
+        prog="python -m testbed.harness.bench.plot",
         description="Plots of `make bench-peer` results against the job count.",
     )
     parser.add_argument(

@@ -20,7 +20,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Final
 
-from hack.common import JsonDict, ToolError
+from testbed.common import JsonDict, ToolError
 
 SAMPLES_PER_SECOND: Final = 100
 TOP: Final = 15

@@ -4,7 +4,7 @@ processes that share its cores.
 Why: the bench's figures (seconds to Running, CPU seconds of a busy control plane) are only worth
 comparing when nothing else competes for the cores. A test suite or another bench started by someone
 else during a run makes that run's figures another machine's; the bench waits for them to end before
-a run and notes any that ran during it (hack/bench/peer.py runs such a run again).
+a run and notes any that ran during it (testbed/harness/bench/peer.py runs such a run again).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Final
 
 # Command-line words of the processes that make a run's figures another machine's.
-BUSY_MARKERS: Final = ("pytest", "hack.bench")
+BUSY_MARKERS: Final = ("pytest", "testbed.harness.bench")
 
 
 def _parent(pid: int) -> int | None:

@@ -16,8 +16,8 @@ from types import FrameType
 from typing import Protocol
 
 from controller.runtime.errors import KubeError
-from hack.bench.operator import say
-from hack.common import JsonDict, ToolError
+from testbed.common import JsonDict, ToolError
+from testbed.harness.bench.operator import say
 
 
 class Runnable(Protocol):

@@ -5,7 +5,7 @@ Why a thread of its own: the depth of the work queue says whether the operator k
 or let it pile up (and for how long), which a figure at the end cannot say; sampling it at a fixed
 interval from /metrics (`workqueue_depth`, which this operator and Kubeflow's controller-runtime both
 export) gives a curve that compares across operators and job counts. Any other pytest or bench seen
-during the run marks the run as disturbed (hack/bench/quiet.py).
+during the run marks the run as disturbed (testbed/harness/bench/quiet.py).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from hack.bench.quiet import busy_processes
-from hack.common import JsonDict, ToolError
+from testbed.common import JsonDict, ToolError
+from testbed.harness.bench.quiet import busy_processes
 
 DEPTH_INTERVAL = 1.0
 BUSY_INTERVAL = 5.0

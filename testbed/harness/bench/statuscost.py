@@ -10,7 +10,7 @@ rules it had before crd/immutability.py's admission policy took them over (self 
 without any rule (the same schema otherwise), a few jobs of each with the same spec, and rounds of
 status merge patches rotate between them while the API server's and etcd's CPU seconds are read
 from /proc. `make bench-status` runs it
-(`python -m hack.bench.statuscost`; `--spec-from examples/...yaml` for a richer spec than the
+(`python -m testbed.harness.bench.statuscost`; `--spec-from examples/...yaml` for a richer spec than the
 bench's): progress on stderr, one JSON object on stdout, the cluster torn down at the end, also on
 Ctrl-C. Results in docs/bench.md, "What a status write costs".
 """
@@ -37,10 +37,10 @@ from controller.runtime.client import KubeClient
 from controller.runtime.resource import Resource
 from crd import contract
 from crd.immutability import IMMUTABLE_FIELDS
-from hack.bench import cluster, procfs, quiet
-from hack.bench.operator import say
-from hack.bench.report import run_to_end
-from hack.common import REPO, JsonDict, ToolError
+from testbed.common import REPO, JsonDict, ToolError
+from testbed.harness.bench import cluster, procfs, quiet
+from testbed.harness.bench.operator import say
+from testbed.harness.bench.report import run_to_end
 
 NAMESPACE: Final = "status-cost"
 
@@ -219,7 +219,7 @@ def spec_from(path: Path | None) -> JsonDict:
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m hack.bench.statuscost", description=__doc__.split("\n")[0]
+        prog="python -m testbed.harness.bench.statuscost", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--jobs", type=int, default=20, help="jobs of each variant (default 20)")
     parser.add_argument("--writes", type=int, default=2000, help="status writes per round (default 2000)")

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from hack.bench.options import Options
-from hack.common import JsonDict
+from testbed.common import JsonDict
+from testbed.harness.bench.options import Options
 
 TARGET_BRING_UP_SECONDS: Final = 60.0
 TARGET_WRITES_PER_MINUTE: Final = 0.0

@@ -17,9 +17,9 @@ from controller.runtime.clock import RealClock
 from controller.runtime.informer import Informer
 from controller.runtime.resource import Resource
 from controller.runtime.store import Store
-from hack.bench.cluster import NAMESPACE
-from hack.bench.operator import LEASE_NAMESPACE
-from hack.common import JsonDict, ToolError
+from testbed.common import JsonDict, ToolError
+from testbed.harness.bench.cluster import NAMESPACE
+from testbed.harness.bench.operator import LEASE_NAMESPACE
 
 
 def _slim_pod(pod: JsonDict) -> JsonDict:

@@ -1,4 +1,4 @@
-"""`make chaos` (`python -m hack.chaos`): the operator under disturbance, audited (docs/chaos.md).
+"""`make chaos` (`python -m testbed.harness.chaos`): the operator under disturbance, audited (docs/chaos.md).
 
 On a local cluster of its own (.dev/chaos): many TrainingJobs, two operator replicas under one Lease,
 and rounds that each kill or stop the leader, restart the API server or lose a node, and inject faults

@@ -1,13 +1,14 @@
-"""`make chaos` (`python -m hack.chaos`): one run, its summary line on stdout; see the package's docstring."""
+"""`make chaos` (`python -m testbed.harness.chaos`): one run, its summary line on stdout; see the
+package's docstring."""
 
 from __future__ import annotations
 
 import sys
 
-from hack.bench.report import run_to_end
-from hack.chaos.audit import summary_line
-from hack.chaos.options import parse_options
-from hack.chaos.run import Chaos, say
+from testbed.harness.bench.report import run_to_end
+from testbed.harness.chaos.audit import summary_line
+from testbed.harness.chaos.options import parse_options
+from testbed.harness.chaos.run import Chaos, say
 
 
 def main(argv: list[str] | None = None) -> int:

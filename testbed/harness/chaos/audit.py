@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hack.chaos.plan import Ledger, restarts_of
+from testbed.harness.chaos.plan import Ledger, restarts_of
 
 JsonDict = dict[str, Any]
 

@@ -2,9 +2,9 @@
 injects the way the scheduler, a kubelet or a user would, a node's loss, and an observer that records
 every job's status and every pod it sees.
 
-The faults are API writes a real cluster makes: a pod's status as a kubelet reports it (hack/podstatus.py,
-as the tests send it), the DisruptionTarget condition the scheduler or the eviction API adds before
-deleting, a delete (also with grace period 0).
+The faults are API writes a real cluster makes: a pod's status as a kubelet reports it
+(testbed/cluster/podstatus.py, as the tests send it), the DisruptionTarget condition the scheduler or
+the eviction API adds before deleting, a delete (also with grace period 0).
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from controller.resources import NODES, PODS, TRAININGJOBS
 from controller.runtime.client import KubeClient
 from controller.runtime.errors import KubeError, NotFound
 from crd import contract
-from hack.chaos.plan import Fault, FaultKind
-from hack.common import JsonDict, ToolError, wait_until
-from hack.devcluster.nodes import KWOK_NODE_LABEL
-from hack.podstatus import disruption_condition, now_rfc3339, terminated_status_patch
+from testbed.cluster.nodes import KWOK_NODE_LABEL
+from testbed.cluster.podstatus import disruption_condition, now_rfc3339, terminated_status_patch
+from testbed.common import JsonDict, ToolError, wait_until
+from testbed.harness.chaos.plan import Fault, FaultKind
 
 NAMESPACE: Final = "chaos"
 WHO: Final = "make chaos"

@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from hack.common import DEV
+from testbed.common import DEV
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ def _env_int(name: str, default: int) -> int:
 
 def parse_options(argv: list[str] | None = None) -> Options:
     parser = argparse.ArgumentParser(
-        prog="python -m hack.chaos",
+        prog="python -m testbed.harness.chaos",
         description="The chaos suite (docs/chaos.md): many jobs, two operator replicas, leader kills, API "
         "server restarts, injected failures, preemptions, node loss, job deletions; then an audit.",
     )

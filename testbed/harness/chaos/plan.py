@@ -2,7 +2,7 @@
 each fault must leave in its job's status.
 
 Pure and seeded, so a run can be repeated and the rules are tested without a cluster
-(tests/hack/test_chaos_plan.py). The rules are the operator's (docs/accounting.md): a failed rank is
+(testbed/tests/test_chaos_plan.py). The rules are the operator's (docs/accounting.md): a failed rank is
 one `failure` restart; a preemption, an eviction, a lost node or a rank deleted by someone is one
 `disruption` restart, and it is the root cause when the other ranks fail because their peer is gone.
 """

@@ -2,7 +2,7 @@
 killing it, replacing it, and reading from each one's JSON log when it led and what it wrote.
 
 Why apart: the disturbances act on processes and the audit reads their logs; the replicas themselves
-are hack/bench's `Operator` (the same process, flags and probes).
+are testbed/harness/bench's `Operator` (the same process, flags and probes).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Final
 
-from hack.bench.operator import Operator
-from hack.chaos.audit import Leadership, Write
-from hack.common import ToolError
+from testbed.common import ToolError
+from testbed.harness.bench.operator import Operator
+from testbed.harness.chaos.audit import Leadership, Write
 
 # Flags that make a lost node count within seconds (the defaults are 30 s and 60 s), and the
 # client-go lease timings left at their defaults: the handover measured is the one users get.

@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 from controller.resources import NAMESPACES, TRAININGJOBS
 from controller.runtime.client import KubeClient
 from controller.runtime.errors import KubeError
-from hack.bench.cluster import fresh_cluster, run_devcluster
-from hack.chaos import audit
-from hack.chaos.cluster import (
+from testbed.common import JsonDict, Say, ToolError, wait_until
+from testbed.harness.bench.cluster import fresh_cluster, run_devcluster
+from testbed.harness.chaos import audit
+from testbed.harness.chaos.cluster import (
     NAMESPACE,
     Faults,
     Observer,
@@ -30,10 +31,18 @@ from hack.chaos.cluster import (
     node_with_most_pods,
     restore_node,
 )
-from hack.chaos.options import Options
-from hack.chaos.plan import ChaosPlan, Disturbance, Fault, FaultKind, Ledger, Round, make_plan, settled
-from hack.chaos.replicas import Replicas
-from hack.common import JsonDict, Say, ToolError, wait_until
+from testbed.harness.chaos.options import Options
+from testbed.harness.chaos.plan import (
+    ChaosPlan,
+    Disturbance,
+    Fault,
+    FaultKind,
+    Ledger,
+    Round,
+    make_plan,
+    settled,
+)
+from testbed.harness.chaos.replicas import Replicas
 
 say = Say("chaos")
 

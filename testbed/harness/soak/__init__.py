@@ -1,5 +1,5 @@
-"""`make soak` (`python -m hack.soak`): the operator kept busy for a bounded time, its memory and CPU
-sampled (docs/soak.md).
+"""`make soak` (`python -m testbed.harness.soak`): the operator kept busy for a bounded time, its memory and
+CPU sampled (docs/soak.md).
 
 On a local cluster of its own (.dev/soak), a few hundred TrainingJobs stay in flight: every tick some
 of their ranks fail (a gang restart), some jobs complete, completed jobs are deleted and new ones take

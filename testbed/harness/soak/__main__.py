@@ -1,13 +1,14 @@
-"""`make soak` (`python -m hack.soak`): one run, its verdict line on stdout; see the package's docstring."""
+"""`make soak` (`python -m testbed.harness.soak`): one run, its verdict line on stdout; see the
+package's docstring."""
 
 from __future__ import annotations
 
 import sys
 from typing import Any
 
-from hack.bench.report import run_to_end
-from hack.soak.options import parse_options
-from hack.soak.run import Soak, say
+from testbed.harness.bench.report import run_to_end
+from testbed.harness.soak.options import parse_options
+from testbed.harness.soak.run import Soak, say
 
 
 def verdict_line(report: dict[str, Any]) -> str:

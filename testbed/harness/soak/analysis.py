@@ -1,5 +1,5 @@
 """Whether the operator's memory levelled off during a soak, from its samples: a pure rule, tested
-without a cluster (tests/hack/test_soak_analysis.py).
+without a cluster (testbed/tests/test_soak_analysis.py).
 
 The rule: split the samples after the warm-up (the first third) into two halves of time; RSS levelled
 off when the median of the later half exceeds the median of the earlier half by no more than

@@ -3,7 +3,7 @@
 Every tick (one LIST of jobs and one of pods): finished jobs are deleted; of the running ones, each has
 a small chance that rank 1 fails (a gang restart) and a small chance that both ranks succeed (it
 completes); then new jobs, under names never used before, fill the namespace back up. Pods end the
-way a kubelet reports it (hack/podstatus.py).
+way a kubelet reports it (testbed/cluster/podstatus.py).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from controller.resources import PODS, TRAININGJOBS
 from controller.runtime.client import KubeClient
 from controller.runtime.errors import KubeError
 from crd import contract
-from hack.common import JsonDict
-from hack.podstatus import terminated_status_patch
+from testbed.cluster.podstatus import terminated_status_patch
+from testbed.common import JsonDict
 
 NAMESPACE: Final = "soak"
 FAIL_CHANCE: Final = 0.02

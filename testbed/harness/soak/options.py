@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from hack.common import DEV
+from testbed.common import DEV
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,7 @@ class Options:
 
 def parse_options(argv: list[str] | None = None) -> Options:
     parser = argparse.ArgumentParser(
-        prog="python -m hack.soak",
+        prog="python -m testbed.harness.soak",
         description="Keeps TrainingJobs churning against the operator for a bounded time and reports its "
         "RSS and CPU over time (docs/soak.md).",
     )

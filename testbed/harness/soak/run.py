@@ -11,12 +11,12 @@ from controller.resources import PODS
 from controller.runtime.client import KubeClient
 from controller.runtime.clock import parse_time
 from controller.runtime.errors import KubeError
-from hack.bench.cluster import fresh_cluster, run_devcluster
-from hack.bench.operator import Operator
-from hack.common import JsonDict, Say, ToolError, wait_until
-from hack.soak.analysis import Sample, level_off, summary
-from hack.soak.churn import NAMESPACE, Churn
-from hack.soak.options import Options
+from testbed.common import JsonDict, Say, ToolError, wait_until
+from testbed.harness.bench.cluster import fresh_cluster, run_devcluster
+from testbed.harness.bench.operator import Operator
+from testbed.harness.soak.analysis import Sample, level_off, summary
+from testbed.harness.soak.churn import NAMESPACE, Churn
+from testbed.harness.soak.options import Options
 
 say = Say("soak")
 TICK_SECONDS = 2.0
