@@ -78,8 +78,10 @@ test: $(STAMP) promtool node-tools ## run the whole test suite (starts and stops
 	@# tests (minutes the first time, with progress), not inside the first test that needs them; a
 	@# machine that cannot run the node says why here. The optional components the tests need build
 	@# in the background as the tests run (conftest.py).
-	@if [ "$$(id -u)" = 0 ]; then hack/dev-cluster.sh build real-node; \
-		else echo "not root: the real node's tests will be skipped (testbed/README.md, \"The real node\")"; fi
+	@if [ "$$(id -u)" != 0 ]; then echo "not root: the real node's tests will be skipped (testbed/README.md, \"The real node\")"; \
+	elif [ ! -e "$${TJ_CGROUP_FS:-/sys/fs/cgroup}/memory/cgroup.procs" ]; then echo "no cgroup v1 (this machine has \
+	cgroup v2 only): the real node's tests will be skipped (README.md, \"Quick start\")"; \
+	else hack/dev-cluster.sh build real-node; fi
 	$(VENV_PY) -m pytest -m 'not long' $(PYTEST_ARGS)
 
 # The tests that each run for minutes and prove what shorter tests of the same path prove too
@@ -87,7 +89,8 @@ test: $(STAMP) promtool node-tools ## run the whole test suite (starts and stops
 # TensorFlow with MultiWorkerMirroredStrategy and an evaluator). Kept out of make test for CI time.
 .PHONY: test-long
 test-long: $(STAMP) promtool node-tools ## run the tests marked long (minutes each), left out of make test
-	@if [ "$$(id -u)" = 0 ]; then hack/dev-cluster.sh build real-node; fi
+	@if [ "$$(id -u)" = 0 ] && [ -e "$${TJ_CGROUP_FS:-/sys/fs/cgroup}/memory/cgroup.procs" ]; then \
+		hack/dev-cluster.sh build real-node; fi
 	$(VENV_PY) -m pytest -m long $(PYTEST_ARGS)
 
 .PHONY: unit

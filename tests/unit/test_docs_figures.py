@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 import json
 import re
+from pathlib import Path
 from typing import Any, Final
 
 import pytest
@@ -21,10 +22,10 @@ from crd import kube_openapi, kube_schemas
 from crd.openapi import INT32_MAX
 from crd.render import CRD_FILE_NAME, rules
 from crd.schema import custom_resource_definition, open_api_schema
-from tests.cluster import REPO
 from tests.fuzz import judge
 from tests.fuzz.harness import FuzzRun
 
+REPO = Path(__file__).resolve().parents[2]
 TOLERANCE: Final = 0.02
 KIB: Final = 1024
 ETCD_REQUEST_LIMIT: Final = 1.5 * 1024 * 1024
