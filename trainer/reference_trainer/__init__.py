@@ -21,6 +21,13 @@ termination message). This file imports none of them: importing the package cost
   nccl falls back to gloo without a GPU), init_method env:// (MASTER_ADDR, MASTER_PORT, WORLD_SIZE,
   RANK). With LOCAL_WORLD_SIZE > 1 and no launcher (torchrun sets LOCAL_RANK) it starts one process per
   local rank itself, with RANK = RANK + local rank.
+- The job's hyperparameters: EPOCHS, BATCH_SIZE (per micro-batch), LEARNING_RATE, OPTIMIZER (sgd with
+  momentum 0.9, adam, adamw, rmsprop), WARMUP_STEPS (the learning rate rises linearly over the first
+  optimizer steps), GRADIENT_ACCUMULATION_STEPS (micro-batches per optimizer step; a step of
+  TRAIN_STEPS_PER_EPOCH is an optimizer step), MIXED_PRECISION (autocast: bfloat16 on the CPU, float16
+  with loss scaling on a GPU; the simulation ignores it), and from additionalParams HP_WEIGHT_DECAY and
+  HP_LABEL_SMOOTHING. One line of its log names them all ("training with optimizer adamw, ..."). It
+  reads no other HP_<KEY> variable.
 - torch not importable (e.g. the jax default image): a pure-Python simulation of the same loop
   (logistic regression, no gradient exchange between ranks) so the job still trains, checkpoints,
   resumes and reports progress. It says so in its log.

@@ -51,6 +51,15 @@ def _required_int(env: Mapping[str, str], name: str, default: int, minimum: int 
     return default if value is None else value
 
 
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    text = env.get(name, "").strip().lower()
+    if text in {"", "0", "false", "no"}:
+        return False
+    if text in {"1", "true", "yes"}:
+        return True
+    raise ConfigError(f"{name}={text!r} is not true or false")
+
+
 def _float(env: Mapping[str, str], name: str, default: float, *, positive: bool = False) -> float:
     text = env.get(name, "").strip()
     if not text:
@@ -77,6 +86,17 @@ class Config:
     learning_rate: float
     optimizer: str
     weight_decay: float
+    # hyperparameters.warmupSteps: the learning rate rises linearly to LEARNING_RATE over the first
+    # optimizer steps.
+    warmup_steps: int
+    # hyperparameters.gradientAccumulationSteps: micro-batches of BATCH_SIZE whose gradients make one
+    # optimizer step (a step of TRAIN_STEPS_PER_EPOCH).
+    accumulation_steps: int
+    # hyperparameters.mixedPrecision: forward passes under autocast (bfloat16 on the CPU, float16 with a
+    # gradient scaler on a GPU).
+    mixed_precision: bool
+    # additionalParams.label_smoothing (HP_LABEL_SMOOTHING): the loss's label smoothing, in [0, 1).
+    label_smoothing: float
     seed: int
     backend: str
     dist_timeout: float
@@ -97,6 +117,27 @@ class Config:
     def total_steps(self) -> int:
         return self.epochs * self.steps_per_epoch
 
+    def learning_rate_at(self, step: int) -> float:
+        """The learning rate of optimizer step `step` (0-based, counted over the whole run): linear
+        warmup over the first `warmup_steps`, then LEARNING_RATE. A function of the step alone, so a run
+        resumed from a checkpoint continues the schedule where it was."""
+        if step >= self.warmup_steps:
+            return self.learning_rate
+        return self.learning_rate * (step + 1) / self.warmup_steps
+
+    def settings(self) -> str:
+        """The training settings, as one log line says them."""
+        parts = [
+            f"optimizer {self.optimizer}",
+            f"learning rate {self.learning_rate:g}",
+            f"weight decay {self.weight_decay:g}",
+            f"warmup {self.warmup_steps} steps",
+            f"{self.accumulation_steps} micro-batch(es) of {self.batch_size} per step",
+            f"mixed precision {'on' if self.mixed_precision else 'off'}",
+            f"label smoothing {self.label_smoothing:g}",
+        ]
+        return ", ".join(parts)
+
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Config:
         optimizer = env.get("OPTIMIZER", "").strip().lower() or "sgd"
@@ -107,6 +148,9 @@ class Config:
         rank = _required_int(env, "RANK", 0)
         if rank >= world_size:
             raise ConfigError(f"RANK={rank} is not below WORLD_SIZE={world_size}")
+        label_smoothing = _float(env, "HP_LABEL_SMOOTHING", 0.0)
+        if label_smoothing >= 1:
+            raise ConfigError(f"HP_LABEL_SMOOTHING={label_smoothing:g} must be below 1")
         return cls(
             rank=rank,
             world_size=world_size,
@@ -119,6 +163,10 @@ class Config:
             learning_rate=_float(env, "LEARNING_RATE", 0.05, positive=True),
             optimizer=optimizer,
             weight_decay=_float(env, "HP_WEIGHT_DECAY", 0.0),
+            warmup_steps=_required_int(env, "WARMUP_STEPS", 0),
+            accumulation_steps=_required_int(env, "GRADIENT_ACCUMULATION_STEPS", 1, minimum=1),
+            mixed_precision=_flag(env, "MIXED_PRECISION"),
+            label_smoothing=label_smoothing,
             seed=_required_int(env, "TRAIN_SEED", 0),
             backend=backend,
             dist_timeout=_float(env, "TRAIN_DIST_TIMEOUT", 1800.0, positive=True),

@@ -66,6 +66,10 @@ class SimulationEngine:
 
     def __init__(self, config: Config) -> None:
         self.config = config
+        if config.mixed_precision:
+            log.info(
+                "MIXED_PRECISION is set: the simulation has no lower precision to use, it computes in double"
+            )
         truth = random.Random(config.seed)  # noqa: S311 - synthetic data, not security
         self.true_weights = [truth.gauss(0.0, 1.0) for _ in range(FEATURES)]
         self.weights = [0.0] * FEATURES
@@ -98,25 +102,33 @@ class SimulationEngine:
         return int(state["epoch"]), int(state["step"]), checkpoint.path
 
     def train_step(self, epoch: int, step: int) -> float:
+        """One step at the schedule's learning rate over GRADIENT_ACCUMULATION_STEPS micro-batches,
+        toward labels smoothed by HP_LABEL_SMOOTHING (no mixed precision: it computes in double)."""
         config = self.config
-        seed = config.seed * 1_000_003 + epoch * 10_007 + step * 101 + config.rank
-        batch = self._batch(config.batch_size, seed)
         gradient = [0.0] * FEATURES
         bias_gradient = 0.0
         loss = 0.0
-        for x, label in batch:
-            p = self._probability(x)
-            loss -= math.log(max(p if label else 1.0 - p, 1e-12))
-            for i, v in enumerate(x):
-                gradient[i] += (p - label) * v
-            bias_gradient += p - label
-        scale = config.learning_rate / len(batch)
-        decay = config.learning_rate * config.weight_decay
+        samples = 0
+        smoothing = config.label_smoothing
+        for micro in range(config.accumulation_steps):
+            seed = config.seed * 1_000_003 + epoch * 10_007 + step * 101 + config.rank + micro * 1_009
+            batch = self._batch(config.batch_size, seed)
+            samples += len(batch)
+            for x, label in batch:
+                p = self._probability(x)
+                target = label * (1.0 - smoothing) + smoothing / 2
+                loss -= target * math.log(max(p, 1e-12)) + (1.0 - target) * math.log(max(1.0 - p, 1e-12))
+                for i, v in enumerate(x):
+                    gradient[i] += (p - target) * v
+                bias_gradient += p - target
+        rate = config.learning_rate_at(epoch * config.steps_per_epoch + step)
+        scale = rate / samples
+        decay = rate * config.weight_decay
         self.weights = [w - scale * gradient[i] - decay * w for i, w in enumerate(self.weights)]
         self.bias -= scale * bias_gradient
         if config.step_seconds:
             time.sleep(config.step_seconds)
-        return loss / len(batch)
+        return loss / samples
 
     def epoch_loss(self, total: float, steps: int) -> float:
         return total / max(steps, 1)

@@ -64,6 +64,7 @@ def run_process(config: Config) -> int:
     status = EXIT_FAILED
     try:
         engine = make_engine(config)
+        log.info("training with %s (%s)", config.settings(), engine.framework)
         status = train(config, engine, reporter, stop)
         if status == EXIT_TERMINATED:
             return fail(

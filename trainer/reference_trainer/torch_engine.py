@@ -1,5 +1,7 @@
 """The reference trainer's torch engine: torch.distributed data-parallel training of a small MLP on
-synthetic, deterministic data, joined from the operator's rendezvous variables.
+synthetic, deterministic data, joined from the operator's rendezvous variables, with the job's
+hyperparameters: the optimizer and its weight decay, learning-rate warmup, gradient accumulation,
+mixed precision and label smoothing.
 
 A module of its own, named torch_engine so that nothing mistakes it for torch itself. torch is imported
 when the engine is made, never at import, so the trainer runs (as the simulation) in images without it.
@@ -7,6 +9,7 @@ when the engine is made, never at import, so the trainer runs (as the simulation
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import importlib
 import io
@@ -74,7 +77,13 @@ class TorchEngine:
             self.device
         )
         self.optimizer = self._optimizer()
-        self.loss = nn.CrossEntropyLoss()
+        self.loss = nn.CrossEntropyLoss(label_smoothing=config.label_smoothing)
+        # Mixed precision: autocast to bfloat16 on the CPU, to float16 on a GPU, whose small range needs
+        # the loss scaled (the scaler does nothing when disabled).
+        self.autocast_dtype = torch.float16 if self.device.type == "cuda" else torch.bfloat16
+        self.scaler = torch.amp.GradScaler(
+            "cuda", enabled=config.mixed_precision and self.device.type == "cuda"
+        )
         self.eval_x, self.eval_y = self._batch(EVAL_SAMPLES, config.seed + 1)
         self.ddp_class = parallel.DistributedDataParallel
         self.trained: Any = self.model
@@ -111,6 +120,8 @@ class TorchEngine:
             state = payload["state"]
             self.model.load_state_dict(state["model"])
             self.optimizer.load_state_dict(state["optimizer"])
+            if self.scaler.is_enabled() and "scaler" in state:
+                self.scaler.load_state_dict(state["scaler"])
             epoch, step, path = int(state["epoch"]), int(state["step"]), str(payload["path"])
         if self.distributed:
             self.trained = self.ddp_class(self.model)
@@ -153,18 +164,34 @@ class TorchEngine:
         return received
 
     def train_step(self, epoch: int, step: int) -> float:
-        """One optimizer step (DDP all-reduces the gradients in backward); this rank's loss."""
+        """One optimizer step at the schedule's learning rate, over GRADIENT_ACCUMULATION_STEPS
+        micro-batches (DDP all-reduces the gradients in the last one's backward only); this rank's mean
+        loss."""
         config = self.config
         self.trained.train()
-        seed = config.seed * 1_000_003 + epoch * 10_007 + step * 101 + config.rank
-        x, y = self._batch(config.batch_size, seed)
+        rate = config.learning_rate_at(epoch * config.steps_per_epoch + step)
+        for group in self.optimizer.param_groups:
+            group["lr"] = rate
         self.optimizer.zero_grad()
-        loss = self.loss(self.trained(x), y)
-        loss.backward()
-        self.optimizer.step()
+        micro_batches = config.accumulation_steps
+        total = 0.0
+        for micro in range(micro_batches):
+            seed = config.seed * 1_000_003 + epoch * 10_007 + step * 101 + config.rank + micro * 1_009
+            x, y = self._batch(config.batch_size, seed)
+            last = micro == micro_batches - 1
+            synced = contextlib.nullcontext() if last or not self.distributed else self.trained.no_sync()
+            with synced:
+                with self.torch.autocast(
+                    self.device.type, dtype=self.autocast_dtype, enabled=config.mixed_precision
+                ):
+                    loss = self.loss(self.trained(x), y)
+                self.scaler.scale(loss / micro_batches).backward()
+            total += float(loss.item())
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
         if config.step_seconds:
             time.sleep(config.step_seconds)
-        return float(loss.item())
+        return total / micro_batches
 
     def epoch_loss(self, total: float, steps: int) -> float:
         """The mean loss of an epoch's steps over every rank (each rank calls it, with its own sum)."""
@@ -197,6 +224,8 @@ class TorchEngine:
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
         }
+        if self.scaler.is_enabled():
+            state["scaler"] = self.scaler.state_dict()
         self.torch.save(state, os.path.join(directory, TORCH_STATE_FILE))
         write_metadata(
             directory, epoch=epoch, step=step, framework=self.framework, state_file=TORCH_STATE_FILE
