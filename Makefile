@@ -78,7 +78,7 @@ test: $(STAMP) promtool node-tools ## run the whole test suite (starts and stops
 	@# tests (minutes the first time, with progress), not inside the first test that needs them; a
 	@# machine that cannot run the node says why here. The optional components the tests need build
 	@# in the background as the tests run (conftest.py).
-	@if [ "$$(id -u)" != 0 ]; then echo "not root: the real node's tests will be skipped (testbed/README.md, \"The real node\")"; \
+	@if [ "$$(id -u)" != 0 ]; then echo "not root: the real node's tests will be skipped (testbed/node/README.md)"; \
 	elif [ ! -e "$${TJ_CGROUP_FS:-/sys/fs/cgroup}/memory/cgroup.procs" ]; then echo "no cgroup v1 (this machine has \
 	cgroup v2 only): the real node's tests will be skipped (README.md, \"Quick start\")"; \
 	else hack/dev-cluster.sh build real-node; fi
@@ -209,7 +209,7 @@ promtool: ## install promtool (Debian package prometheus) when it is missing
 	}
 	@promtool --version 2>&1 | head -n 1
 
-# The real node (`hack/dev-cluster.sh up --with real-node`, testbed/README.md "The real node") and its
+# The real node (`hack/dev-cluster.sh up --with real-node`, testbed/node/README.md) and its
 # container images (testbed/images): built on this machine from Go modules, Debian packages and the
 # project's own files, cached under ~/.cache/trainingjob-operator. The Debian packages they use are
 # installed when missing (as root, else through sudo), as promtool's is: runc, the CNI plugins,
@@ -244,7 +244,7 @@ lock: $(STAMP) ## regenerate the image's lock of runtime dependencies from setup
 	$(VENV_PY) -m image.lockfile write $(if $(LOCK_UPGRADE),--upgrade)
 
 # The real node's base image stands in for the Dockerfile's FROM; its Debian package versions are pinned
-# in testbed/images/base-packages.txt (testbed/README.md). This records what the mirror serves now.
+# in testbed/images/base-packages.txt (testbed/images/README.md). This records what the mirror serves now.
 .PHONY: pin-base-image
 pin-base-image: node-tools ## record the Debian package versions the real node's base image is built from
 	$(PYTHON) -m testbed.images pin-base

@@ -29,7 +29,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -37,22 +36,21 @@ from pathlib import Path
 import pytest
 
 from crd import contract
-from testbed import images
-from testbed.addons import coscheduling as coscheduling_part
-from testbed.addons import kueue as kueue_part
-from testbed.cluster.kube_bins import BackgroundBuilds, component_binary, is_cached
-from testbed.harness.bench import kubeflow
-from testbed.node import netpolicies, nodehost
-from tests.cluster import DEV, REPO, Kubectl, require_optional, wait_for
+from testbed import (
+    BUILDS,
+    NETWORK_POLICIES,
+    REAL_NODE,
+    BackgroundBuilds,
+    Image,
+    Kubectl,
+    component_binary,
+    ensure_image,
+    is_cached,
+    wait_for,
+)
+from tests.cluster import DEV, REPO, SESSION, require_optional
 
 CRD_DIR = REPO / "crd"
-
-
-def _cluster_running() -> bool:
-    result = subprocess.run(
-        [str(REPO / "hack" / "dev-cluster.sh"), "status"], capture_output=True, check=False
-    )
-    return result.returncode == 0
 
 
 def crd_files() -> list[Path]:
@@ -71,15 +69,15 @@ def install_crds(kubectl: Kubectl) -> None:
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Kubectl]:
     """An admin kubectl for the session's control plane, with the project's CRDs Established."""
-    started_here = not _cluster_running()
-    subprocess.run([str(REPO / "hack" / "dev-cluster.sh"), "up"], check=True)
-    kubectl = Kubectl.from_dev_cluster()
+    started_here = not SESSION.running()
+    SESSION.up()
+    kubectl = SESSION.kubectl
     try:
         install_crds(kubectl)
         yield kubectl
     finally:
         if started_here and os.environ.get("TJ_KEEP_CLUSTER") != "1":
-            subprocess.run([str(REPO / "hack" / "dev-cluster.sh"), "down"], check=False)
+            SESSION.down()
 
 
 def _namespace_name(node_name: str) -> str:
@@ -160,7 +158,7 @@ def real_node(cluster: Kubectl) -> Kubectl:
     """The session's cluster with its real node (kubelet, containerd, CNI, CoreDNS; testbed/cluster/
     realnode.py) running, added by the first test that asks for it. Where the machine cannot run one
     (no root, no cgroup v1 hierarchies, a missing tool), the test is skipped with the reason."""
-    reasons = nodehost.missing_prerequisites()
+    reasons = REAL_NODE.missing_prerequisites()
     if reasons:
         pytest.skip("the real node cannot run here: " + "; ".join(reasons))
     require_optional("real-node")
@@ -172,10 +170,10 @@ def network_policies(real_node: Kubectl) -> Kubectl:
     """The session's cluster with NetworkPolicies enforced on its real node (kube-network-policies,
     testbed/node/netpolicies.py) and the API server's endpoint one hop off the node, added by the
     first test that asks for it. Skipped with the reason where the machine cannot run it."""
-    reasons = netpolicies.missing_prerequisites()
+    reasons = NETWORK_POLICIES.missing_prerequisites()
     if reasons:
         pytest.skip("NetworkPolicies cannot be enforced here: " + "; ".join(reasons))
-    require_optional(netpolicies.NAME)
+    require_optional(NETWORK_POLICIES.name)
     return real_node
 
 
@@ -188,20 +186,20 @@ def helm() -> Path:
 @pytest.fixture(scope="session")
 def kubeflow_operator() -> Path:
     """Kubeflow's training-operator binary (the bench's peer), built from Go modules on first use."""
-    return component_binary(kubeflow.COMPONENT)
+    return component_binary(BUILDS["training-operator"])
 
 
 @pytest.fixture(scope="session")
-def node_images() -> Callable[[str], images.Image]:
+def node_images() -> Callable[[str], Image]:
     """The real node's images by name (testbed/images), each built on first use in the session (root
     only: debootstrap, chroot and buildah's mount namespace need it)."""
     if os.geteuid() != 0:
         pytest.skip("building the real node's images needs root (debootstrap, chroot, buildah)")
-    built: dict[str, images.Image] = {}
+    built: dict[str, Image] = {}
 
-    def image(name: str) -> images.Image:
+    def image(name: str) -> Image:
         if name not in built:
-            built[name] = images.ensure(name)
+            built[name] = ensure_image(name)
         return built[name]
 
     return image
@@ -251,10 +249,10 @@ def _components(item: pytest.Item) -> tuple[str, ...]:
 # Fixtures that need an optional component built, and the component (hack/kube-bins.sh ensure NAME).
 FIXTURE_BUILDS = {
     "helm": "helm",
-    "coscheduling": coscheduling_part.BUILD,
-    "kueue": kueue_part.BUILD,
-    "kubeflow_operator": kubeflow.COMPONENT,
-    "network_policies": netpolicies.BUILD,
+    "coscheduling": BUILDS["coscheduling"],
+    "kueue": BUILDS["kueue"],
+    "kubeflow_operator": BUILDS["training-operator"],
+    "network_policies": BUILDS["network-policies"],
 }
 BACKGROUND_BUILDS = pytest.StashKey[BackgroundBuilds]()
 

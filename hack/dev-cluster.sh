@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Local Kubernetes control plane for development, tests and the demo (see testbed/README.md).
+# Local Kubernetes control plane for development, tests and the demo (see testbed/cluster/README.md).
 #   hack/dev-cluster.sh up [--nodes N --gpus-per-node G --cpu-per-node C --memory-per-node M]
 #                          [--with kueue,coscheduling]   (optional components; also on a running cluster)
 #   hack/dev-cluster.sh down | status | env

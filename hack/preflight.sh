@@ -107,7 +107,7 @@ if [[ $(id -u) != 0 ]]; then
 fi
 if [[ ! -e $CGROUP_FS/memory/cgroup.procs || ! -d $CGROUP_FS/cpu ]]; then
   problem "no cgroup v1 memory and cpu hierarchies under $CGROUP_FS: the real node's kubelet is set up
-      for cgroup v1 (testbed/README.md, \"The real node\")"
+      for cgroup v1 (testbed/node/README.md)"
 fi
 for package in runc containernetworking-plugins iptables debootstrap buildah busybox-static; do
   if ! dpkg-query -W -f='${Status}\n' "$package" 2>/dev/null | grep -q ' installed$'; then

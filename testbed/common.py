@@ -118,6 +118,45 @@ def start_logged(
         )
 
 
+def listening_addresses(pid: int, *, also_in_netns_of: int | None = None) -> set[tuple[str, int]]:
+    """(address, port) of every TCP socket `pid` listens on, read from /proc (no external tools): in
+    its own network namespace, and in that of `also_in_netns_of` (a process may hold a socket it made
+    in another namespace, as the real node's API relay does)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    found = set()
+    owners = [pid] if also_in_netns_of is None else [pid, also_in_netns_of]
+    tables = [
+        (f"/proc/{owner}/net/{name}", width) for owner in owners for name, width in (("tcp", 8), ("tcp6", 32))
+    ]
+    for table, width in tables:
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            local, state, inode = fields[1], fields[3], fields[9]
+            if state != "0A" or inode not in inodes:
+                continue
+            address_hex, port_hex = local.split(":")
+            raw = bytes.fromhex(address_hex)
+            if width == 8:
+                address = socket.inet_ntop(socket.AF_INET, raw[::-1])
+            else:
+                words = b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4))
+                address = socket.inet_ntop(socket.AF_INET6, words)
+            found.add((address, int(port_hex, 16)))
+    return found
+
+
+def pid_running(pid: int) -> bool:
+    """The process `pid` runs (neither gone nor a zombie)."""
+    return process_start_time(pid) is not None
+
+
 def in_private_mounts(setup: str, *command: str) -> list[str]:
     """`command` in a private mount namespace (`unshare`; a user namespace too when not run as root)
     after the shell snippet `setup` mounted what only it may see (a certificate over /etc, a private

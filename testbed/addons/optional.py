@@ -44,6 +44,11 @@ BUILDS: Final = {
     kueue.NAME: kueue.BUILD,
     netpolicies.NAME: netpolicies.BUILD,
 }
+# Kubeflow's training-operator: built for the bench's side-by-side runs (testbed/harness/bench), never
+# added to the dev cluster.
+KUBEFLOW_TRAINING_OPERATOR: Final = "training-operator"
+# What each optional part needs hack/kube-bins.sh to build, by the name tests and the harness know it by.
+BUILDS_BY_NAME: Final = {**BUILDS, KUBEFLOW_TRAINING_OPERATOR: KUBEFLOW_TRAINING_OPERATOR}
 
 
 def parse_with(text: str) -> list[str]:

@@ -1,6 +1,6 @@
 """The Go-built binaries from Python: the control plane's directory, and optional components by name.
 
-Why: hack/kube-bins.sh owns building and caching (see testbed/README.md); the dev cluster and the tests
+Why: hack/kube-bins.sh owns building and caching (see testbed/addons/README.md); the dev cluster and the tests
 only need "the directory of the control plane" or "the path of helm", built on first use. Its
 progress lines go to this process's stderr as they come (a cold build takes minutes), and a failed
 build is one ToolError naming the component; the script has printed the end of its log already.

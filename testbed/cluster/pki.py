@@ -81,6 +81,20 @@ def issue(pki: Path, name: str, subject: str, extensions: str) -> None:
     )
 
 
+def serving_certificate(directory: Path, name: str, address: str = "127.0.0.1") -> Path:
+    """A CA of its own in `directory` (for a day) and a serving certificate `<name>.crt` with its key
+    for `address`, signed by it: what a webhook server the API server calls presents. Returns the
+    directory (its `ca.crt` is the caBundle)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    openssl(
+        *("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt"),
+        *("-days", "1", "-subj", f"/CN={name}-ca"),
+        cwd=directory,
+    )
+    issue(directory, name, f"/CN={address}", f"subjectAltName=IP:{address}\nextendedKeyUsage=serverAuth")
+    return directory
+
+
 def kubeconfig_text(server: str, pki: Path, user: str = "admin") -> str:
     """A kubeconfig for `server` with the client certificate `<user>.crt` of `pki` (the admin's by
     default)."""

@@ -13,7 +13,7 @@ pods), `base` (Debian bookworm with Python 3.11 from debootstrap, under the name
 uses), `operator` (the project's Dockerfile built with buildah on that base) and `trainer-torch` (the
 base plus torch and its dependencies from the test virtualenv). Each is cached under
 ~/.cache/trainingjob-operator/images/ by a key over all its inputs and rebuilt only when one changes
-(testbed/README.md, "Images for the real node"). Standard library only: runs with the system's python3.
+(README.md beside this file). Standard library only: runs with the system's python3.
 """
 
 from testbed.images.builder import IMAGES, describe, ensure, ensure_all

@@ -28,6 +28,7 @@ import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
+from importlib import metadata
 from pathlib import Path
 from typing import Final
 
@@ -147,6 +148,13 @@ def example_jobs(text: str) -> list[ExampleJob]:
 def tag_safe(version: str) -> str:
     """A version as a tag may spell it (`2.15.0+cu132` -> `2.15.0-cu132`)."""
     return re.sub(r"[^\w.-]", "-", version)
+
+
+def trainer_image(framework: str) -> str:
+    """The reference of the trainer image for `framework` (pytorch, tensorflow, jax), named by the
+    version of its framework installed here (the test virtualenv it is built from)."""
+    (spec,) = [spec for spec in TRAINERS if spec.framework == framework]
+    return f"trainingjob-trainer:{spec.tag_prefix}-{tag_safe(metadata.version(spec.distributions[0]))}"
 
 
 def public_images(framework: str, default_framework: str, example_texts: list[str]) -> list[str]:

@@ -17,7 +17,7 @@ this part runs, the Service's endpoint is a second relay in a network namespace 
 as an API server sits on control-plane nodes of a real cluster: the node forwards a pod's connection
 to it, and the enforcer judges it against the policies' ipBlocks like any other.
 
-Not judged here (testbed/README.md, docs/security.md): traffic the node itself originates as root (the
+Not judged here (testbed/node/README.md, docs/security.md): traffic the node itself originates as root (the
 kubelet's probes; the enforcer accepts it before asking), and the pods' DNS, which goes to CoreDNS, a
 process at the node's own address (input path, as above), not to pods of kube-dns.
 

@@ -2,7 +2,7 @@
 its kubelet, containerd, CNI, kube-proxy and CoreDNS, as pure functions of them.
 
 Why apart: each setting here is a decision with a reason (measured on this kind of machine, see
-testbed/README.md "The real node"), and reading them together, away from the start-up sequence in
+testbed/node/README.md), and reading them together, away from the start-up sequence in
 testbed/node/realnode.py, is how they are reviewed and tested. Nothing here touches the machine.
 
 Addressing. The node is a network namespace of its own, `NETNS`, joined to the machine by one veth

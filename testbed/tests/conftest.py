@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from testbed import Kubectl
+from testbed.common import REPO
 from testbed.images import debian_pins, dockerfile
 from testbed.images.recipe import Context
 from testbed.tests.clusters import dev_cluster
-from tests.cluster import REPO, Kubectl
 
 
 @pytest.fixture

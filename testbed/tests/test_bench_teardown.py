@@ -11,10 +11,9 @@ import sys
 import threading
 from pathlib import Path
 
-from testbed.common import process_start_time, still_running, wait_until
+from testbed.common import REPO, process_start_time, still_running, wait_until
 from testbed.harness.bench.comparison import KUBEFLOW_TUNED, OURS
 from testbed.tests.clusters import read_state
-from tests.cluster import REPO
 
 READY = re.compile(r"is ready \(pid (\d+),")
 

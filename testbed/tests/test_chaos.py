@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.cluster import REPO
+from testbed.common import REPO
 
 SHORT = (
     "--jobs=6",

@@ -18,27 +18,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from testbed import Kubectl, add_disruption_condition, end_pod, lose_node, restore_node, wait_for
 from testbed.cluster.nodes import KWOK_NODE_LABEL
 from testbed.cluster.state import NODE_COMPONENTS
+from testbed.common import DEV, REPO, listening_addresses, pid_running
 from testbed.node import nodeconfig
-from testbed.tests.clusters import (
-    SCRIPT,
-    dev_cluster,
-    listening_addresses,
-    listening_ports,
-    pid_running,
-    read_state,
-)
-from tests.cluster import (
-    DEV,
-    REPO,
-    Kubectl,
-    add_disruption_condition,
-    end_pod,
-    lose_node,
-    restore_node,
-    wait_for,
-)
+from testbed.tests.clusters import SCRIPT, dev_cluster, listening_ports, read_state
 
 # ------------------------------------------------------------------------------ the session cluster
 

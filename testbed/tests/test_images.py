@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from crd.contract import DEFAULT_IMAGES
-from testbed.common import Say, ToolError
+from testbed.common import REPO, Say, ToolError
 from testbed.images import apt_sources, base, cache, dockerfile, operator, refs, trainer
 from testbed.images.archive import ArchiveWriter, RuntimeConfig, image_config, read_archive
 from testbed.images.builder import IMAGES, describe, key_inputs
@@ -34,7 +34,6 @@ from testbed.images.elf import is_static_executable
 from testbed.images.keys import KeyInputs
 from testbed.images.recipe import Context
 from testbed.images.steps import Steps, mounts_under
-from tests.cluster import REPO
 
 DEB822 = """\
 Types: deb-src

@@ -23,13 +23,14 @@ from pathlib import Path
 import pytest
 
 from crd.contract import DEFAULT_IMAGES
+from testbed import wait_for
+from testbed.common import REPO
 from testbed.images import IMAGES, Image, base
 from testbed.images.archive import read_archive
 from testbed.images.elf import is_static_executable
 from testbed.images.recipe import Context
 from testbed.images.refs import repository_path
 from testbed.images.steps import mounts_under
-from tests.cluster import REPO, wait_for
 
 NodeImages = Callable[[str], Image]
 BLOB_INFO_CACHE = Path("/var/lib/containers")

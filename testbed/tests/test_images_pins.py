@@ -13,10 +13,10 @@ from __future__ import annotations
 import pytest
 
 from crd.contract import DEFAULT_IMAGES
+from testbed.common import REPO
 from testbed.images import base, debian_pins, dockerfile
 from testbed.images.builder import key_inputs
 from testbed.images.recipe import Context
-from tests.cluster import REPO
 
 
 def key(name: str, context: Context) -> str:

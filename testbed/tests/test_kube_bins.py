@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from testbed import Kubectl
 from testbed.cluster.kube_bins import BackgroundBuilds, component_binary, is_cached
-from testbed.common import wait_until
-from tests.cluster import REPO, Kubectl
+from testbed.common import REPO, wait_until
 
 SCRIPT = REPO / "hack" / "kube-bins.sh"
 

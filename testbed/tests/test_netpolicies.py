@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
+from testbed import Kubectl
 from testbed.addons.optional import parse_with
 from testbed.cluster.state import NETWORK_POLICY_COMPONENTS
-from testbed.common import ToolError
+from testbed.common import DEV, ToolError
 from testbed.node import netpolicies, nodeconfig, nodehost
 from testbed.tests.clusters import dev_cluster, read_state
-from tests.cluster import DEV, Kubectl
 
 
 def test_network_policies_bring_the_real_node_first() -> None:

@@ -27,8 +27,9 @@ from typing import Any
 import pytest
 
 from crd import contract
-from testbed.tests.clusters import dev_cluster, listening_addresses, listening_ports, pid_running, read_state
-from tests.cluster import DEV, Kubectl, end_pod, wait_for
+from testbed import Kubectl, end_pod, wait_for
+from testbed.common import DEV, listening_addresses, pid_running
+from testbed.tests.clusters import dev_cluster, listening_ports, read_state
 from tests.e2e.jobs import PodWatch, extra_nodes
 
 JsonDict = dict[str, Any]

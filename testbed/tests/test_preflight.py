@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster import REPO
+from testbed.common import REPO
 
 SCRIPT = REPO / "hack" / "preflight.sh"
 KUBE_BINS = REPO / "hack" / "kube-bins.sh"

@@ -20,18 +20,13 @@ from pathlib import Path
 
 import pytest
 
+from testbed import PYTHON_IMAGE, Kubectl, pod_on_node, wait_for
 from testbed.cluster.state import NODE_COMPONENTS, REAL_NODE, read_state, write_state
 from testbed.common import ToolError
 from testbed.node import nodeconfig, nodehost, realnode
-from tests.cluster import Kubectl, dev_cluster, wait_for
+from tests.cluster import dev_cluster
 from tests.e2e.jobs import wait
-from tests.e2e.realnode import (
-    NODE,
-    PYTHON_IMAGE,
-    pod_on_node,
-    wait_running,
-    wait_terminated,
-)
+from tests.e2e.realnode import NODE, wait_running, wait_terminated
 
 NETWORK_PROBE = """
 import json, os, socket, ssl, time, urllib.request

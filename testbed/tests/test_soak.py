@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.cluster import REPO
+from testbed.common import REPO
 
 
 def test_a_short_soak_churns_jobs_and_samples_the_operator(scratch_dir: Path) -> None:

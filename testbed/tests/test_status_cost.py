@@ -10,9 +10,8 @@ import yaml
 
 from crd import contract
 from crd.immutability import IMMUTABLE_FIELDS
-from testbed.common import ToolError
+from testbed.common import REPO, ToolError
 from testbed.harness.bench import statuscost
-from tests.cluster import REPO
 from tests.unit.crd_schema_checks import ROOT, schema_error_paths, unknown_field_paths
 
 CRD = yaml.safe_load((REPO / "crd" / "trainingjobs.ml.example.com.yaml").read_text())

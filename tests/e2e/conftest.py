@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.cluster import Kubectl
+from testbed import Kubectl
 from tests.e2e import diagnostics, operator_identity
 from tests.e2e.operator import OperatorProcess
 from tests.e2e.realnode import NODE as REAL_NODE

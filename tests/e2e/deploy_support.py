@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.cluster import Kubectl
+from testbed import Kubectl
 from tests.e2e.operator_identity import (
     apply_identity,
     operator_kubeconfig,

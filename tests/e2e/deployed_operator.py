@@ -15,30 +15,28 @@ import time
 from datetime import datetime
 from typing import Any, Final
 
-from testbed.node import nodeconfig
-from tests.cluster import Kubectl, wait_for
+from testbed import REAL_NODE, Kubectl, is_ready, wait_for
 from tests.e2e.jobs import job_manifest, wait_for_state
 from tests.e2e.operator_identity import NAMESPACE as OPERATOR_NAMESPACE
-from tests.e2e.realnode import is_ready
 
 JsonDict = dict[str, Any]
 
 LEASE: Final = "trainingjob-operator"
 # The placement on the real node, in `make deploy`'s variables and in the chart's values.
-NODE_SELECTOR: Final = f"{nodeconfig.REAL_NODE_LABEL}=true"
-TOLERATE: Final = f"{nodeconfig.TAINT['key']}={nodeconfig.TAINT['value']}:{nodeconfig.TAINT['effect']}"
+NODE_SELECTOR: Final = f"{REAL_NODE.label}=true"
+TOLERATE: Final = f"{REAL_NODE.taint['key']}={REAL_NODE.taint['value']}:{REAL_NODE.taint['effect']}"
 # The chart's flags, as deploy/README.md writes them (`true` must stay a string).
 HELM_PLACEMENT_FLAGS: Final = (
     "--set-string",
-    "nodeSelector." + nodeconfig.REAL_NODE_LABEL.replace(".", "\\.") + "=true",
+    "nodeSelector." + REAL_NODE.label.replace(".", "\\.") + "=true",
     "--set-string",
     ",".join(
         f"tolerations[0].{field}={value}"
         for field, value in (
-            ("key", nodeconfig.TAINT["key"]),
+            ("key", REAL_NODE.taint["key"]),
             ("operator", "Equal"),
-            ("value", nodeconfig.TAINT["value"]),
-            ("effect", nodeconfig.TAINT["effect"]),
+            ("value", REAL_NODE.taint["value"]),
+            ("effect", REAL_NODE.taint["effect"]),
         )
     ),
 )

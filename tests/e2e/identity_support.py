@@ -13,7 +13,7 @@ from typing import Final
 
 from controller.resources import GUARD_POLICIES
 from crd import contract
-from tests.cluster import Kubectl
+from testbed import Kubectl
 from tests.e2e.operator_identity import NAMESPACE, OPERATOR_POLICIES
 from tests.unit.manifests_support import CLUSTER_SCOPED_RULES, NAMED_OPERATOR_RULES, OPERATOR_RULES
 

@@ -23,9 +23,8 @@ from typing import Any, TypeVar
 import yaml
 
 from crd import contract
-from testbed.cluster import nodes
-from testbed.cluster.state import KUBECONFIG
-from tests.cluster import Kubectl, KubectlError, wait_for
+from testbed import Kubectl, KubectlError, fake_node, wait_for
+from tests.cluster import SESSION
 from tests.e2e.operator import OperatorProcess
 
 JsonDict = dict[str, Any]
@@ -95,7 +94,7 @@ class PatientKubectl(Kubectl):
 def kubeconfig_to_nowhere(path: Path) -> int:
     """Writes the dev cluster's admin kubeconfig with its server moved to a closed port on 127.0.0.1
     (a cluster that is down, without stopping the shared one); returns the port."""
-    config = yaml.safe_load(KUBECONFIG.read_text())
+    config = yaml.safe_load(SESSION.kubeconfig.read_text())
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = int(sock.getsockname()[1])
@@ -243,8 +242,8 @@ def node_manifest(
     name: str, *, gpus: int, labels: dict[str, str], taints: Sequence[JsonDict], cpu: str = "64"
 ) -> JsonDict:
     """A fake GPU node that kwok manages (it turns Ready and runs pods bound to it): one of
-    testbed/cluster's nodes with extra labels and taints."""
-    node = nodes.node_manifest(name, nodes.NodeShape(1, gpus, cpu, "512Gi", "A100-SXM4-80GB"))
+    the testbed's fake nodes with extra labels and taints."""
+    node = fake_node(name, gpus=gpus, cpu=cpu)
     node["metadata"]["labels"].update(labels)
     node["spec"] = {"taints": list(taints)}
     return node

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from crd import contract
-from tests.cluster import Kubectl, wait_for
+from testbed import Kubectl, wait_for
 from tests.e2e.jobs import job_manifest
 from tests.e2e.lifecycle_support import POOL_KEY, retried
 

@@ -32,7 +32,7 @@ import yaml
 
 from controller.runtime.clock import parse_time
 from crd import contract
-from tests.cluster import Kubectl, KubectlError, lose_node, restore_node, wait_for
+from testbed import Kubectl, KubectlError, lose_node, restore_node, wait_for
 from tests.e2e.jobs import extra_nodes, get_job, pods_of, wait_for_state
 
 JsonDict = dict[str, Any]

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Final
 
-from tests.cluster import Kubectl, wait_for
+from testbed import Kubectl, wait_for
 
 METRICS_READER: Final = "trainingjob-operator-metrics-reader"
 

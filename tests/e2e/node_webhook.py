@@ -22,10 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from crd import contract
-from testbed.cluster.pki import issue, openssl
-from tests.cluster import Kubectl
+from testbed import Kubectl, pod_on_node, serving_certificate
 from tests.e2e.jobs import wait
-from tests.e2e.realnode import SELECTOR, TOLERATION, pod_on_node
+from tests.e2e.realnode import SELECTOR, TOLERATION
 
 JsonDict = dict[str, Any]
 
@@ -67,18 +66,6 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
 
-def _serving_pair(directory: Path) -> Path:
-    """A CA of its own and a serving certificate for 127.0.0.1 it signed; returns the directory."""
-    directory.mkdir(parents=True, exist_ok=True)
-    openssl(
-        *("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt"),
-        *("-days", "1", "-subj", "/CN=tj-test-node-webhook-ca"),
-        cwd=directory,
-    )
-    issue(directory, "webhook", "/CN=127.0.0.1", "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth")
-    return directory
-
-
 def _placed(kubectl: Kubectl, namespace: str, job: str) -> bool:
     """Whether the API server calls the webhook yet: a pod of the job created as a server-side dry run
     comes back placed on the node (an API server picks a new configuration up within a moment)."""
@@ -94,7 +81,7 @@ def _placed(kubectl: Kubectl, namespace: str, job: str) -> bool:
 @contextlib.contextmanager
 def job_pods_on_node(kubectl: Kubectl, namespace: str, job: str, workdir: Path) -> Iterator[None]:
     """While open, every pod of TrainingJob `job` created in `namespace` is placed on the real node."""
-    pki = _serving_pair(workdir)
+    pki = serving_certificate(workdir, "webhook")
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(str(pki / "webhook.crt"), str(pki / "webhook.key"))
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)

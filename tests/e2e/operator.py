@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from testbed.common import free_port
-from tests.cluster import REPO, wait_for
+from testbed import free_port, wait_for
+from tests.cluster import REPO
 
 
 @dataclass

@@ -35,7 +35,8 @@ from typing import Any, Final
 import pytest
 import yaml
 
-from tests.cluster import DEV, REPO, Kubectl
+from testbed import Kubectl
+from tests.cluster import DEV, REPO
 
 DEPLOY: Final = REPO / "deploy"
 NAMESPACE: Final = "trainingjob-system"

@@ -18,8 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from testbed.common import http_get, http_ok
-from tests.cluster import wait_for
+from testbed import http_get, http_ok, wait_for
 
 PROMETHEUS = shutil.which("prometheus")
 

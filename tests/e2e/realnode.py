@@ -1,57 +1,29 @@
-"""Putting pods and TrainingJobs on the local cluster's real node, and reading what its kubelet did.
+"""Putting TrainingJobs on the local cluster's real node, and waiting for what its kubelet did.
 
-Why apart: every test of the real node (the node itself in testbed/tests/test_real_node.py, training in
-containers, the operator deployed from its image) needs the same few things: a pod or a job that
-tolerates the node's taint and asks for it, resources that fit a 2-core machine, the container
-states the kubelet reports, the processes its containers run on this machine and the files a claim
-of the local-path provisioner holds. The node's settings are testbed/node/nodeconfig.py's.
+Why apart: the tests of training in containers and of the operator deployed from its image need the
+same few things on top of the testbed's pods on the node (`testbed.pod_on_node`, `REAL_NODE`): a job
+that tolerates the node's taint and asks for it, with resources that fit a 2-core machine, the
+reference trainer paced for it, and waits for a pod's state that ride out API server restarts.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
-from testbed.node import nodeconfig
-from tests.cluster import Kubectl
+from testbed import REAL_NODE, Kubectl, is_ready, terminated
 from tests.e2e.jobs import job_manifest, wait
 
 JsonDict = dict[str, Any]
 
-NODE = nodeconfig.NODE_NAME
-# The base image (a Debian root filesystem with python3, built by testbed/images) and the trainer image
-# (the same with torch), under the names the node imported them with.
-PYTHON_IMAGE = "python:3.11-slim"
-TOLERATION: JsonDict = {"key": nodeconfig.REAL_NODE_LABEL, "operator": "Exists", "effect": "NoSchedule"}
-SELECTOR: JsonDict = {nodeconfig.REAL_NODE_LABEL: "true"}
+NODE = REAL_NODE.name
+TOLERATION: JsonDict = REAL_NODE.toleration
+SELECTOR: JsonDict = dict(REAL_NODE.selector)
 # The reference trainer with real torch, paced for 2 busy cores: 5 steps of a small model on
 # synthetic data per epoch, each step held to at least TRAIN_STEP_SECONDS (long enough to look at a
 # running trainer), every report sent at once.
 PACE = {"TRAIN_STEPS_PER_EPOCH": "5", "TRAIN_STEP_SECONDS": "0.2", "TRAIN_PROGRESS_INTERVAL": "0"}
-
-
-def pod_on_node(name: str, command: list[str], **spec: Any) -> JsonDict:
-    """A pod of one container `main` running `command` in the base image on the real node."""
-    container: JsonDict = {
-        "name": "main",
-        "image": PYTHON_IMAGE,
-        "imagePullPolicy": "IfNotPresent",
-        "command": command,
-        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
-    }
-    container.update(spec.pop("container", {}))
-    body: JsonDict = {
-        "nodeSelector": SELECTOR,
-        "tolerations": [TOLERATION],
-        "restartPolicy": "Never",
-        "terminationGracePeriodSeconds": 5,
-        "containers": [container],
-    }
-    body.update(spec)
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": body}
 
 
 def on_node(*, memory: str = "1Gi", cpu: str = "100m") -> JsonDict:
@@ -89,15 +61,6 @@ def training_job(name: str, epochs: int, *, env: dict[str, str] | None = None, *
     return job_on_node(manifest)
 
 
-def terminated(pod: JsonDict, container: str = "main") -> JsonDict | None:
-    """The container's `state.terminated` as the kubelet reported it, or None while it runs."""
-    for status in (pod.get("status") or {}).get("containerStatuses") or []:
-        if status.get("name") == container:
-            found = (status.get("state") or {}).get("terminated")
-            return found if isinstance(found, dict) else None
-    return None
-
-
 def wait_terminated(
     kubectl: Kubectl, namespace: str, name: str, container: str = "main", timeout: float = 120
 ) -> JsonDict:
@@ -112,50 +75,9 @@ def wait_terminated(
         raise AssertionError(f"{error}\nstatus: {json.dumps((pod or {}).get('status'), indent=1)}") from None
 
 
-def is_ready(pod: JsonDict) -> bool:
-    """The pod's Ready condition is True (its containers run, and pass their readiness probes)."""
-    conditions = (pod.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
-
-
 def wait_running(kubectl: Kubectl, namespace: str, name: str, timeout: float = 120) -> JsonDict:
     def probe() -> JsonDict | None:
         pod = kubectl.get_or_none("pod", name, "-n", namespace)
         return pod if pod and is_ready(pod) else None
 
     return wait(f"pod {name} Running and Ready", probe, timeout=timeout)
-
-
-def container_states(pod: JsonDict, key: str = "containerStatuses") -> dict[str, JsonDict]:
-    """Each container's state by name, as the kubelet reported it (`initContainerStatuses` for the
-    init containers and native sidecars)."""
-    return {s["name"]: s["state"] for s in (pod.get("status") or {}).get(key) or []}
-
-
-def pod_processes(uids: Iterable[str]) -> dict[int, str]:
-    """The processes on this machine that belong to any of these pods, by pid: the node's kubelet puts
-    each pod's sandbox and containers in cgroups under `pod<uid>` (its cgroupfs driver), which every
-    process's /proc/<pid>/cgroup names. Empty once the node runs nothing of them."""
-    wanted = {f"pod{uid}": uid for uid in uids}
-    found: dict[int, str] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            lines = (entry / "cgroup").read_text().splitlines()
-        except OSError:  # the process ended meanwhile
-            continue
-        for line in lines:
-            owners = [wanted[part] for part in line.rsplit(":", 1)[-1].split("/") if part in wanted]
-            if owners:
-                found[int(entry.name)] = owners[0]
-                break
-    return found
-
-
-def claim_directory(kubectl: Kubectl, namespace: str, claim: str) -> Path:
-    """Where a bound claim of the local-path provisioner keeps its files on this machine: its
-    PersistentVolume's hostPath (the node's root filesystem is the machine's)."""
-    bound = kubectl.get_json("pvc", claim, "-n", namespace)
-    volume = kubectl.get_json("pv", bound["spec"]["volumeName"])
-    return Path(volume["spec"]["hostPath"]["path"])

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from crd import contract
-from tests.cluster import Kubectl
+from testbed import Kubectl
 from tests.e2e.jobs import (
     PatientKubectl,
     job_manifest,

@@ -22,7 +22,8 @@ import pytest
 
 from controller.runtime.leaderelection import JITTER_FACTOR
 from crd import contract
-from tests.cluster import DEV, REPO, Kubectl, wait_for
+from testbed import Kubectl, wait_for
+from tests.cluster import DEV, REPO
 from tests.e2e.conftest import StartOperator
 from tests.e2e.operator import OperatorProcess
 

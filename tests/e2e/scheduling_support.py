@@ -11,7 +11,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from crd import contract
-from tests.cluster import Kubectl, optional_api_withdrawn
+from testbed import Kubectl
+from tests.cluster import optional_api_withdrawn
 from tests.e2e.lifecycle_support import (
     wait_status,
 )

@@ -2,8 +2,8 @@
 
 Why not `kubectl --as`: impersonation is the admin acting, and the API server's authorizer and the
 admission policies should see a requester exactly as a tenant's kubectl would present one. Each user
-here has a client certificate signed by the cluster's CA (testbed/cluster/pki.py's `issue`, in a
-directory of the test's own with a copy of the CA), so the API server authenticates the certificate's
+here has a client certificate signed by the cluster's CA (`Cluster.user_kubeconfig` of the testbed,
+in a directory of the test's own), so the API server authenticates the certificate's
 CN as the user name and its O entries as groups; a RoleBinding gives the user what a test grants.
 
 Usage::
@@ -16,17 +16,13 @@ Usage::
 
 from __future__ import annotations
 
-import json
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from testbed.cluster.pki import issue, kubeconfig_text
-from tests.cluster import DEV, Kubectl
+from testbed import Kubectl
+from tests.cluster import SESSION
 from tests.e2e.jobs import PatientKubectl
-
-PKI = DEV / "run" / "pki"
 
 
 @dataclass(frozen=True)
@@ -38,16 +34,7 @@ class TenantUser:
 
 def tenant_user(cluster: Kubectl, directory: Path, name: str, groups: tuple[str, ...] = ()) -> TenantUser:
     """A user `name` (in `groups`) with a client certificate of the cluster's CA, and its kubeconfig."""
-    pki = directory / f"pki-{name}"
-    pki.mkdir(parents=True)
-    for file in ("ca.crt", "ca.key"):
-        shutil.copy(PKI / file, pki / file)
-    subject = "".join(f"/O={group}" for group in groups) + f"/CN={name}"
-    issue(pki, name, subject, "extendedKeyUsage=clientAuth")
-    server = json.loads(cluster.kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
-    kubeconfig = directory / f"{name}.kubeconfig"
-    kubeconfig.write_text(kubeconfig_text(server, pki, user=name))
-    (pki / "ca.key").unlink()
+    kubeconfig = SESSION.user_kubeconfig(directory, name, groups)
     return TenantUser(name, kubeconfig, PatientKubectl(cluster.binary, kubeconfig))
 
 

@@ -21,7 +21,8 @@ import pytest
 import yaml
 
 from crd import contract
-from tests.cluster import REPO, Kubectl, wait_for
+from testbed import Kubectl, wait_for
+from tests.cluster import REPO
 from tests.e2e.jobs import PatientKubectl
 from tests.unit.crd_cases import InvalidCase, invalid_cases, job, valid_manifests, valid_updates
 

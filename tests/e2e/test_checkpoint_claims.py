@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from crd import contract
-from tests.cluster import Kubectl
+from testbed import Kubectl
 from tests.e2e.jobs import condition, get_job, job_manifest, pods_of, wait
 from tests.e2e.operator import OperatorProcess
 

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster import DEV, Kubectl, end_pod, wait_for
+from testbed import Kubectl, end_pod, wait_for
+from tests.cluster import DEV
 from tests.e2e.conftest import StartOperator
 from tests.e2e.jobs import job_manifest, kubeconfig_to_nowhere, pods_of, wait, wait_for_state
 from tests.e2e.operator import OperatorProcess

@@ -26,7 +26,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.cluster import DEV, REPO, Kubectl
+from testbed import Kubectl
+from tests.cluster import DEV, REPO
 from tests.e2e.conftest import StartOperator
 from tests.e2e.node_webhook import job_pods_on_node
 from tests.e2e.realnode import NODE

@@ -24,7 +24,8 @@ from builders import configmap, shared
 from crd import contract
 from crd.defaults import with_defaults
 from crd.spec import parse
-from tests.cluster import REPO, Kubectl, wait_for
+from testbed import Kubectl, wait_for
+from tests.cluster import REPO
 from tests.e2e import deploy_support
 from tests.e2e.deploy_support import Manifest, as_list
 from tests.e2e.identity_support import (

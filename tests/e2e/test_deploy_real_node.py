@@ -35,10 +35,8 @@ from typing import Any, Final
 import pytest
 
 from crd import contract
-from testbed.images import Image
-from testbed.node import nodeconfig
-from testbed.node.apiforward import listen_in
-from tests.cluster import REPO, Kubectl, wait_for
+from testbed import REAL_NODE, Image, Kubectl, wait_for
+from tests.cluster import REPO
 from tests.e2e.deployed_operator import (
     HELM_PLACEMENT_FLAGS,
     LEASE,
@@ -123,7 +121,7 @@ def assert_runs_as_deployed(
     assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
     for pod in pods:
         spec, status = pod["spec"], pod["status"]
-        assert spec["nodeName"] == nodeconfig.NODE_NAME
+        assert spec["nodeName"] == REAL_NODE.name
         assert spec["serviceAccountName"] == "trainingjob-operator"
         # The node's containerd reports the image's ID: the image this tree's Dockerfile builds.
         (container,) = status["containerStatuses"]
@@ -151,7 +149,7 @@ def assert_runs_as_deployed(
         assert {"--leader-elect", "--leader-elect=true"} & set(found["command"]), found["command"]
         assert not any(arg.startswith("--kubeconfig") for arg in found["command"])
         assert found["KUBECONFIG"] is None
-        assert found["KUBERNETES_SERVICE_HOST"] == nodeconfig.API_SERVICE_IP
+        assert found["KUBERNETES_SERVICE_HOST"] == REAL_NODE.api_service_ip
         assert {"ca.crt", "namespace", "token"} <= set(found["service_account"])
         statuses[name] = master_status(found)
     assert statuses == {pod["metadata"]["name"]: float(pod["metadata"]["name"] == leader) for pod in pods}
@@ -163,7 +161,7 @@ def assert_runs_as_deployed(
 
 
 def free_port_on_the_node() -> int:
-    with listen_in(str(nodeconfig.netns_path()), nodeconfig.NODE_IP, 0) as probe:
+    with REAL_NODE.listen() as probe:
         port = probe.getsockname()[1]
     assert isinstance(port, int)
     return port
@@ -176,9 +174,9 @@ def scraped_through_the_service(cluster: Kubectl, workdir: Path, metrics_token: 
     service = cluster.get_json("service", METRICS_SERVICE, "-n", OPERATOR_NAMESPACE)
     target = f"{service['spec']['clusterIP']}:{service['spec']['ports'][0]['port']}"
     config = scrape_config(METRICS_SERVICE, [target], token_file=token_file(metrics_token, workdir))
-    launcher = ["/usr/bin/nsenter", f"--net={nodeconfig.netns_path()}", "--"]
+    launcher = ["/usr/bin/nsenter", f"--net={REAL_NODE.netns}", "--"]
     port = free_port_on_the_node()
-    with running_prometheus(config, workdir, host=nodeconfig.NODE_IP, port=port, launcher=launcher) as server:
+    with running_prometheus(config, workdir, host=REAL_NODE.ip, port=port, launcher=launcher) as server:
 
         def up(prometheus: Prometheus = server) -> list[float] | None:
             values = prometheus.values(f'up{{job="{METRICS_SERVICE}"}}')

@@ -19,9 +19,8 @@ from collections.abc import Iterator
 import pytest
 
 from crd import contract
-from testbed.addons import coscheduling as coscheduling_part
-from testbed.addons import kueue as kueue_part
-from tests.cluster import Kubectl, dev_cluster, optional_api_withdrawn, require_optional, wait_for
+from testbed import BUILDS, Kubectl, wait_for
+from tests.cluster import dev_cluster, optional_api_withdrawn, require_optional
 from tests.e2e.conftest import StartOperator
 from tests.e2e.jobs import job_manifest, pods_of, status_of, wait_for_events
 from tests.e2e.kueue_support import admitted_reason, gpu_queue, queued_job, workload_of
@@ -48,7 +47,7 @@ def kueue_api_withdrawn(kubectl: Kubectl) -> Iterator[None]:
 
 
 @pytest.mark.components
-@pytest.mark.builds(kueue_part.BUILD)
+@pytest.mark.builds(BUILDS["kueue"])
 def test_kueue_installed_while_the_operator_runs_admits_the_job_that_waited_for_it(
     kubectl: Kubectl, namespace: str, start_operator: StartOperator
 ) -> None:
@@ -81,7 +80,7 @@ def test_kueue_installed_while_the_operator_runs_admits_the_job_that_waited_for_
 
 
 @pytest.mark.components
-@pytest.mark.builds(coscheduling_part.BUILD)
+@pytest.mark.builds(BUILDS["coscheduling"])
 def test_a_gang_scheduler_installed_while_the_operator_runs_gets_the_next_gang(
     kubectl: Kubectl, namespace: str, start_operator: StartOperator
 ) -> None:

@@ -25,7 +25,8 @@ import pytest
 import yaml
 
 from crd import contract
-from tests.cluster import REPO, Kubectl
+from testbed import Kubectl
+from tests.cluster import REPO
 from tests.e2e.conftest import StartOperator
 from tests.e2e.jobs import PatientKubectl
 from tests.e2e.kueue_support import admitted_reason

@@ -26,7 +26,8 @@ import yaml
 
 from crd import contract
 from crd.defaults import subschema
-from tests.cluster import REPO, Kubectl, WaitTimeout
+from testbed import PYTHON_IMAGE, Kubectl, WaitTimeout, claim_directory
+from tests.cluster import REPO
 from tests.e2e.conftest import StartOperator
 from tests.e2e.jobs import (
     PatientKubectl,
@@ -41,7 +42,7 @@ from tests.e2e.jobs import (
     wait_for_state,
 )
 from tests.e2e.operator import OperatorProcess
-from tests.e2e.realnode import PACE, PYTHON_IMAGE, claim_directory, job_on_node
+from tests.e2e.realnode import PACE, job_on_node
 
 EXAMPLES = REPO / "examples"
 SIMPLE_EXAMPLES = [

@@ -28,15 +28,14 @@ import copy
 import json
 import re
 import subprocess
-from importlib import metadata
 from typing import Any
 
 import pytest
 import yaml
 
 from crd import contract
-from testbed.images.trainer import tag_safe
-from tests.cluster import REPO, Kubectl
+from testbed import Kubectl, trainer_image
+from tests.cluster import REPO
 from tests.e2e.conftest import StartOperator
 from tests.e2e.jobs import condition, job_manifest, pods_of, status_of, wait, wait_for_state
 from tests.e2e.kueue_support import gpu_queue, queued_job, workload_priority_classes
@@ -46,8 +45,8 @@ JsonDict = dict[str, Any]
 
 pytestmark = pytest.mark.slow
 
-TENSORFLOW_IMAGE = f"trainingjob-trainer:tensorflow-{tag_safe(metadata.version('tensorflow-cpu'))}"
-JAX_IMAGE = f"trainingjob-trainer:jax-{tag_safe(metadata.version('jax'))}"
+TENSORFLOW_IMAGE = trainer_image("tensorflow")
+JAX_IMAGE = trainer_image("jax")
 # TensorFlow starts slowly in a container on two cores; a whole job gets this long.
 DEADLINE = 600.0
 EPOCHS = 2

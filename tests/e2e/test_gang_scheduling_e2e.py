@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from crd import contract
-from tests.cluster import Kubectl, end_pod, wait_for
+from testbed import Kubectl, end_pod, wait_for
 from tests.e2e.conftest import StartOperator
 from tests.e2e.jobs import (
     PodWatch,

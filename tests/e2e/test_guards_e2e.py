@@ -22,7 +22,8 @@ from typing import Any, Final
 import pytest
 
 from crd import contract
-from tests.cluster import REPO, Kubectl
+from testbed import Kubectl
+from tests.cluster import REPO
 from tests.e2e.conftest import StartOperator
 from tests.e2e.jobs import (
     condition,

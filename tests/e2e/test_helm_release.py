@@ -29,7 +29,8 @@ import yaml
 
 from crd import contract
 from crd.render import CRD_FILE_NAME
-from tests.cluster import REPO, Kubectl, throwaway_cluster, wait_for
+from testbed import Kubectl, throwaway_cluster, wait_for
+from tests.cluster import REPO
 from tests.e2e.jobs import job_manifest, wait_for_state
 from tests.e2e.operator import OperatorProcess
 from tests.e2e.operator_identity import token_kubeconfig

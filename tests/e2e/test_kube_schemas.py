@@ -13,7 +13,8 @@ import subprocess
 import sys
 
 from crd import contract, kube_openapi, kube_schemas
-from tests.cluster import REPO, Kubectl
+from testbed import Kubectl
+from tests.cluster import REPO
 from tests.unit.test_docs_figures import KIB, SCHEMA_DOC, about, size_row, stated
 
 CRD_NAME = f"{contract.PLURAL}.{contract.GROUP}"

@@ -24,11 +24,12 @@ from pathlib import Path
 
 import yaml
 
-from tests.cluster import DEV, Kubectl, end_pod
+from testbed import Kubectl, end_pod, terminated
+from tests.cluster import DEV
 from tests.e2e.conftest import StartOperator
 from tests.e2e.jobs import job_manifest, kubeconfig_to_nowhere, pods_of, wait, wait_for_state
 from tests.e2e.operator import OperatorProcess
-from tests.e2e.realnode import terminated, training_job, wait_running
+from tests.e2e.realnode import training_job, wait_running
 
 KUBECTL = DEV / "bin" / "kubectl"
 PLUGIN_DIR = Path(sys.executable).parent

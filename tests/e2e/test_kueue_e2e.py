@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from crd import contract
-from tests.cluster import Kubectl, end_pod, wait_for
+from testbed import Kubectl, end_pod, wait_for
 from tests.e2e.conftest import StartOperator
 from tests.e2e.jobs import (
     condition,

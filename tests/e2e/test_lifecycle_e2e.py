@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from crd import contract
-from tests.cluster import Kubectl, KubectlError, add_disruption_condition, end_pod, wait_for
+from testbed import Kubectl, KubectlError, add_disruption_condition, end_pod, wait_for
 from tests.e2e.conftest import StartOperator
 from tests.e2e.jobs import (
     PodWatch,

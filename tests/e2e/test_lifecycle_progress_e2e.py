@@ -23,7 +23,7 @@ import pytest
 from controller.runtime.clock import parse_time
 from crd import contract
 from crd.schema_status import STATES
-from tests.cluster import Kubectl, end_pod, wait_for
+from testbed import Kubectl, end_pod, wait_for
 from tests.e2e.conftest import StartOperator
 from tests.e2e.jobs import (
     condition,

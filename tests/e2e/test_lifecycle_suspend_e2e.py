@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.cluster import Kubectl, end_pod, wait_for
+from testbed import Kubectl, end_pod, wait_for
 from tests.e2e.conftest import StartOperator
 from tests.e2e.jobs import (
     condition,

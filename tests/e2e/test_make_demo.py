@@ -20,10 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed.common import free_port, process_start_time
-from testbed.node import nodehost
-from testbed.tests.clusters import listening_addresses
-from tests.cluster import REPO, Kubectl, dev_cluster
+from testbed import REAL_NODE, Kubectl, free_port, listening_addresses, pid_running
+from tests.cluster import REPO, dev_cluster
 
 pytestmark = pytest.mark.slow
 
@@ -64,7 +62,7 @@ def test_make_demo_runs_end_to_end_and_again_and_stops(tmp_path: Path, no_sessio
     )
     env.pop("KUBECONFIG", None)
     state_path = dev / "run" / "state.json"
-    machine = nodehost.snapshot()
+    machine = REAL_NODE.machine_snapshot()
     pids: list[int] = []
     try:
         # Warm caches: the cluster, its node and the images start in seconds.
@@ -81,7 +79,7 @@ def test_make_demo_runs_end_to_end_and_again_and_stops(tmp_path: Path, no_sessio
         assert set(extras) == {"operator"}
         assert "real-node" in state["optional"]
         pids = [p["pid"] for p in [*state["processes"].values(), *extras.values()]]
-        assert all(process_start_time(pid) for pid in pids)
+        assert all(pid_running(pid) for pid in pids)
         assert listening_addresses(extras["operator"]["pid"]) == {
             ("127.0.0.1", int(env["DEMO_METRICS_PORT"])),
             ("127.0.0.1", int(env["DEMO_HEALTH_PORT"])),
@@ -110,5 +108,5 @@ def test_make_demo_runs_end_to_end_and_again_and_stops(tmp_path: Path, no_sessio
     assert "stopping operator" in down.stderr
     assert "taking down the real node" in down.stderr
     assert not state_path.exists()
-    assert not any(process_start_time(pid) for pid in pids)
-    assert nodehost.snapshot() == machine
+    assert not any(pid_running(pid) for pid in pids)
+    assert REAL_NODE.machine_snapshot() == machine

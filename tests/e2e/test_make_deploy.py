@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from crd import contract
-from tests.cluster import REPO, Kubectl, throwaway_cluster, wait_for
+from testbed import Kubectl, throwaway_cluster, wait_for
+from tests.cluster import REPO
 from tests.e2e.operator_identity import OPERATOR_POLICIES
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]

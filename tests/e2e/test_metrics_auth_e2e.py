@@ -24,7 +24,7 @@ from typing import Any
 
 from controller.runtime.serving import METRICS_LIMITS
 from controller.runtime.servingcert import self_signed_pair
-from tests.cluster import Kubectl, wait_for
+from testbed import Kubectl, wait_for
 from tests.e2e.conftest import StartOperator
 from tests.e2e.jobs import job_manifest, wait_for_state
 from tests.e2e.metrics_access import account_token, metrics_reader, revoked_token, user_of

@@ -30,9 +30,8 @@ import pytest
 import yaml
 
 from crd import contract
-from testbed.images import Image
-from testbed.node import netpolicies, nodeconfig
-from tests.cluster import REPO, Kubectl, wait_for
+from testbed import NETWORK_POLICIES, REAL_NODE, Image, Kubectl, pod_on_node, wait_for
+from tests.cluster import REPO
 from tests.e2e.conftest import StartOperator
 from tests.e2e.deployed_operator import (
     NODE_SELECTOR,
@@ -44,7 +43,7 @@ from tests.e2e.deployed_operator import (
 )
 from tests.e2e.jobs import status_of, wait_for_state
 from tests.e2e.operator_identity import NAMESPACE as OPERATOR_NAMESPACE
-from tests.e2e.realnode import pod_on_node, training_job, wait_running
+from tests.e2e.realnode import training_job, wait_running
 from tests.e2e.test_deploy_real_node import SELECTOR, make
 from tests.e2e.test_docs_yaml import manifests, yaml_blocks
 from tests.helmchart import CHART, RELEASE, Helm
@@ -123,7 +122,7 @@ def refused_connection(cluster: Kubectl, namespace: str, pod: str, address: str,
 
 def dropped_packets() -> float:
     """The enforcer's count of packets it refused (kube-network-policies' own metric)."""
-    text = netpolicies.metrics()
+    text = NETWORK_POLICIES.metrics()
     pattern = r'^kube_network_policies_packet_count\{[^}]*verdict="drop"[^}]*\} (\S+)$'
     return sum(float(value) for value in re.findall(pattern, text, re.MULTILINE))
 
@@ -163,8 +162,8 @@ def tenant_policies(cluster: Kubectl) -> tuple[str, list[JsonDict]]:
 
 def test_the_node_is_enforcing_and_the_api_server_is_one_hop_off_it(network_policies: Kubectl) -> None:
     addresses, ports = api_server_endpoints(network_policies)
-    assert (addresses, ports) == ([netpolicies.API_IP], [nodeconfig.API_PORT])
-    assert netpolicies.queue_bound()
+    assert (addresses, ports) == ([NETWORK_POLICIES.api_ip], [REAL_NODE.api_port])
+    assert NETWORK_POLICIES.queue_bound()
 
 
 def test_the_kubelet_probes_a_pod_whose_policy_refuses_all_ingress(
@@ -210,8 +209,8 @@ def test_the_deployed_operator_reaches_the_api_server_and_dns_and_nothing_else(
     )
     charted_rule = yaml.safe_load(charted)["spec"]["egress"][0]
     expected_rule = {
-        "to": [{"ipBlock": {"cidr": f"{netpolicies.API_IP}/32"}}],
-        "ports": [{"port": nodeconfig.API_PORT, "protocol": "TCP"}],
+        "to": [{"ipBlock": {"cidr": f"{NETWORK_POLICIES.api_ip}/32"}}],
+        "ports": [{"port": REAL_NODE.api_port, "protocol": "TCP"}],
     }
     assert charted_rule == expected_rule
 
@@ -237,7 +236,7 @@ def test_the_deployed_operator_reaches_the_api_server_and_dns_and_nothing_else(
             return output.strip().splitlines()[-1]
 
         resolved = from_operator("python", "-c", RESOLVE, "kubernetes.default.svc.cluster.local")
-        assert resolved == nodeconfig.API_SERVICE_IP
+        assert resolved == REAL_NODE.api_service_ip
         drops = dropped_packets()
 
         def refused() -> str | None:
@@ -248,7 +247,7 @@ def test_the_deployed_operator_reaches_the_api_server_and_dns_and_nothing_else(
         assert outcome.startswith(TIMED_OUT), outcome
         assert dropped_packets() > drops
         # The same pod still reaches the API server (a fresh connection, judged like the refused one).
-        api = from_operator("python", "-c", CONNECT, nodeconfig.API_SERVICE_IP, "443")
+        api = from_operator("python", "-c", CONNECT, REAL_NODE.api_service_ip, "443")
         assert api == "connected"
         assert connect(cluster, namespace, "neighbour", ips["target"], SERVER_PORT) == ("connected")
         cluster.run("delete", "trainingjobs", "--all", "-n", namespace, "--wait=true", "--timeout=120s")

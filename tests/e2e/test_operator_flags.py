@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.cluster import wait_for
+from testbed import wait_for
 from tests.e2e.conftest import OPERATOR_NAMESPACE
 from tests.e2e.operator import OperatorProcess
 

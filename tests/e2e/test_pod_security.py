@@ -28,7 +28,8 @@ import pytest
 import yaml
 
 from crd import contract
-from tests.cluster import REPO, Kubectl
+from testbed import Kubectl
+from tests.cluster import REPO
 from tests.e2e.conftest import StartOperator
 from tests.e2e.jobs import (
     PatientKubectl,

@@ -16,8 +16,7 @@ from typing import Any
 
 import pytest
 
-from testbed.common import free_port
-from tests.cluster import Kubectl, wait_for
+from testbed import Kubectl, free_port, wait_for
 from tests.e2e.conftest import StartOperator
 from tests.e2e.metrics_access import metrics_reader, token_file
 from tests.e2e.operator import OperatorProcess

@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from tests.cluster import Kubectl, dev_cluster, wait_for
+from testbed import Kubectl, wait_for
+from tests.cluster import dev_cluster
 from tests.e2e.conftest import StartOperator
 from tests.e2e.jobs import events_of, job_manifest, pods_of, status_of, wait, wait_for_state
 from tests.e2e.realnode import NODE, job_on_node

@@ -29,18 +29,12 @@ import trainingjob_progress as tp
 
 from builders.configmap import PROGRESS_HELPER_FILE, TRAINER_FILES
 from crd import contract
-from testbed.node import nodeconfig
-from tests.cluster import DEV, Kubectl, wait_for
+from testbed import REAL_NODE, Kubectl, claim_directory, pod_processes, terminated, wait_for
+from tests.cluster import DEV
 from tests.e2e.conftest import StartOperator
 from tests.e2e.jobs import PodWatch, pods_of, status_of, wait, wait_for_state
 from tests.e2e.operator import OperatorProcess
-from tests.e2e.realnode import (
-    claim_directory,
-    pod_processes,
-    terminated,
-    training_job,
-    wait_running,
-)
+from tests.e2e.realnode import training_job, wait_running
 
 JsonDict = dict[str, Any]
 pytestmark = pytest.mark.slow
@@ -113,7 +107,7 @@ def test_a_job_trains_to_completed_reporting_with_its_own_service_account(
         for line in in_trainer(cluster, namespace, rank0, "env").splitlines()
         if "=" in line
     )
-    assert env["KUBERNETES_SERVICE_HOST"] == nodeconfig.API_SERVICE_IP
+    assert env["KUBERNETES_SERVICE_HOST"] == REAL_NODE.api_service_ip
     assert not {tp.API_URL_ENV, tp.TOKEN_FILE_ENV, tp.CA_FILE_ENV} & set(env), env
     assert "KUBECONFIG" not in env
     # The trainer's ConfigMap is mounted as trainer/'s tree (the entry script and the two packages, each
@@ -164,7 +158,7 @@ def test_a_job_trains_to_completed_reporting_with_its_own_service_account(
 
     pods = wait("both pods Succeeded", succeeded, 60)
     for pod in pods:
-        assert pod["spec"]["nodeName"] == nodeconfig.NODE_NAME
+        assert pod["spec"]["nodeName"] == REAL_NODE.name
         ended = terminated(pod, contract.CONTAINER_NAME)
         assert ended is not None
         assert (ended["exitCode"], ended["reason"]) == (0, "Completed")

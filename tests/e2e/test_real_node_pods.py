@@ -15,17 +15,10 @@ from typing import Any
 
 import pytest
 
-from tests.cluster import Kubectl, wait_for
+from testbed import PYTHON_IMAGE, Kubectl, claim_directory, container_states, pod_processes, wait_for
 from tests.e2e.conftest import StartOperator
 from tests.e2e.jobs import job_manifest, pods_of, wait_for_bound_claim, wait_for_state
-from tests.e2e.realnode import (
-    PACE,
-    PYTHON_IMAGE,
-    claim_directory,
-    container_states,
-    job_on_node,
-    pod_processes,
-)
+from tests.e2e.realnode import PACE, job_on_node
 
 JsonDict = dict[str, Any]
 pytestmark = pytest.mark.slow

@@ -23,10 +23,11 @@ import pytest
 import yaml
 
 from crd import contract
-from tests.cluster import REPO, Kubectl
+from testbed import PYTHON_IMAGE, Kubectl
+from tests.cluster import REPO
 from tests.e2e.conftest import StartOperator
 from tests.e2e.jobs import wait_for_state
-from tests.e2e.realnode import PACE, PYTHON_IMAGE, job_on_node, wait_running
+from tests.e2e.realnode import PACE, job_on_node, wait_running
 
 JsonDict = dict[str, Any]
 pytestmark = pytest.mark.slow

@@ -20,7 +20,8 @@ import pytest
 import yaml
 
 from crd import contract
-from tests.cluster import REPO, Kubectl
+from testbed import Kubectl
+from tests.cluster import REPO
 from tests.e2e.conftest import StartOperator
 from tests.e2e.jobs import pods_of, status_of, wait, wait_for_state
 from tests.e2e.realnode import job_on_node

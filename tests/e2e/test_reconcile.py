@@ -18,7 +18,7 @@ import pytest
 
 from builders.configmap import TRAINER_SOURCES, TRAINER_SOURCES_NAME
 from crd import contract
-from tests.cluster import Kubectl, end_pod
+from testbed import Kubectl, end_pod
 from tests.e2e import reconcile_support
 from tests.e2e.jobs import (
     condition,

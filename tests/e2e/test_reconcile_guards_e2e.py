@@ -13,7 +13,7 @@ import json
 import pytest
 
 from crd import contract
-from tests.cluster import Kubectl
+from testbed import Kubectl
 from tests.e2e import reconcile_support
 from tests.e2e.conftest import StartOperator
 from tests.e2e.jobs import (

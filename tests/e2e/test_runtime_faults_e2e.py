@@ -19,7 +19,7 @@ from collections.abc import Iterator
 import pytest
 
 from crd import contract
-from tests.cluster import Kubectl, wait_for
+from testbed import Kubectl, wait_for
 from tests.e2e import runtime_support
 from tests.e2e.conftest import StartOperator
 from tests.e2e.runtime_support import (

@@ -30,7 +30,8 @@ from typing import Any
 import pytest
 
 from crd import contract, escalation
-from tests.cluster import REPO, Kubectl
+from testbed import Kubectl
+from tests.cluster import REPO
 from tests.e2e.jobs import PatientKubectl
 from tests.e2e.tenants import TenantUser, grant, rule, tenant_user
 from tests.e2e.test_docs_yaml import yaml_blocks

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from crd import contract
-from tests.cluster import Kubectl, end_pod, wait_for
+from testbed import Kubectl, end_pod, wait_for
 from tests.e2e.conftest import StartOperator
 from tests.e2e.jobs import condition, job_manifest, pods_of, wait_for_events
 from tests.e2e.lifecycle_support import backoff, running_attempt, wait_state, wait_status

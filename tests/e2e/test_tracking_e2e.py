@@ -16,7 +16,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from crd import contract
-from tests.cluster import REPO, Kubectl, add_disruption_condition, end_pod, wait_for
+from testbed import Kubectl, add_disruption_condition, end_pod, wait_for
+from tests.cluster import REPO
 from tests.e2e.conftest import StartOperator
 from tests.e2e.jobs import job_manifest, pods_of, status_of
 from tests.e2e.lifecycle_support import running_pods, wait_state, wait_status

@@ -16,8 +16,7 @@ from typing import Any
 
 import pytest
 
-from testbed.cluster.podstatus import now_rfc3339
-from tests.cluster import Kubectl, patch_pod_status
+from testbed import Kubectl, now_rfc3339, patch_pod_status
 from tests.e2e.jobs import (
     PatientKubectl,
     assert_healthy,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster import Kubectl
+from testbed import Kubectl
 from tests.e2e import operator_identity
 
 SUMMARIES = pytest.StashKey[list[str]]()

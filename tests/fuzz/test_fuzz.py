@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster import DEV, Kubectl
+from testbed import Kubectl
+from tests.cluster import DEV
 from tests.e2e.operator import running_operator
 from tests.fuzz.cluster_api import ApiServer
 from tests.fuzz.conftest import OPERATOR_NAMESPACE, record_summary

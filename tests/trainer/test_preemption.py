@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import trainingjob_progress as tp
 
-from tests.cluster import wait_for
+from testbed import wait_for
 from tests.trainer.trainer_runs import (
     Pods,
     agent_store,

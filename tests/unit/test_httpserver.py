@@ -28,7 +28,7 @@ import pytest
 
 from controller.runtime.httpserver import Handler, HttpServer, Limits, Request, Response
 from controller.runtime.servingcert import ServingCertificate
-from tests.cluster import wait_for
+from testbed import wait_for
 
 # What a test allows a server to take before it counts as a failure (not what it should take).
 PATIENCE = 30.0

@@ -1,52 +1,30 @@
-"""The bench cluster and what the bench puts into it: the CRD, the namespace, the jobs.
+"""What the bench puts into its cluster: the jobs, and what it reads back (requests, Events).
 
 Why apart: the jobs are what is measured, so their shape (numWorkers, GPUs) and the way they are
 created (from several threads, all answered before the clock stops) are one place to read. The bench
-cluster is a dev cluster of its own (TJ_DEV_DIR), started and stopped through hack/dev-cluster.sh.
+cluster itself is the harness's (testbed/harness/base.py).
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
-import subprocess
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Final
 
-import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from controller.resources import CRDS, EVENTS, NAMESPACES, TRAININGJOBS, from_kubeconfig
+from controller.resources import EVENTS, TRAININGJOBS
 from controller.runtime.client import KubeClient
 from controller.runtime.errors import AlreadyExists
 from controller.runtime.resource import Resource
 from crd import contract
-from testbed.common import REPO, JsonDict, ToolError
+from testbed.common import JsonDict
 from testbed.harness.bench.options import Options
 
 NAMESPACE: Final = "bench"
-
-
-def run_devcluster(dev_dir: Path, *args: str, check: bool = True) -> None:
-    env = dict(os.environ, TJ_DEV_DIR=str(dev_dir))
-    result = subprocess.run([str(REPO / "hack" / "dev-cluster.sh"), *args], env=env, check=False)
-    if check and result.returncode != 0:
-        raise ToolError(f"hack/dev-cluster.sh {' '.join(args)} failed (exit {result.returncode})")
-
-
-def fresh_cluster(dev_dir: Path, namespace: str) -> KubeClient:
-    """A throwaway dev cluster in `dev_dir` (one left there from an earlier run is stopped first), with
-    the CRD Established and `namespace` created; a client of it (no client-side rate limit)."""
-    run_devcluster(dev_dir, "down", check=False)
-    run_devcluster(dev_dir, "up")
-    client = from_kubeconfig(str(dev_dir / "kubeconfig"), None, qps=0, burst=0)
-    install_crd(client)
-    create_namespace(client, namespace)
-    return client
 
 
 def job_manifest(name: str, replicas: int, gpus: int) -> JsonDict:
@@ -81,32 +59,6 @@ def training_jobs(options: Options, namespace: str = NAMESPACE) -> JobKind:
     return JobKind(TRAININGJOBS, namespace, manifest)
 
 
-def install_crd(client: KubeClient, timeout: float = 60.0) -> None:
-    """Server-side applies the CRD (testbed/cluster installed it already; this is idempotent) and
-    waits until it is Established."""
-    for path in sorted((REPO / "crd").glob("*.yaml")):
-        if path.name == "kustomization.yaml":
-            continue
-        for doc in yaml.safe_load_all(path.read_text()):
-            if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
-                client.patch(
-                    CRDS, None, doc["metadata"]["name"], doc, patch_type="apply", field_manager="bench"
-                )
-    wait_established(client, f"{contract.PLURAL}.{contract.GROUP}", timeout)
-
-
-def wait_established(client: KubeClient, name: str, timeout: float = 60.0) -> None:
-    """Waits until the CRD `name` is Established: its resource is served."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        crd = client.get(CRDS, None, name)
-        conditions = (crd.get("status") or {}).get("conditions") or []
-        if any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions):
-            return
-        time.sleep(0.5)
-    raise ToolError(f"CRD {name} not Established after {timeout:.0f}s")
-
-
 def apiserver_requests(client: KubeClient) -> dict[str, float]:
     """The API server's own request counters (apiserver_request_total), by verb and resource: what the
     whole cluster (operator, scheduler, kwok, controller manager, the bench) asked of it."""
@@ -137,13 +89,6 @@ def counter_delta(after: dict[str, float], before: dict[str, float], top: int = 
     delta = {key: round(value - before.get(key, 0.0)) for key, value in after.items()}
     ranked = sorted(((v, k) for k, v in delta.items() if v > 0), reverse=True)
     return {key: value for value, key in ranked[:top]}
-
-
-def create_namespace(client: KubeClient, namespace: str = NAMESPACE) -> None:
-    with contextlib.suppress(AlreadyExists):
-        client.create(
-            NAMESPACES, None, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
-        )
 
 
 def create_jobs(

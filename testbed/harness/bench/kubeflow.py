@@ -33,13 +33,14 @@ import yaml
 from controller.resources import CRDS, NAMESPACES, SECRETS, Resource
 from controller.runtime.client import KubeClient
 from controller.runtime.errors import AlreadyExists
+from testbed.addons.optional import KUBEFLOW_TRAINING_OPERATOR
 from testbed.cluster.kube_bins import ensure
 from testbed.cluster.pki import openssl
 from testbed.common import JsonDict, free_port, in_private_mounts
-from testbed.harness.bench.cluster import wait_established
+from testbed.harness.base import wait_established
 from testbed.harness.bench.operator import Operator
 
-COMPONENT: Final = "training-operator"
+COMPONENT: Final = KUBEFLOW_TRAINING_OPERATOR
 NAMESPACE: Final = "kubeflow"
 WEBHOOK_SECRET: Final = "training-operator-webhook-cert"  # noqa: S105 - a Secret's name
 PYTORCHJOBS: Final = Resource("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob")

@@ -42,7 +42,8 @@ from controller.resources import SERVICEACCOUNTS
 from controller.runtime.errors import NotFound
 from crd import contract
 from testbed.common import JsonDict, ToolError, wait_until
-from testbed.harness.bench.cluster import JobKind, create_namespace, training_jobs
+from testbed.harness.base import create_namespace
+from testbed.harness.bench.cluster import JobKind, training_jobs
 from testbed.harness.bench.comparison import (
     BASELINE,
     KUBEFLOW_DEFAULT,

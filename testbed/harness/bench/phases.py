@@ -11,18 +11,16 @@ import os
 import time
 from collections.abc import Callable
 
-from controller.resources import from_kubeconfig
 from controller.runtime.client import KubeClient
 from crd import contract
 from testbed.common import JsonDict, ToolError, wait_until
+from testbed.harness.base import HarnessCluster, create_namespace
 from testbed.harness.bench.cluster import (
+    NAMESPACE,
     apiserver_requests,
     count_events,
     counter_delta,
     create_jobs,
-    create_namespace,
-    install_crd,
-    run_devcluster,
     training_jobs,
 )
 from testbed.harness.bench.clustercost import cluster_cpu, stored_pod_and_job_sizes
@@ -48,8 +46,7 @@ class BenchCluster:
             self.kubeconfig, self.dev_dir / "logs" / "operator.log", options.operator_args
         )
         self._tracker: Tracker | None = None
-        self._client: KubeClient | None = None
-        self.cluster_started = False
+        self.cluster = HarnessCluster("bench", self.dev_dir, say)
         self.kind = training_jobs(options)
         # The operator's leader-election Lease, whose renewals the steady state counts apart (None: it
         # does not elect, and the window is not aligned to renewals).
@@ -57,7 +54,7 @@ class BenchCluster:
 
     def up(self) -> None:
         self.start_cluster(self.options.nodes)
-        create_namespace(self.client)
+        create_namespace(self.client, NAMESPACE)
         self._tracker = Tracker(self.client, contract.OPERATOR_NAME)
         self._tracker.start()
 
@@ -66,22 +63,14 @@ class BenchCluster:
         held 20,000 pods keeps its controllers busy for minutes after its run, and nobody would
         measure on a machine it keeps loaded."""
         say(f"stopping any earlier bench cluster in {self.dev_dir}")
-        if self._client is not None:
-            self._client.close()
-            self._client = None
-        run_devcluster(self.dev_dir, "down", check=False)
+        self.cluster.stop_earlier()
 
     def start_cluster(self, nodes: int) -> None:
         """A fresh bench cluster of `nodes` kwok nodes (any earlier one in the dev directory is stopped
         first) with the CRD Established, and the bench's client of it."""
-        self.stop_earlier_cluster()
-        say(f"starting the bench cluster: {nodes} kwok nodes")
-        self.cluster_started = True
-        run_devcluster(self.dev_dir, "up", "--nodes", str(nodes), "--gpus-per-node", str(GPUS_PER_NODE))
-        self._client = from_kubeconfig(
-            str(self.kubeconfig), None, qps=0, burst=0, pool_size=self.options.create_threads + 8
+        self.cluster.start(
+            nodes=nodes, gpus_per_node=GPUS_PER_NODE, pool_size=self.options.create_threads + 8
         )
-        install_crd(self._client)
 
     def down(self) -> None:
         if self.operator.process is not None:
@@ -89,11 +78,7 @@ class BenchCluster:
             self.operator.stop()
         if self._tracker is not None:
             self._tracker.stop()
-        if self._client is not None:
-            self._client.close()
-        if self.cluster_started:
-            say("stopping the bench cluster")
-            run_devcluster(self.dev_dir, "down", check=False)
+        self.cluster.stop()
 
     def start_operator(self) -> None:
         say(f"starting {self.operator.name}: {' '.join(self.operator.arguments())}")
@@ -111,9 +96,7 @@ class BenchCluster:
 
     @property
     def client(self) -> KubeClient:
-        if self._client is None:
-            raise ToolError("the bench cluster is not up")
-        return self._client
+        return self.cluster.client
 
     @property
     def tracker(self) -> Tracker:

@@ -2,21 +2,19 @@
 
 Why apart: `make bench` and `make bench-peer` end the same way: SIGTERM and SIGHUP count as Ctrl-C,
 the result is printed (and kept in a file when asked), and the cluster and the operators are torn
-down whatever happened, without a second Ctrl-C cutting that short.
+down whatever happened, without a second Ctrl-C cutting that short (testbed/harness/base.py's
+signals; chaos, soak and bench-status end with its `run_to_end`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import signal
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from types import FrameType
 from typing import Protocol
 
 from controller.runtime.errors import KubeError
 from testbed.common import JsonDict, ToolError
+from testbed.harness.base import ignore_interrupts, signals_as_interrupts
 from testbed.harness.bench.operator import say
 
 
@@ -24,43 +22,6 @@ class Runnable(Protocol):
     def run(self) -> JsonDict: ...
 
     def down(self) -> None: ...
-
-
-@contextlib.contextmanager
-def signals_as_interrupts() -> Iterator[None]:
-    """SIGTERM and SIGHUP end the run like Ctrl-C does, so the clean-up runs."""
-
-    def interrupt(signum: int, _frame: FrameType | None) -> None:
-        raise KeyboardInterrupt(signal.Signals(signum).name)
-
-    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
-def run_to_end(run: Callable[[], int], down: Callable[[], None], say: Callable[[str], None]) -> int:
-    """Runs a tool to its end: `run`'s exit code; one line and exit code 2 for an error (a ToolError, a
-    refused API request), 130 when interrupted (SIGTERM and SIGHUP count as Ctrl-C); `down` always,
-    and a second Ctrl-C cannot cut it short. (`make chaos`, `make soak`.)"""
-    with signals_as_interrupts():
-        try:
-            return run()
-        except ToolError as error:
-            say(f"error: {error}")
-            return 2
-        except KubeError as error:
-            say(f"error: API request failed: {error}")
-            return 2
-        except KeyboardInterrupt:
-            say("interrupted")
-            return 130
-        finally:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
-            down()
 
 
 def execute(bench: Runnable, keep: Path | None = None) -> int:
@@ -84,8 +45,6 @@ def execute(bench: Runnable, keep: Path | None = None) -> int:
             say("interrupted")
             code = 130
         finally:
-            # A second Ctrl-C must not cut the clean-up short; children inherit the ignore.
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            ignore_interrupts()
             bench.down()
     return code

@@ -37,10 +37,10 @@ from controller.runtime.client import KubeClient
 from controller.runtime.resource import Resource
 from crd import contract
 from crd.immutability import IMMUTABLE_FIELDS
-from testbed.common import REPO, JsonDict, ToolError
+from testbed.common import JsonDict, ToolError
+from testbed.harness.base import HarnessCluster, HarnessParser, run_to_end, wait_established
 from testbed.harness.bench import cluster, procfs, quiet
 from testbed.harness.bench.operator import say
-from testbed.harness.bench.report import run_to_end
 
 NAMESPACE: Final = "status-cost"
 
@@ -147,7 +147,7 @@ def running_status(write: int, workers: int) -> JsonDict:
 
 def apply_crd(client: KubeClient, crd: JsonDict) -> None:
     client.patch(CRDS, None, crd["metadata"]["name"], crd, patch_type="apply", field_manager="bench")
-    cluster.wait_established(client, crd["metadata"]["name"])
+    wait_established(client, crd["metadata"]["name"])
 
 
 def create_jobs(client: KubeClient, resource: Resource, spec: JsonDict, count: int) -> list[str]:
@@ -218,28 +218,23 @@ def spec_from(path: Path | None) -> JsonDict:
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m testbed.harness.bench.statuscost", description=__doc__.split("\n")[0]
-    )
-    parser.add_argument("--jobs", type=int, default=20, help="jobs of each variant (default 20)")
-    parser.add_argument("--writes", type=int, default=2000, help="status writes per round (default 2000)")
-    parser.add_argument(
-        "--rounds", type=int, default=3, help="rounds of each variant, alternating (default 3)"
-    )
+    parser = HarnessParser("bench.statuscost", "BENCH_STATUS", __doc__.split("\n")[0], dev_dir="bench-status")
+    parser.setting("--jobs", int, 20, "jobs of each variant")
+    parser.setting("--writes", int, 2000, "status writes per round")
+    parser.setting("--rounds", int, 3, "rounds of each variant, alternating")
     parser.add_argument("--spec-from", type=Path, help="a manifest whose TrainingJob spec the jobs take")
-    parser.add_argument("--dev-dir", type=Path, default=REPO / ".dev" / "bench-status")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     dev_dir: Path = args.dev_dir.resolve()
+    harness = HarnessCluster("bench-status", dev_dir, say)
     result: JsonDict = {}
 
     def run() -> int:
         spec = spec_from(args.spec_from)
-        say("starting a throwaway cluster")
-        client = cluster.fresh_cluster(dev_dir, NAMESPACE)
+        client = harness.start(NAMESPACE)
         crd = client.get(CRDS, None, f"{contract.PLURAL}.{contract.GROUP}")
         served = {key: crd[key] for key in ("apiVersion", "kind", "metadata", "spec")}
         for variant in VARIANTS.values():
@@ -275,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result, indent=2), flush=True)
         return 0
 
-    return run_to_end(run, lambda: cluster.run_devcluster(dev_dir, "down", check=False), say)
+    return run_to_end(run, harness.stop, say)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from testbed.harness.bench.report import run_to_end
+from testbed.harness.base import run_to_end
 from testbed.harness.chaos.audit import summary_line
 from testbed.harness.chaos.options import parse_options
 from testbed.harness.chaos.run import Chaos, say

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import argparse
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed.common import DEV
+from testbed.harness.base import HarnessParser
 
 
 @dataclass(frozen=True)
@@ -24,47 +22,29 @@ class Options:
     dev_dir: Path
 
 
-def _env_int(name: str, default: int) -> int:
-    return int(os.environ.get(name, default))
-
-
 def parse_options(argv: list[str] | None = None) -> Options:
-    parser = argparse.ArgumentParser(
-        prog="python -m testbed.harness.chaos",
-        description="The chaos suite (docs/chaos.md): many jobs, two operator replicas, leader kills, API "
-        "server restarts, injected failures, preemptions, node loss, job deletions; then an audit.",
+    parser = HarnessParser(
+        "chaos",
+        "CHAOS",
+        "The chaos suite (docs/chaos.md): many jobs, two operator replicas, leader kills, API server "
+        "restarts, injected failures, preemptions, node loss, job deletions; then an audit.",
+        dev_dir="chaos",
     )
-    add = parser.add_argument
-    add("--jobs", type=int, default=_env_int("CHAOS_JOBS", 60), help="TrainingJobs (2 workers each)")
-    add("--leader-kills", type=int, default=_env_int("CHAOS_LEADER_KILLS", 20), help="kill -9 of the leader")
-    add("--sigterm-kills", type=int, default=_env_int("CHAOS_SIGTERM_KILLS", 3), help="SIGTERM of the leader")
-    add(
-        "--apiserver-restarts",
-        type=int,
-        default=_env_int("CHAOS_APISERVER_RESTARTS", 3),
-        help="restarts of kube-apiserver",
-    )
-    add("--node-losses", type=int, default=_env_int("CHAOS_NODE_LOSSES", 2), help="nodes whose kubelet dies")
-    add(
-        "--faults-per-round",
-        type=int,
-        default=_env_int("CHAOS_FAULTS_PER_ROUND", 6),
-        help="jobs faulted in each round",
-    )
-    add(
-        "--job-deletions",
-        type=int,
-        default=_env_int("CHAOS_JOB_DELETIONS", 6),
-        help="jobs deleted while they restart",
-    )
-    add("--seed", type=int, default=_env_int("CHAOS_SEED", 15))
-    add(
+    setting = parser.setting
+    setting("--jobs", int, 60, "TrainingJobs (2 workers each)")
+    setting("--leader-kills", int, 20, "kill -9 of the leader")
+    setting("--sigterm-kills", int, 3, "SIGTERM of the leader")
+    setting("--apiserver-restarts", int, 3, "restarts of kube-apiserver")
+    setting("--node-losses", int, 2, "nodes whose kubelet dies")
+    setting("--faults-per-round", int, 6, "jobs faulted in each round")
+    setting("--job-deletions", int, 6, "jobs deleted while they restart")
+    setting("--seed", int, 15)
+    setting(
         "--round-timeout",
-        type=float,
-        default=float(os.environ.get("CHAOS_ROUND_TIMEOUT", "240")),
-        help="seconds a round may take to settle before its jobs count as unconverged",
+        float,
+        240.0,
+        "seconds a round may take to settle before its jobs count as unconverged",
     )
-    add("--dev-dir", type=Path, default=Path(os.environ.get("CHAOS_DEV_DIR", DEV / "chaos")))
     parsed = parser.parse_args(argv)
     if parsed.jobs < 2:
         parser.error("--jobs must be at least 2")

@@ -19,7 +19,7 @@ from controller.resources import NAMESPACES, TRAININGJOBS
 from controller.runtime.client import KubeClient
 from controller.runtime.errors import KubeError
 from testbed.common import JsonDict, Say, ToolError, wait_until
-from testbed.harness.bench.cluster import fresh_cluster, run_devcluster
+from testbed.harness.base import HarnessCluster
 from testbed.harness.chaos import audit
 from testbed.harness.chaos.cluster import (
     NAMESPACE,
@@ -56,13 +56,13 @@ class Chaos:
     unconverged: set[str] = field(default_factory=set)
     skipped: int = 0
     first_writes: list[float] = field(default_factory=list)
-    _client: KubeClient | None = None
     _replicas: Replicas | None = None
     _observer: Observer | None = None
-    _cluster_started: bool = False
+    cluster: HarnessCluster = field(init=False)
 
     def __post_init__(self) -> None:
         options = self.options
+        self.cluster = HarnessCluster("chaos", options.dev_dir, say)
         self.plan = make_plan(
             options.seed,
             options.jobs,
@@ -76,9 +76,7 @@ class Chaos:
 
     @property
     def client(self) -> KubeClient:
-        if self._client is None:
-            raise ToolError("the chaos cluster is not up")
-        return self._client
+        return self.cluster.client
 
     @property
     def replicas(self) -> Replicas:
@@ -141,7 +139,7 @@ class Chaos:
                 say(f"{stopped.name} ({'killed' if how is signal.SIGKILL else 'stopped'}) led; injecting")
                 handover = (planned.disturbance.value, at)
             case Disturbance.APISERVER:
-                run_devcluster(self.options.dev_dir, "restart", "kube-apiserver")
+                self.cluster.restart("kube-apiserver")
                 wait_until("the API server", self._api_answers, timeout=120, interval=0.5)
             case Disturbance.NODE_LOSS:
                 node, jobs = node_with_most_pods(self.client)
@@ -251,10 +249,8 @@ class Chaos:
 
     def up(self) -> None:
         dev_dir = self.options.dev_dir
-        say(f"starting the chaos cluster in {dev_dir}")
-        self._cluster_started = True
-        self._client = fresh_cluster(dev_dir, NAMESPACE)
-        kubeconfig = dev_dir / "kubeconfig"
+        self.cluster.start(NAMESPACE)
+        kubeconfig = self.cluster.kubeconfig
         logs = dev_dir / "replicas"
         shutil.rmtree(logs, ignore_errors=True)
         logs.mkdir(parents=True)
@@ -272,8 +268,4 @@ class Chaos:
         if self._replicas is not None:
             say("stopping the replicas")
             self._replicas.stop_all()
-        if self._client is not None:
-            self._client.close()
-        if self._cluster_started:
-            say("stopping the chaos cluster")
-            run_devcluster(self.options.dev_dir, "down", check=False)
+        self.cluster.stop()

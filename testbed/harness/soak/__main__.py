@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from testbed.harness.bench.report import run_to_end
+from testbed.harness.base import run_to_end
 from testbed.harness.soak.options import parse_options
 from testbed.harness.soak.run import Soak, say
 

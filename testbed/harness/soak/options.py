@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import argparse
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed.common import DEV
+from testbed.harness.base import HarnessParser
 
 
 @dataclass(frozen=True)
@@ -21,33 +19,30 @@ class Options:
 
 
 def parse_options(argv: list[str] | None = None) -> Options:
-    parser = argparse.ArgumentParser(
-        prog="python -m testbed.harness.soak",
-        description="Keeps TrainingJobs churning against the operator for a bounded time and reports its "
-        "RSS and CPU over time (docs/soak.md).",
+    parser = HarnessParser(
+        "soak",
+        "SOAK",
+        "Keeps TrainingJobs churning against the operator for a bounded time and reports its RSS and CPU "
+        "over time (docs/soak.md).",
+        dev_dir="soak",
     )
-    add = parser.add_argument
-    add("--jobs", type=int, default=int(os.environ.get("SOAK_JOBS", "200")), help="jobs in flight")
-    add(
-        "--seconds",
-        type=float,
-        default=float(os.environ.get("SOAK_SECONDS", "900")),
-        help="how long to churn",
-    )
-    add(
+    setting = parser.setting
+    setting("--jobs", int, 200, "jobs in flight")
+    setting("--seconds", float, 900.0, "how long to churn")
+    setting(
         "--sample-every",
-        type=float,
-        default=float(os.environ.get("SOAK_SAMPLE_SECONDS", "10")),
-        help="seconds between samples of the operator's RSS and CPU",
+        float,
+        10.0,
+        "seconds between samples of the operator's RSS and CPU",
+        variable="SOAK_SAMPLE_SECONDS",
     )
-    add(
+    setting(
         "--tolerance-mb",
-        type=float,
-        default=float(os.environ.get("SOAK_TOLERANCE_MB", "5")),
-        help="RSS growth between the two later halves of the run that still counts as levelled off",
+        float,
+        5.0,
+        "RSS growth between the two later halves of the run that still counts as levelled off",
     )
-    add("--seed", type=int, default=int(os.environ.get("SOAK_SEED", "15")))
-    add("--dev-dir", type=Path, default=Path(os.environ.get("SOAK_DEV_DIR", DEV / "soak")))
+    setting("--seed", int, 15)
     parsed = parser.parse_args(argv)
     if parsed.jobs < 1 or parsed.seconds <= 0 or parsed.sample_every <= 0:
         parser.error("--jobs, --seconds and --sample-every must be positive")

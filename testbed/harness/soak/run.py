@@ -12,7 +12,7 @@ from controller.runtime.client import KubeClient
 from controller.runtime.clock import parse_time
 from controller.runtime.errors import KubeError
 from testbed.common import JsonDict, Say, ToolError, wait_until
-from testbed.harness.bench.cluster import fresh_cluster, run_devcluster
+from testbed.harness.base import HarnessCluster
 from testbed.harness.bench.operator import Operator
 from testbed.harness.soak.analysis import Sample, level_off, summary
 from testbed.harness.soak.churn import NAMESPACE, Churn
@@ -26,15 +26,15 @@ TICK_SECONDS = 2.0
 class Soak:
     options: Options
     samples: list[Sample] = field(default_factory=list)
-    _client: KubeClient | None = None
     _operator: Operator | None = None
-    _cluster_started: bool = False
+    cluster: HarnessCluster = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.cluster = HarnessCluster("soak", self.options.dev_dir, say)
 
     @property
     def client(self) -> KubeClient:
-        if self._client is None:
-            raise ToolError("the soak cluster is not up")
-        return self._client
+        return self.cluster.client
 
     @property
     def operator(self) -> Operator:
@@ -97,10 +97,8 @@ class Soak:
 
     def up(self) -> None:
         dev_dir = self.options.dev_dir
-        say(f"starting the soak cluster in {dev_dir}")
-        self._cluster_started = True
-        self._client = fresh_cluster(dev_dir, NAMESPACE)
-        kubeconfig = dev_dir / "kubeconfig"
+        self.cluster.start(NAMESPACE)
+        kubeconfig = self.cluster.kubeconfig
         self._operator = Operator(kubeconfig, dev_dir / "operator.log", ("--progress-interval=1s",))
         self.operator.start()
         wait_until("the operator to lead", self.operator.ready, timeout=120, guard=self.operator.check_alive)
@@ -111,8 +109,4 @@ class Soak:
         if self._operator is not None:
             say("stopping the operator")
             self._operator.stop()
-        if self._client is not None:
-            self._client.close()
-        if self._cluster_started:
-            say("stopping the soak cluster")
-            run_devcluster(self.options.dev_dir, "down", check=False)
+        self.cluster.stop()
