@@ -19,6 +19,7 @@ import pytest
 from controller import manager
 from controller.runtime import events
 from crd import kube_openapi, kube_schemas
+from crd.contract import Condition, State
 from crd.openapi import INT32_MAX
 from crd.render import CRD_FILE_NAME, rules
 from crd.schema import custom_resource_definition, open_api_schema
@@ -238,3 +239,17 @@ def test_the_docs_name_and_count_the_progress_helpers_files() -> None:
     progress = " ".join((REPO / "docs" / "progress.md").read_text().split())
     listed = stated(progress, r"and the modules it imports \(([^:]+):")
     assert sorted(name.strip("` ") for name in listed.split(",")) == [m for m in modules if m != "__init__"]
+
+
+# ------------------------------------------------------------------------ README's states and conditions
+
+
+def test_readme_lists_every_state_and_condition() -> None:
+    text = (REPO / "README.md").read_text()
+    section = text[text.index("### Status") :]
+    start = section.index("| state |")
+    table = section[start : section.index("\n\n", start)]
+    states = [line.split(" | ")[0].strip("| ") for line in table.splitlines()[2:] if line.startswith("| ")]
+    assert states == [state.value for state in State]
+    listed = stated(" ".join(section.split()), r"Conditions follow the API conventions: ([^.]+)\.")
+    assert re.split(r", | and ", listed) == [condition.value for condition in Condition]
