@@ -17,9 +17,10 @@ from typing import Any, Final
 import pytest
 
 from controller import manager
-from controller.runtime import events
-from crd import kube_openapi, kube_schemas
+from controller.runtime import boundedjson, events
+from crd import contract, kube_openapi, kube_schemas
 from crd.contract import Condition, State
+from crd.defaults import subschema
 from crd.openapi import INT32_MAX
 from crd.render import CRD_FILE_NAME, rules
 from crd.schema import custom_resource_definition, open_api_schema
@@ -253,3 +254,17 @@ def test_readme_lists_every_state_and_condition() -> None:
     assert states == [state.value for state in State]
     listed = stated(" ".join(section.split()), r"Conditions follow the API conventions: ([^.]+)\.")
     assert re.split(r", | and ", listed) == [condition.value for condition in Condition]
+
+
+# ------------------------------------------------------------------------------------ docs/limits.md
+
+
+def test_limits_doc_states_the_bounds_the_code_has() -> None:
+    text = " ".join((REPO / "docs" / "limits.md").read_text().split())
+    assert int(stated(text, r"Any value nested deeper than (\d+) levels")) == boundedjson.DEFAULT_MAX_DEPTH
+    assert (
+        int(stated(text, r"`metadata\.name` is a DNS-1035 label of at most (\d+)")) == contract.MAX_JOB_NAME
+    )
+    backoff = subschema("spec")["properties"]["failurePolicy"]["properties"]["restartBackoff"]
+    multiplier = stated(text, r"`failurePolicy\.restartBackoff\.multiplier` is at most (\d+)")
+    assert int(multiplier) == backoff["properties"]["multiplier"]["maximum"]
