@@ -268,3 +268,16 @@ def test_limits_doc_states_the_bounds_the_code_has() -> None:
     backoff = subschema("spec")["properties"]["failurePolicy"]["properties"]["restartBackoff"]
     multiplier = stated(text, r"`failurePolicy\.restartBackoff\.multiplier` is at most (\d+)")
     assert int(multiplier) == backoff["properties"]["multiplier"]["maximum"]
+
+
+def test_readme_states_the_soak_and_chaos_runs_settings() -> None:
+    readme = (REPO / "README.md").read_text()
+    soak = re.search(r"\| `make soak` \| (\d+) jobs churning [^|]* for (\d+) minutes", readme)
+    assert soak, "README's make soak row"
+    assert (int(soak[1]), int(soak[2]) * 60) == (make_default("SOAK_JOBS"), make_default("SOAK_SECONDS"))
+    chaos = re.search(
+        r"\| `make chaos` \| (\d+) jobs, two replicas, (\d+) kills of the leader, (\d+) API", readme
+    )
+    assert chaos, "README's make chaos row"
+    settings = ("CHAOS_JOBS", "CHAOS_LEADER_KILLS", "CHAOS_APISERVER_RESTARTS")
+    assert tuple(int(value) for value in chaos.groups()) == tuple(make_default(name) for name in settings)
