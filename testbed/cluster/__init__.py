@@ -13,11 +13,13 @@ Standard library only: it runs before any project dependency is installed. Its m
 - components: each component's command line; nodes: the fake GPU nodes;
 - lifecycle: up, down, restart, and stopping or starting one component on purpose;
 - extras: dev processes registered with the cluster (`run`, `stop <name>`);
-- optional: components added on request (`up --with kueue,coscheduling`, also to a running cluster):
-  kueue (Kueue's controller manager, its Configuration and webhooks) and coscheduling (the
-  scheduler-plugins scheduler as a second scheduler), the real node (realnode, nodeconfig, nodehost,
-  apiforward, storage) and netpolicies (a NetworkPolicy enforcer on it, the API server's endpoint off it);
+- kube_bins: hack/kube-bins.sh's Python side (the binaries, built on first use; background builds);
+- podstatus and kwok: what a kubelet writes when a pod's containers end, for pods on kwok's nodes;
+- kubectl and handle: the tests' kubectl, `wait_for`, and `Cluster`, a cluster by its directory;
 - __main__: the command line (hack/dev-cluster.sh).
+
+Components added on request (`up --with`) are testbed/addons' (Kueue, the coscheduling scheduler)
+and testbed/node's (the real node, its NetworkPolicy enforcer). See README.md beside this file.
 
 `stop <component>` takes one component down on purpose (an API server outage for as long as a test
 needs) and `start <component>` brings it back with the same flags and port. A component stopped on
