@@ -1,7 +1,7 @@
 """The fuzz property on the real cluster: no generated TrainingJob can leave the operator without a
 clear outcome, hurt it, or stop other jobs (issue 15; tests/fuzz/harness.py says what is checked).
 
-`make test` runs a fixed-seed sample (FUZZ_EXAMPLES defaults to 100, about a minute); `make fuzz`
+`make test` runs a fixed-seed sample (FUZZ_EXAMPLES defaults to 100; docs/fuzz.md says how long); `make fuzz`
 runs the long run (FUZZ_EXAMPLES=1700) and shrinks every kind of violation to a minimal manifest,
 written to FUZZ_FINDINGS (tests/fuzz/findings/ by default) for tests/fuzz/regressions/. The summary
 line is printed at the end of pytest's output.

@@ -210,7 +210,7 @@ def test_fuzz_doc_states_the_harness_bounds() -> None:
     assert (int(per_job), int(per_pod)) == (judge.WRITES_PER_JOB, judge.WRITES_PER_POD)
 
 
-@pytest.mark.parametrize("doc", ["schema.md"])
+@pytest.mark.parametrize("doc", ["schema.md", "fuzz.md"])
 def test_the_docs_checked_here_say_so(doc: str) -> None:
     """A reader who changes a figure finds where it is checked (and so edits both)."""
     assert "tests/unit/test_docs_figures.py" in (REPO / "docs" / doc).read_text()
