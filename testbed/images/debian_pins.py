@@ -6,8 +6,9 @@ can name a root filesystem built here, and debootstrap installs whatever the mac
 serves that day, which moves with each point release. So the stand-in's equivalent of a digest is the
 list of its packages and their versions: recorded by `make pin-base-image` (`python3 -m testbed.images
 pin-base`), part of the base image's key, and compared with what debootstrap installed on every cold
-build, which stops with one line naming the differences when the mirror has moved on. Standard
-library only.
+build, which says in one warning line what differs when the mirror has moved on (a mirror serves only
+the newest version of each package, so the build cannot install an older one; it goes on with what
+the mirror serves and records that in the image). Standard library only.
 """
 
 from __future__ import annotations
