@@ -35,6 +35,17 @@ class ToolError(Exception):
     """A failure with a message meant for the person at the terminal: printed as one line, no traceback."""
 
 
+def reader_gone() -> int:
+    """What a command does once whoever reads its output has stopped (`hack/dev-cluster.sh status |
+    head`): nothing more is written and no traceback is printed; the exit status is the one a shell
+    gives a process ended by SIGPIPE. stdout goes to /dev/null, so the interpreter's last flush at
+    exit has nowhere to fail."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + 13
+
+
 class Say:
     """Prints progress lines `[<program> <m>m<ss>s] message`, timed from when it was made."""
 

@@ -33,7 +33,7 @@ from testbed.cluster.state import (
     say,
     stopped_components,
 )
-from testbed.common import ToolError, still_running
+from testbed.common import ToolError, reader_gone, still_running
 from testbed.node import netpolicies, realnode
 
 ALL_COMPONENTS = (*COMPONENTS, *OPTIONAL_COMPONENTS, *NODE_COMPONENTS, *NETWORK_POLICY_COMPONENTS)
@@ -183,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         say("interrupted")
         return 130
+    except BrokenPipeError:
+        return reader_gone()
 
 
 if __name__ == "__main__":

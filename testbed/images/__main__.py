@@ -14,7 +14,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from testbed.common import REPO, Say, ToolError
+from testbed.common import REPO, Say, ToolError, reader_gone
 from testbed.images import base, cache
 from testbed.images.builder import IMAGES, describe, ensure_all
 from testbed.images.cache import Image
@@ -73,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     except ToolError as error:
         print(f"images: {error}", file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        return reader_gone()
     return 0
 
 
