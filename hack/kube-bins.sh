@@ -206,6 +206,19 @@ version_kube_network_policies() {
   python3 -c 'import json, sys; print("source", json.load(open(sys.argv[1]))["Version"])' "$2/module.json"
 }
 
+# The image registry of the local cluster (testbed/node/registry.py): the CNCF distribution project's
+# `registry`, stamped with its version as its Makefile does. Built without the build tags of the cloud
+# storage drivers: it stores on the filesystem only.
+component_registry() {
+  MODULE=github.com/distribution/distribution/v3 VERSION=$REGISTRY_VERSION PACKAGE=cmd/registry HOW=install
+  RECIPE=1 VERSION_ARGS=(--version)
+}
+
+ldflags_registry() {
+  local pkg=github.com/distribution/distribution/v3
+  echo " -X $pkg/version.version=$REGISTRY_VERSION -X $pkg/version.mainpkg=$pkg"
+}
+
 components() { declare -F | sed -n 's/^declare -f component_//p' | tr _ -; }
 
 describe_component() {

@@ -200,6 +200,7 @@ def test_components_are_asked_for_by_name(tmp_path: Path) -> None:
         f"kueue sigs.k8s.io/kueue {pinned('KUEUE_VERSION')}",
         "local-path-provisioner github.com/rancher/local-path-provisioner "
         + pinned("LOCAL_PATH_PROVISIONER_VERSION"),
+        f"registry github.com/distribution/distribution/v3 {pinned('REGISTRY_VERSION')}",
         f"scheduler-plugins sigs.k8s.io/scheduler-plugins {pinned('SCHEDULER_PLUGINS_VERSION')}",
         f"training-operator github.com/kubeflow/training-operator {pinned('TRAINING_OPERATOR_VERSION')}",
     ]
@@ -207,7 +208,7 @@ def test_components_are_asked_for_by_name(tmp_path: Path) -> None:
     assert unknown.returncode == 2
     assert (
         "unknown component 'no-such-component'; one of: containerd coredns helm kube-network-policies "
-        "kubelet kueue local-path-provisioner scheduler-plugins training-operator" in unknown.stderr
+        "kubelet kueue local-path-provisioner registry scheduler-plugins training-operator" in unknown.stderr
     )
     assert not (tmp_path / "components").exists()
 
