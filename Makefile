@@ -14,6 +14,10 @@ VENV_PY := $(VENV)/bin/python
 RUNTIME_STAMP := $(VENV)/.installed-runtime
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+# make test runs the suite in TEST_WORKERS processes, each with a cluster of its own; the real node's
+# tests in one of them (tests/sessions.py). TEST_WORKERS=0 runs it in one process, on one cluster.
+TEST_WORKERS ?= 3
+PARALLEL = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
 
 .PHONY: help
 help: ## list the targets
@@ -82,7 +86,7 @@ test: $(STAMP) promtool node-tools ## run the whole test suite (starts and stops
 	elif [ ! -e "$${TJ_CGROUP_FS:-/sys/fs/cgroup}/memory/cgroup.procs" ]; then echo "no cgroup v1 (this machine has \
 	cgroup v2 only): the real node's tests will be skipped (README.md, \"Quick start\")"; \
 	else hack/dev-cluster.sh build real-node; fi
-	$(VENV_PY) -m pytest -m 'not long' $(PYTEST_ARGS)
+	$(VENV_PY) -m pytest -m 'not long' $(PARALLEL) $(PYTEST_ARGS)
 
 # The tests that each run for minutes and prove what shorter tests of the same path prove too
 # (marked `long`): TensorFlow's ParameterServerStrategy and its gang restart (make test trains

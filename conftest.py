@@ -29,14 +29,20 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from crd import contract
-from testbed import (
+from tests import sessions
+
+# Before anything imports the testbed (it reads TJ_DEV_DIR once): an xdist worker's own cluster dir.
+sessions.use_worker_dir()
+
+from crd import contract  # noqa: E402
+from testbed import (  # noqa: E402
     BUILDS,
     NETWORK_POLICIES,
     REAL_NODE,
@@ -48,7 +54,7 @@ from testbed import (
     is_cached,
     wait_for,
 )
-from tests.cluster import DEV, REPO, SESSION, require_optional
+from tests.cluster import DEV, REPO, SESSION, require_optional  # noqa: E402
 
 CRD_DIR = REPO / "crd"
 
@@ -69,6 +75,10 @@ def install_crds(kubectl: Kubectl) -> None:
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Kubectl]:
     """An admin kubectl for the session's control plane, with the project's CRDs Established."""
+    if sessions.worker_dir(os.environ) is None:
+        refused = sessions.claim_session(DEV)
+        if refused:
+            pytest.exit(refused, returncode=2)
     started_here = not SESSION.running()
     SESSION.up()
     kubectl = SESSION.kubectl
@@ -161,6 +171,7 @@ def real_node(cluster: Kubectl) -> Kubectl:
     reasons = REAL_NODE.missing_prerequisites()
     if reasons:
         pytest.skip("the real node cannot run here: " + "; ".join(reasons))
+    sessions.claim_real_node(say=lambda line: print(line, file=sys.stderr, flush=True))
     require_optional("real-node")
     return cluster
 
@@ -218,23 +229,52 @@ FIXTURE_MARKERS = {
 }
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests using the cluster fixture are marked `cluster`, those using a built component (helm,
     kueue, coscheduling, the node images) `components`, those on the real node `real_node` and
     `components` (it is built too): `-m "not cluster and not components"` runs the unit tests alone
     (`make unit`). On a machine that has not built every optional component the selected tests need,
-    the modules that need one run last (`later_when_uncached`)."""
+    the modules that need one run last (`later_when_uncached`). In parallel runs (`make test`) each
+    cluster test gets its xdist group (tests/sessions.py): the real node's, or its module's; first,
+    so that xdist files the test under it."""
     for item in items:
         for fixture, marker in FIXTURE_MARKERS.items():
             if fixture in getattr(item, "fixturenames", ()):
                 item.add_marker(marker)
                 if fixture == "real_node":
                     item.add_marker(pytest.mark.components)
+        if getattr(config.option, "loadgroup", False) and item.get_closest_marker("cluster"):
+            module = item.nodeid.split("::")[0]
+            marked = item.get_closest_marker("real_node") is not None
+            item.add_marker(pytest.mark.xdist_group(sessions.group_of(module, _fixtures(item), marked)))
     needs = [(item.nodeid.split("::")[0], _components(item)) for item in items]
     wanted = {component for _, components in needs for component in components}
-    uncached = {component for component in wanted if not is_cached(component)}
+    uncached = {component for component in wanted if component in _uncached(wanted)}
     if uncached:
         items[:] = [items[index] for index in later_when_uncached(needs, uncached)]
+
+
+def _uncached(components: set[str]) -> set[str]:
+    """The components not cached: as the session's controller found them before its workers started
+    (every worker must collect the same tests in the same order, whatever a build finishes meanwhile),
+    else as the cache says now."""
+    found = os.environ.get(sessions.UNCACHED)
+    if found is not None:
+        return set(filter(None, found.split(",")))
+    return {component for component in components if not is_cached(component)}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The controller of a parallel run holds the session's cluster directory and tells its workers
+    which components are not cached yet."""
+    if sessions.worker_dir(os.environ) is not None or not config.getoption("numprocesses", None):
+        return
+    refused = sessions.claim_session(DEV)
+    if refused:
+        pytest.exit(refused, returncode=2)
+    components = sorted(set(FIXTURE_BUILDS.values()) | set(BUILDS.values()))
+    os.environ[sessions.UNCACHED] = ",".join(c for c in components if not is_cached(c))
 
 
 def _fixtures(item: pytest.Item) -> tuple[str, ...]:
@@ -283,7 +323,8 @@ def later_when_uncached(needs: list[tuple[str, tuple[str, ...]]], uncached: set[
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    if session.config.option.collectonly:
+    # In a parallel run, the first worker builds for all (each collects every test).
+    if session.config.option.collectonly or os.environ.get(sessions.WORKER, "gw0") != "gw0":
         return
     components = [_components(item) for item in session.items]
     builds = BackgroundBuilds(builds_in_order_of_need(components), DEV / "background-builds.log")

@@ -321,8 +321,18 @@ def snapshot() -> dict[str, Any]:
             str(path.relative_to(CGROUP_FS)) for h in hierarchies() for path in h.iterdir() if path.is_dir()
         ),
         "fixed_paths": {str(path): path.exists() for path in fixed_paths()},
-        "listening": sorted(" ".join(line.split()[4:5]) for line in listening.splitlines()),
+        "listening": sorted(
+            address for line in listening.splitlines() if not _loopback(address := line.split()[4])
+        ),
     }
+
+
+def _loopback(address: str) -> bool:
+    """Whether a listening address (ss's `host:port`) is on loopback: the control planes, operators and
+    tests of other clusters on the machine listen there, and start and stop beside the node; the
+    node's own processes listen in its network namespace, which ss here does not see."""
+    host = address.rpartition(":")[0].strip("[]")
+    return host.startswith("127.") or host in ("::1", "::ffff:127.0.0.1")
 
 
 def _iptables_rules() -> list[str]:

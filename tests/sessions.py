@@ -1,0 +1,114 @@
+"""Who runs which cluster in a test session, when `make test` runs the suite in parallel processes.
+
+Why: most of the suite's time is spent waiting on a cluster (an operator to act, a pod to start, a
+deadline to pass), not computing, so `make test` runs it in pytest-xdist workers. A cluster is one
+test's world (its Lease, its CRDs and policies, its nodes, an API server a test restarts), so each
+worker gets its own, in a directory of its own under the session's (`<TJ_DEV_DIR or .dev>/workers/gwN`),
+and never sees another's. What the machine has once, the real node, goes to one worker: every test on
+it is in one xdist group (`xdist_group("real-node")`), and a session takes the machine's real node
+only once another session has let go of it. Tests of one module stay in one worker, in order (their
+module fixtures and their waits are written for that).
+
+Standard library only, and free of the testbed: conftest.py calls `use_worker_dir()` before anything
+imports the testbed, which reads TJ_DEV_DIR once.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
+from pathlib import Path
+from typing import IO, Final
+
+REPO: Final = Path(__file__).resolve().parent.parent
+WORKER: Final = "PYTEST_XDIST_WORKER"
+REAL_NODE_GROUP: Final = "real-node"
+# The fixtures that put a test on the real node.
+REAL_NODE_FIXTURES: Final = frozenset({"real_node", "network_policies"})
+# Whose real node it is: held by the session (process) that runs the node's tests, until it exits.
+REAL_NODE_LOCK: Final = Path(tempfile.gettempdir()) / "trainingjob-operator-real-node.lock"
+# The components the session's controller found uncached, for every worker to order its tests alike.
+UNCACHED: Final = "TJ_TEST_UNCACHED"
+
+# Open lock files stay referenced for as long as the process runs: closing one would release it.
+_held: list[IO[str]] = []
+
+
+def session_dir(environ: Mapping[str, str]) -> Path:
+    """The directory of the session's clusters: TJ_DEV_DIR, else the checkout's `.dev`."""
+    return Path(environ.get("TJ_DEV_DIR") or REPO / ".dev")
+
+
+def worker_dir(environ: Mapping[str, str]) -> Path | None:
+    """The cluster directory of this xdist worker, or None outside a worker."""
+    worker = environ.get(WORKER)
+    return session_dir(environ) / "workers" / worker if worker else None
+
+
+def use_worker_dir(environ: MutableMapping[str, str] = os.environ) -> None:
+    """In an xdist worker, points TJ_DEV_DIR at the worker's own cluster directory."""
+    directory = worker_dir(environ)
+    if directory is not None:
+        directory.mkdir(parents=True, exist_ok=True)
+        environ["TJ_DEV_DIR"] = str(directory)
+
+
+def group_of(module: str, fixtures: Iterable[str], marked_real_node: bool) -> str:
+    """The xdist group of a test: the real node's, or its module's."""
+    if marked_real_node or REAL_NODE_FIXTURES.intersection(fixtures):
+        return REAL_NODE_GROUP
+    return module
+
+
+def _try_lock(path: Path) -> tuple[IO[str] | None, str]:
+    """(the open lock file, "") when this process got the lock, else (None, who holds it)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = path.open("a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "holder unknown"
+        handle.close()
+        return None, holder
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"pid {os.getpid()} in {REPO}\n")
+    handle.flush()
+    return handle, ""
+
+
+def claim_session(directory: Path) -> str | None:
+    """Takes the session lock of a cluster directory for as long as this process runs; None when
+    taken, else one line saying who holds it (another session would share, and tear down, its
+    clusters)."""
+    handle, holder = _try_lock(directory / "session.lock")
+    if handle is None:
+        return (
+            f"another test session uses the clusters of {directory} ({holder}): "
+            "wait for it to end, or give this one its own with TJ_DEV_DIR"
+        )
+    _held.append(handle)
+    return None
+
+
+def claim_real_node(say: Callable[[str], None], poll: float = 5.0, every: float = 60.0) -> None:
+    """Waits until no other session on the machine holds its real node, then holds it until this
+    process exits (the node is torn down with the session's cluster, after every fixture)."""
+    if any(Path(handle.name) == REAL_NODE_LOCK for handle in _held):
+        return
+    started = time.monotonic()
+    last_said = -every
+    while True:
+        handle, holder = _try_lock(REAL_NODE_LOCK)
+        if handle is not None:
+            _held.append(handle)
+            return
+        waited = time.monotonic() - started
+        if waited - last_said >= every:
+            say(f"waiting for the machine's real node: another test session holds it ({holder})")
+            last_said = waited
+        time.sleep(poll)

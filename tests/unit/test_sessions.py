@@ -1,0 +1,105 @@
+"""tests/sessions.py: each parallel worker's cluster directory, the tests' groups, the session and real
+node locks (a second session refused in one line, a waiting real node)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests import sessions
+
+
+def test_a_worker_gets_a_directory_of_its_own_under_the_sessions() -> None:
+    assert sessions.worker_dir({}) is None
+    assert sessions.worker_dir({"TJ_DEV_DIR": "/d"}) is None
+    assert sessions.worker_dir({"TJ_DEV_DIR": "/d", sessions.WORKER: "gw2"}) == Path("/d/workers/gw2")
+    assert sessions.worker_dir({sessions.WORKER: "gw0"}) == sessions.REPO / ".dev" / "workers" / "gw0"
+
+
+def test_use_worker_dir_points_tj_dev_dir_at_it(tmp_path: Path) -> None:
+    environ = {"TJ_DEV_DIR": str(tmp_path), sessions.WORKER: "gw1"}
+    sessions.use_worker_dir(environ)
+    assert environ["TJ_DEV_DIR"] == str(tmp_path / "workers" / "gw1")
+    assert (tmp_path / "workers" / "gw1").is_dir()
+    outside = {"TJ_DEV_DIR": str(tmp_path)}
+    sessions.use_worker_dir(outside)
+    assert outside == {"TJ_DEV_DIR": str(tmp_path)}
+
+
+@pytest.mark.parametrize(
+    ("fixtures", "marked", "group"),
+    [
+        (("cluster", "namespace"), False, "tests/e2e/test_x.py"),
+        (("cluster", "real_node"), False, sessions.REAL_NODE_GROUP),
+        (("cluster", "network_policies"), False, sessions.REAL_NODE_GROUP),
+        (("cluster",), True, sessions.REAL_NODE_GROUP),
+    ],
+)
+def test_the_real_nodes_tests_share_a_group_and_the_rest_stay_with_their_module(
+    fixtures: tuple[str, ...], marked: bool, group: str
+) -> None:
+    assert sessions.group_of("tests/e2e/test_x.py", fixtures, marked) == group
+
+
+# A process that holds a session's lock (argv: "session" and its directory, or "lock" and a lock file).
+HOLD = """
+import sys, time
+from pathlib import Path
+from tests import sessions
+kind, path = sys.argv[1], Path(sys.argv[2])
+handle = sessions._try_lock(path)[0] if kind == "lock" else None  # kept: a closed file lets go
+held = handle is not None if kind == "lock" else sessions.claim_session(path) is None
+print("held" if held else "refused", flush=True)
+time.sleep(60)
+"""
+
+
+def holding(kind: str, path: Path) -> subprocess.Popen[str]:
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, kind, str(path)], cwd=sessions.REPO, stdout=subprocess.PIPE, text=True
+    )
+    assert holder.stdout is not None
+    assert holder.stdout.readline().strip() == "held"
+    return holder
+
+
+def test_a_second_session_on_the_same_clusters_is_refused_in_one_line(tmp_path: Path) -> None:
+    holder = holding("session", tmp_path)
+    try:
+        refused = sessions.claim_session(tmp_path)
+        assert refused is not None
+        assert "\n" not in refused
+        assert f"another test session uses the clusters of {tmp_path} (pid {holder.pid} in" in refused
+        assert "TJ_DEV_DIR" in refused
+    finally:
+        holder.kill()
+        holder.wait()
+    assert sessions.claim_session(tmp_path) is None  # its holder gone, the lock is free
+
+
+def test_the_real_node_is_waited_for_while_another_session_holds_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lock = tmp_path / "real-node.lock"
+    monkeypatch.setattr(sessions, "REAL_NODE_LOCK", lock)
+    holder = holding("lock", lock)
+    said: list[str] = []
+
+    def say_and_let_go(line: str) -> None:
+        said.append(line)
+        holder.kill()
+        holder.wait()
+
+    try:
+        sessions.claim_real_node(say=say_and_let_go, poll=0.05)
+    finally:
+        holder.kill()
+        holder.wait()
+    holds = f"pid {holder.pid} in {sessions.REPO}"
+    assert said == [f"waiting for the machine's real node: another test session holds it ({holds})"]
+    assert any(Path(handle.name) == lock for handle in sessions._held)
+    sessions.claim_real_node(say=said.append)  # held already: returns at once, says nothing
+    assert len(said) == 1
