@@ -6,12 +6,13 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 VENV_PY := $(VENV)/bin/python
-# Two installs into the same virtualenv: the operator's runtime dependencies (all the demo needs) and
-# the dev tools, the testbed (testbed/pyproject.toml, with its harness's dependencies) and the frameworks'
-# extras for the tests: `train` (torch, about 5 GB), `tensorflow`
-# (tensorflow-cpu) and `jax` (jax with its CPU jaxlib). The dev install is a superset, so it satisfies
-# the runtime stamp too.
+# Three installs into the same virtualenv: the operator's runtime dependencies; those and torch (the
+# `train` extra, about 5 GB: what make demo needs, its trainer image is built from it); and the dev
+# tools, the testbed (testbed/pyproject.toml, with its harness's dependencies) and the frameworks'
+# extras for the tests: `train`, `tensorflow` (tensorflow-cpu) and `jax` (jax with its CPU jaxlib).
+# Each is a superset of the one before, so the dev install satisfies the other two stamps too.
 RUNTIME_STAMP := $(VENV)/.installed-runtime
+DEMO_STAMP := $(VENV)/.installed-demo
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 # make test runs the suite in TEST_WORKERS processes, each with a cluster of its own; the real node's
@@ -35,10 +36,12 @@ DEMO_STEP_SECONDS ?= 0.1
 export DEMO_NAMESPACE DEMO_METRICS_PORT DEMO_HEALTH_PORT DEMO_TIMEOUT DEMO_STEP_SECONDS
 
 .PHONY: demo
+# It installs and builds only what its job runs: .venv with the runtime dependencies and torch (not the
+# dev tools, TensorFlow or JAX), and of the real node's images its own and the torch trainer's.
 demo: ## start here: local cluster with a real node, operator, and a TrainingJob trained to Completed in containers
 	@PYTHON=$(PYTHON) hack/preflight.sh
-	@$(MAKE) --no-print-directory venv node-tools
-	hack/dev-cluster.sh up --with real-node
+	@$(MAKE) --no-print-directory demo-venv node-tools
+	TJ_TRAINER_VENV=$(abspath $(VENV)) hack/dev-cluster.sh up --with real-node --images trainer-torch
 	@KUBECONFIG=$(DEV_DIR)/kubeconfig $(MAKE) --no-print-directory install KUBECTL=$(DEV_DIR)/bin/kubectl
 	$(VENV_PY) -m testbed.harness.demo
 
@@ -57,16 +60,24 @@ $(RUNTIME_STAMP): setup.cfg pyproject.toml
 	$(VENV_PY) -m pip install --quiet -e .
 	@touch $@
 
+$(DEMO_STAMP): setup.cfg pyproject.toml
+	$(make_venv)
+	$(VENV_PY) -m pip install --quiet -e '.[train]'
+	@touch $@ $(RUNTIME_STAMP)
+
 $(STAMP): setup.cfg pyproject.toml testbed/pyproject.toml
 	$(make_venv)
 	$(VENV_PY) -m pip install --quiet -e '.[dev,train,tensorflow,jax]' -e './testbed[harness]'
-	@touch $@ $(RUNTIME_STAMP)
+	@touch $@ $(DEMO_STAMP) $(RUNTIME_STAMP)
 
 .PHONY: venv
 venv: $(STAMP) ## create .venv with the operator and its dev tools
 
 .PHONY: runtime-venv
 runtime-venv: $(RUNTIME_STAMP) ## create .venv with the operator's runtime dependencies only (no torch)
+
+.PHONY: demo-venv
+demo-venv: $(DEMO_STAMP) ## create .venv with the operator's runtime dependencies and torch (what make demo needs)
 
 .PHONY: dev-cluster
 dev-cluster: ## start the local control plane (first run builds it from Go modules)

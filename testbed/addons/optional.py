@@ -36,7 +36,7 @@ from testbed.cluster.state import (
     write_state,
 )
 from testbed.common import ToolError, free_ports, http_ok, wait_until
-from testbed.node import netpolicies, realnode
+from testbed.node import netpolicies, nodeimages, realnode
 
 OPTIONAL: Final = WITH_CHOICES
 BUILDS: Final = {
@@ -66,15 +66,15 @@ def parse_with(text: str) -> list[str]:
     return names
 
 
-def build(names: list[str]) -> dict[str, Path]:
+def build(names: list[str], node_images: tuple[str, ...] = nodeimages.IMAGES) -> dict[str, Path]:
     """Each component's cache directory (hack/kube-bins.sh ensure): built the first time, then cached,
     the control plane's first (each runs on it). The real node's several binaries and images are built
     here too (its entry is the kubelet's directory; `add` finds the others in the cache again); its
     images meanwhile, in a thread: their cold build is mostly disk and network, the Go builds' CPU,
     and together they take the time of the longer instead of the sum (`make test` and `make demo` on
-    a fresh machine)."""
+    a fresh machine). The real node's images are `node_images` (realnode.selected_images)."""
     with ThreadPoolExecutor(max_workers=1) as pool:
-        images = pool.submit(realnode.build_images) if REAL_NODE in names else None
+        images = pool.submit(realnode.build_images, node_images) if REAL_NODE in names else None
         kube_bins.ensure()
         built = {
             name: realnode.build_binaries()["kubelet"]
@@ -120,15 +120,21 @@ def established(bin_dir: Path, crds: list[str]) -> bool:
     )
 
 
-def add(state: dict[str, Any], build_dirs: dict[str, Path], *, crds_installed: bool = False) -> None:
+def add(
+    state: dict[str, Any],
+    build_dirs: dict[str, Path],
+    *,
+    crds_installed: bool = False,
+    node_images: tuple[str, ...] = nodeimages.IMAGES,
+) -> None:
     """Makes every component in `build_dirs` run on the cluster of `state`: its CRDs applied (unless
-    `crds_installed`), its process started and serving. One that already runs is left alone, but its
-    CRDs are applied again (a test may have taken one away)."""
+    `crds_installed`), its process started and serving (the real node with `node_images`). One that
+    already runs is left alone, but its CRDs are applied again (a test may have taken one away)."""
     bin_dir = Path(state["bin_dir"])
     processes: dict[str, Any] = state["processes"]
     for name, build_dir in build_dirs.items():
         if name == REAL_NODE:
-            add_real_node(state)
+            add_real_node(state, node_images)
             continue
         if name == NETWORK_POLICIES:
             netpolicies.add(state, build_dir)
@@ -156,14 +162,15 @@ def add(state: dict[str, Any], build_dirs: dict[str, Path], *, crds_installed: b
         write_state("versions", state["versions"])
 
 
-def add_real_node(state: dict[str, Any]) -> None:
-    """Starts the real node; on a node that runs already, imports the images whose build changed since
-    (the operator's image follows the operator's code), so the node runs what the tree builds."""
+def add_real_node(state: dict[str, Any], images: tuple[str, ...] = nodeimages.IMAGES) -> None:
+    """Starts the real node with `images`; on a node that runs already, imports those of them not
+    there yet or whose build changed since (the operator's image follows the operator's code), so
+    the node runs what the tree builds."""
     if state.get("real_node"):
         say(f"{REAL_NODE} is already running")
-        realnode.import_images(realnode.build())
+        realnode.import_images(realnode.build(images), images)
         return
-    realnode.add(state, realnode.build())
+    realnode.add(state, realnode.build(images), images)
     state.setdefault("versions", {}).update(realnode.versions())
     write_state("versions", state["versions"])
 

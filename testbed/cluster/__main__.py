@@ -1,7 +1,8 @@
 """`hack/dev-cluster.sh`: the command line of the dev cluster (see the package's docstring).
 
-python3 -m testbed.cluster up [--with kueue,coscheduling,real-node,network-policies]|down|status|env
-python3 -m testbed.cluster remove|build real-node|kueue|coscheduling|network-policies
+python3 -m testbed.cluster up [--with kueue,coscheduling,real-node,network-policies] [--images all|NAME,...]
+python3 -m testbed.cluster down|status|env
+python3 -m testbed.cluster remove|build real-node|kueue|coscheduling|network-policies [--images ...]
 python3 -m testbed.cluster restart|stop|start <component>
 python3 -m testbed.cluster run <name> [--wait-http URL] -- <command...>
 python3 -m testbed.cluster stop <name>
@@ -27,6 +28,7 @@ from testbed.cluster.state import (
     NETWORK_POLICY_COMPONENTS,
     NODE_COMPONENTS,
     OPTIONAL_COMPONENTS,
+    REAL_NODE,
     WITH_CHOICES,
     dead_components,
     read_state,
@@ -34,7 +36,7 @@ from testbed.cluster.state import (
     stopped_components,
 )
 from testbed.common import ToolError, reader_gone, still_running
-from testbed.node import netpolicies, realnode
+from testbed.node import netpolicies, nodeimages, realnode
 
 ALL_COMPONENTS = (*COMPONENTS, *OPTIONAL_COMPONENTS, *NODE_COMPONENTS, *NETWORK_POLICY_COMPONENTS)
 
@@ -86,6 +88,25 @@ def env() -> None:
     print(f'export PATH={KUBECTL_LINK.parent}:"$PATH"')
 
 
+def add_images_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--images",
+        default=os.environ.get("TJ_NODE_IMAGES", nodeimages.ALL_IMAGES),
+        metavar="all|NAME,...",
+        help=(
+            "the real node's images to build and import besides its own (pause, busybox): "
+            f"{', '.join(nodeimages.IMAGES)}; default TJ_NODE_IMAGES, else all"
+        ),
+    )
+
+
+def node_images(names: list[str], text: str) -> tuple[str, ...]:
+    """The real node's images for `--images`, when the real node is among `names` or the cluster
+    has it (a stale cluster started again brings it back)."""
+    recorded = (read_state() or {}).get("optional") or []
+    return nodeimages.selected_images(text) if REAL_NODE in [*names, *recorded] else nodeimages.IMAGES
+
+
 def build_parser() -> argparse.ArgumentParser:
     description = (package_doc or "").splitlines()[0]
     parser = argparse.ArgumentParser(prog="hack/dev-cluster.sh", description=description)
@@ -103,6 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="",
         help="optional components to run too (built the first time); also adds them to a running cluster",
     )
+    add_images_option(up_parser)
     sub.add_parser("down", help="stop every process the cluster started and remove its run directory")
     remove_parser = sub.add_parser(
         "remove", help="take an optional part added with `up --with` off the cluster"
@@ -113,6 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="build the control plane and optional parts (binaries, the real node's images), start nothing",
     )
     build_parser_.add_argument("parts", metavar=",".join(WITH_CHOICES))
+    add_images_option(build_parser_)
     sub.add_parser("status", help="what runs, versions, ports and logs")
     sub.add_parser("env", help="print export lines for eval")
     restart_parser = sub.add_parser("restart", help="restart one component with the same flags and port")
@@ -137,18 +160,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 def dispatch(args: argparse.Namespace, command: list[str]) -> int:
     if args.command == "up":
+        with_optional = parse_with(args.with_optional)
         up(
             NodeShape(
                 args.nodes, args.gpus_per_node, args.cpu_per_node, args.memory_per_node, args.gpu_product
             ),
-            tuple(parse_with(args.with_optional)),
+            tuple(with_optional),
+            node_images(with_optional, args.images),
         )
     elif args.command == "down":
         down()
     elif args.command == "remove":
         remove_optional(args.part)
     elif args.command == "build":
-        for name in build(parse_with(args.parts)):
+        parts = parse_with(args.parts)
+        for name in build(parts, node_images(parts, args.images)):
             say(f"{name}: built and cached, nothing started")
     elif args.command == "restart":
         restart(args.component)

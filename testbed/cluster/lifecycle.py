@@ -50,7 +50,7 @@ from testbed.cluster.state import (
     write_state,
 )
 from testbed.common import REPO, ToolError, free_ports, http_ok, still_running
-from testbed.node import netpolicies, realnode
+from testbed.node import netpolicies, nodeimages, realnode
 
 # etcd keeps its data on tmpfs (in a fresh private directory) for speed; the cluster is disposable.
 SHM: Final = Path("/dev/shm")  # noqa: S108
@@ -59,11 +59,14 @@ CRD_DIR: Final = REPO / "crd"
 EXTRA_STOP_TIMEOUT: Final = 30.0
 
 
-def up(shape: NodeShape, with_optional: tuple[str, ...] = ()) -> None:
+def up(
+    shape: NodeShape, with_optional: tuple[str, ...] = (), node_images: tuple[str, ...] = nodeimages.IMAGES
+) -> None:
     """Starts the cluster unless it runs, then makes the optional components in `with_optional` run on
-    it (testbed/addons/optional.py); a cluster rebuilt after a crash gets back the ones it had."""
+    it (testbed/addons/optional.py), the real node with `node_images`; a cluster rebuilt after a crash
+    gets back the ones it had."""
     # A cold build takes minutes: done before the lock, so that other commands are not held up.
-    requested = optional.build(list(with_optional))
+    requested = optional.build(list(with_optional), node_images)
     recorded: list[str] = []
     with cluster_lock():
         state = read_state()
@@ -83,7 +86,7 @@ def up(shape: NodeShape, with_optional: tuple[str, ...] = ()) -> None:
                     raise ToolError(
                         f"cannot add {', '.join(requested)} while {', '.join(stopped)} is stopped"
                     )
-                optional.add(state, requested)
+                optional.add(state, requested, node_images=node_images)
                 return
             recorded = list(state.get("optional", []))
             running = sorted(set(state.get("processes", {})) - set(dead))
@@ -96,11 +99,18 @@ def up(shape: NodeShape, with_optional: tuple[str, ...] = ()) -> None:
         elif RUN.exists():
             say(f"removing a run directory without state ({RUN})")
             teardown({})
-        wanted = optional.build(recorded + [name for name in with_optional if name not in recorded])
-        start(kube_bins.ensure(), shape, wanted)
+        wanted = optional.build(
+            recorded + [name for name in with_optional if name not in recorded], node_images
+        )
+        start(kube_bins.ensure(), shape, wanted, node_images)
 
 
-def start(bin_dir: Path, shape: NodeShape, optional_builds: dict[str, Path] | None = None) -> None:
+def start(
+    bin_dir: Path,
+    shape: NodeShape,
+    optional_builds: dict[str, Path] | None = None,
+    node_images: tuple[str, ...] = nodeimages.IMAGES,
+) -> None:
     say(f"starting the control plane from {bin_dir}")
     RUN.mkdir(parents=True)
     etcd_data = Path(tempfile.mkdtemp(prefix="trainingjob-etcd-", dir=SHM if SHM.is_dir() else None))
@@ -163,7 +173,7 @@ def start(bin_dir: Path, shape: NodeShape, optional_builds: dict[str, Path] | No
             processes,
         )
         if optional_builds:
-            optional.add(read_state() or {}, optional_builds, crds_installed=True)
+            optional.add(read_state() or {}, optional_builds, crds_installed=True, node_images=node_images)
         say(f'ready: {shape.count} nodes x {shape.gpus} nvidia.com/gpu; `eval "$(hack/dev-cluster.sh env)"`')
     except BaseException:
         say("start failed; stopping what was started")

@@ -16,7 +16,7 @@ base plus torch and its dependencies from the test virtualenv). Each is cached u
 (README.md beside this file). Standard library only: runs with the system's python3.
 """
 
-from testbed.images.builder import IMAGES, describe, ensure, ensure_all
+from testbed.images.builder import IMAGES, describe, ensure, ensure_all, unavailable
 from testbed.images.cache import Image
 
-__all__ = ["IMAGES", "Image", "describe", "ensure", "ensure_all"]
+__all__ = ["IMAGES", "Image", "describe", "ensure", "ensure_all", "unavailable"]

@@ -85,6 +85,14 @@ def _check_tools(recipe: Recipe) -> None:
         )
 
 
+def unavailable(name: str, context: Context | None = None) -> str | None:
+    """Why image `name` cannot be built from what is installed here (a trainer whose framework the
+    virtualenv lacks), or None."""
+    context = context or Context()
+    specs = [spec for spec in trainer.TRAINERS if spec.name == recipe_of(name).name]
+    return trainer.not_installed(specs[0], context) if specs else None
+
+
 def ensure(name: str, context: Context | None = None) -> cache.Image:
     """The image `name`, built first (with its dependencies) unless the cache has it."""
     context = context or Context()

@@ -109,6 +109,20 @@ def installed_closure(venv: Path, roots: tuple[str, ...]) -> Closure:
     return _CLOSURES[memo_key]
 
 
+def not_installed(spec: TrainerSpec, context: Context) -> str | None:
+    """Why the trainer cannot be built here (its framework is missing from the virtualenv, as in
+    `make demo`'s, which has torch alone), or None. Reads the .dist-info directories' names only."""
+    try:
+        venv = context.trainer_venv()
+    except ToolError as error:
+        return str(error)
+    wanted = re.sub(r"[-_.]+", "-", spec.distributions[0]).lower()
+    for info in venv.glob("lib/python*/site-packages/*.dist-info"):
+        if re.sub(r"[-_.]+", "-", info.name.removesuffix(".dist-info").rsplit("-", 1)[0]).lower() == wanted:
+            return None
+    return f"{spec.distributions[0]} is not installed in {venv}"
+
+
 # ------------------------------------------------------------------------------------- references
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any, Final
 
@@ -36,30 +37,15 @@ from testbed.cluster.pki import issue, kubeconfig_text
 from testbed.cluster.processes import kubectl, spawn, stop_processes, wait_for
 from testbed.cluster.state import NODE_COMPONENTS, REAL_NODE, RUN, read_state, read_versions, say, write_state
 from testbed.common import REPO, ToolError, http_ok, wait_until
-from testbed.images import refs as images_refs
-from testbed.node import nodeconfig, nodehost, storage
+from testbed.node import nodeconfig, nodehost, nodeimages, storage
 from testbed.node.apiforward import inside
 from testbed.node.nodeconfig import NODE_NAME, NodePaths
+from testbed.node.nodeimages import IMAGES
 
 NAME: Final = REAL_NODE
 # The node's processes, in the order they start (they stop in the reverse order).
 PROCESSES: Final = NODE_COMPONENTS
 BUILDS: Final = ("kubelet", "containerd", "coredns", "local-path-provisioner")
-IMAGES: Final = (
-    "pause",
-    "busybox",
-    "base",
-    "operator",
-    "trainer-torch",
-    "trainer-tensorflow",
-    "trainer-jax",
-)
-IMAGE_KEY_LABEL: Final = "ml.example.com/image-key"
-# containerd's CRI reports an image with this label as pinned, and the kubelet never collects those.
-PINNED_LABEL: Final = "io.cri-containerd.pinned=pinned"
-# The trainer image (3 GB, 5.4 GB unpacked) took 93 s to import on 2 cores.
-IMPORT_TIMEOUT: Final = 900.0
-
 DRAIN_TIMEOUT: Final = 90.0
 
 
@@ -72,10 +58,11 @@ def paths() -> NodePaths:
     )
 
 
-def build() -> dict[str, Path]:
-    """The node's binaries, built the first time (hack/kube-bins.sh), and its images (testbed/images)."""
+def build(names: tuple[str, ...] = IMAGES) -> dict[str, Path]:
+    """The node's binaries, built the first time (hack/kube-bins.sh), and its images `names`
+    (testbed/images)."""
     built = build_binaries()
-    build_images()
+    build_images(names)
     return built
 
 
@@ -84,9 +71,9 @@ def build_binaries() -> dict[str, Path]:
     return {name: kube_bins.ensure(name) for name in BUILDS}
 
 
-def build_images() -> None:
+def build_images(names: tuple[str, ...] = IMAGES) -> None:
     require_prerequisites()
-    for name in IMAGES:
+    for name in names:
         images.ensure(name)
 
 
@@ -105,20 +92,23 @@ def versions() -> dict[str, str]:
     return found
 
 
-def add(state: dict[str, Any], builds: dict[str, Path]) -> None:
-    """Starts the node on the running cluster of `state`; on any failure, undoes what it did."""
+def add(state: dict[str, Any], builds: dict[str, Path], image_names: tuple[str, ...] = IMAGES) -> None:
+    """Starts the node on the running cluster of `state` with the images `image_names`; on any
+    failure, undoes what it did."""
     reclaim_left_behind()
     record: dict[str, Any] = {"started": time.time()}
     state["real_node"] = record
     try:
-        start(state, builds, record)
+        start(state, builds, record, image_names)
     except BaseException:
         say("the real node did not start; taking down what was started")
         remove(state)
         raise
 
 
-def start(state: dict[str, Any], builds: dict[str, Path], record: dict[str, Any]) -> None:
+def start(
+    state: dict[str, Any], builds: dict[str, Path], record: dict[str, Any], image_names: tuple[str, ...]
+) -> None:
     node = paths()
     bin_dir = Path(state["bin_dir"])
     pki = RUN / "pki"
@@ -143,7 +133,7 @@ def start(state: dict[str, Any], builds: dict[str, Path], record: dict[str, Any]
     )
     spawn("containerd", Path(binary), args, processes)
     wait_for("containerd", lambda: containerd_serves(builds), processes)
-    import_images(builds)
+    import_images(builds, image_names)
 
     apiserver_port = int(state["ports"]["kube-apiserver"])
     spawn(
@@ -277,81 +267,9 @@ def containerd_serves(builds: dict[str, Path]) -> bool:
     return True
 
 
-def import_images(builds: dict[str, Path]) -> None:
-    """Imports each built image unless containerd holds it already under every reference, labelled
-    with the key it was built under (containerd's root is kept in the cache across `down`, and the
-    trainer image takes a minute and a half to import), and pinned: the kubelet's image garbage
-    collection (under disk pressure, whatever its thresholds say) never removes a pinned image, and
-    these cannot be pulled again. So what this tree does not build as it is goes first, and
-    synchronously: containerd collects a replaced image's layers only after a hundred changes to its
-    store or at its next start, and the store kept two or three generations of the torch image
-    (5 GB unpacked each)."""
-    built = {name: images.ensure(name) for name in IMAGES}
-    paths = {
-        name: [images_refs.repository_path(ref) for ref in image.references] for name, image in built.items()
-    }
-    wanted = {path: built[name].key for name, image_paths in paths.items() for path in image_paths}
-    held = imported_keys(builds)
-    for reference in stale_images(held, wanted):
-        say(f"real node: removing {reference}, which this tree does not build as it is")
-        ctr(builds, "images", "rm", "--sync", reference, timeout=IMPORT_TIMEOUT)
-    listing = [line.split() for line in ctr(builds, "images", "list").splitlines()[1:] if line.strip()]
-    for reference in orphaned_image_ids([(fields[0], fields[2]) for fields in listing]):
-        ctr(builds, "images", "rm", "--sync", reference, timeout=IMPORT_TIMEOUT)
-    held = imported_keys(builds)
-    for name, image in built.items():
-        imported = all(any(ref.endswith("/" + path) for ref in held) for path in paths[name])
-        began = time.monotonic()
-        if not imported:
-            say(f"real node: importing {name} ({image.size / 1e6:.0f} MB)")
-            ctr(builds, "images", "import", str(image.archive), timeout=IMPORT_TIMEOUT)
-        for reference in imported_references(builds, paths[name]):
-            ctr(builds, "images", "label", reference, f"{IMAGE_KEY_LABEL}={image.key}", PINNED_LABEL)
-        if not imported:
-            took = time.monotonic() - began
-            say(f"real node: imported {name} ({', '.join(image.references)}) in {took:.1f}s")
-
-
-def stale_images(held: dict[str, str], wanted: dict[str, str]) -> list[str]:
-    """Of the references a build of this project imported (`held`: reference -> the key it carries
-    in its label), those this tree does not build as they are (`wanted`: repository path -> key): a
-    path it no longer builds (a trainer tagged with an older framework version) or one it builds
-    under another key. Images imported by hand or pulled carry no such label and are not held."""
-
-    def wanted_key(reference: str) -> str | None:
-        return next((key for path, key in wanted.items() if reference.endswith("/" + path)), None)
-
-    return sorted(reference for reference, key in held.items() if wanted_key(reference) != key)
-
-
-def orphaned_image_ids(images_and_targets: list[tuple[str, str]]) -> list[str]:
-    """The image records named by an image ID (`sha256:...`, which the kubelet's image service adds
-    beside each tag) whose image no named reference points at any more: they alone kept a removed
-    image's layers, 5 GB unpacked for the torch trainer, in the store."""
-    named = {target for name, target in images_and_targets if not name.startswith("sha256:")}
-    return sorted(
-        name for name, target in images_and_targets if name.startswith("sha256:") and target not in named
-    )
-
-
-def imported_references(builds: dict[str, Path], paths: list[str]) -> list[str]:
-    """containerd's full names of the references whose repository paths are `paths`."""
-    names = [line.split()[0] for line in ctr(builds, "images", "list").splitlines()[1:] if line.strip()]
-    return [name for name in names if any(name.endswith("/" + path) for path in paths)]
-
-
-def imported_keys(builds: dict[str, Path]) -> dict[str, str]:
-    """Each image reference containerd holds, with the build key it was labelled with on import."""
-    keys: dict[str, str] = {}
-    for line in ctr(builds, "images", "list").splitlines()[1:]:
-        fields = line.split()
-        if not fields:
-            continue
-        for label in fields[-1].split(","):
-            key, _, value = label.partition("=")
-            if key == IMAGE_KEY_LABEL:
-                keys[fields[0]] = value
-    return keys
+def import_images(builds: dict[str, Path], names: tuple[str, ...] = IMAGES) -> None:
+    """Imports the images `names` into the node's containerd (testbed/node/nodeimages.py)."""
+    nodeimages.import_images(partial(ctr, builds), names)
 
 
 def node_ready(bin_dir: Path) -> bool:

@@ -19,7 +19,7 @@ from testbed.addons import coscheduling, kueue, optional
 from testbed.addons.optional import json_documents, parse_with
 from testbed.cluster import kube_bins
 from testbed.common import ToolError
-from testbed.node import realnode
+from testbed.node import nodeimages, realnode
 
 JsonDict = dict[str, Any]
 
@@ -169,7 +169,8 @@ def test_the_real_nodes_images_build_while_the_go_builds_run(monkeypatch: pytest
         ensured.append(component)
         return Path("/cache") / (component or "control-plane")
 
-    def build_images() -> None:
+    def build_images(names: tuple[str, ...]) -> None:
+        assert names == nodeimages.IMAGES
         images_started.set()
         assert go_builds_started.wait(timeout=30), "the images' build ran before the Go builds"
 
@@ -195,13 +196,13 @@ def test_images_this_tree_does_not_build_as_they_are_leave_the_nodes_store() -> 
         "library/trainingjob-operator:latest": "k3",
         "library/trainingjob-operator:0.1.0": "k3",
     }
-    assert realnode.stale_images(held, wanted) == [
+    assert nodeimages.stale_images(held, wanted) == [
         "docker.io/library/trainingjob-operator:0.1.0",
         "docker.io/library/trainingjob-operator:latest",
         "docker.io/library/trainingjob-trainer:torch-2.8.0",
     ]
-    assert realnode.stale_images({}, wanted) == []
-    assert realnode.stale_images({"docker.io/library/trainingjob-trainer:torch-2.9.1": "k1"}, wanted) == []
+    assert nodeimages.stale_images({}, wanted) == []
+    assert nodeimages.stale_images({"docker.io/library/trainingjob-trainer:torch-2.9.1": "k1"}, wanted) == []
 
 
 def test_an_image_id_whose_image_lost_every_name_leaves_the_store() -> None:
@@ -210,5 +211,48 @@ def test_an_image_id_whose_image_lost_every_name_leaves_the_store() -> None:
         ("sha256:1d", "sha256:new"),
         ("sha256:2d", "sha256:old"),
     ]
-    assert realnode.orphaned_image_ids(listing) == ["sha256:2d"]
-    assert realnode.orphaned_image_ids(listing[:2]) == []
+    assert nodeimages.orphaned_image_ids(listing) == ["sha256:2d"]
+    assert nodeimages.orphaned_image_ids(listing[:2]) == []
+
+
+def test_with_some_images_only_a_rebuilt_one_of_them_leaves_the_nodes_store() -> None:
+    """`make demo` imports the torch trainer alone: the operator's and the other trainers' images a
+    test session imported stay, whatever their keys; an older build of the torch trainer goes."""
+    held = {
+        "docker.io/library/trainingjob-trainer:torch-2.9.1": "k0",
+        "docker.io/library/trainingjob-trainer:tensorflow-2.19.0": "k5",
+        "docker.io/library/trainingjob-operator:latest": "k2",
+    }
+    wanted = {"library/trainingjob-trainer:torch-2.9.1": "k1"}
+    assert nodeimages.stale_images(held, wanted, every_image=False) == [
+        "docker.io/library/trainingjob-trainer:torch-2.9.1"
+    ]
+    assert len(nodeimages.stale_images(held, wanted)) == 3
+
+
+def fake_venv(root: Path, *distributions: str) -> Path:
+    (root / "bin").mkdir(parents=True)
+    (root / "bin" / "python").touch()
+    for distribution in distributions:
+        (root / "lib" / "python3.11" / "site-packages" / f"{distribution}.dist-info").mkdir(parents=True)
+    return root
+
+
+def test_the_nodes_images_always_include_its_own_and_all_leaves_out_a_missing_framework(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert nodeimages.selected_images("trainer-torch") == ("pause", "busybox", "trainer-torch")
+    assert nodeimages.selected_images("busybox, operator,") == ("pause", "busybox", "operator")
+    with pytest.raises(ToolError, match="--images: no image torch; the images are: pause, busybox"):
+        nodeimages.selected_images("torch")
+    # make demo's virtualenv: torch without TensorFlow or JAX.
+    monkeypatch.setenv("TJ_TRAINER_VENV", str(fake_venv(tmp_path / "venv", "torch-2.9.1", "PyYAML-6.0.2")))
+    assert nodeimages.selected_images("all") == ("pause", "busybox", "base", "operator", "trainer-torch")
+    said = capsys.readouterr().err
+    assert "without image trainer-tensorflow: tensorflow-cpu is not installed in" in said
+    assert "without image trainer-jax: jax is not installed in" in said
+    monkeypatch.setenv(
+        "TJ_TRAINER_VENV",
+        str(fake_venv(tmp_path / "dev", "torch-2.9.1", "tensorflow_cpu-2.19.0", "jax-0.7.2")),
+    )
+    assert nodeimages.selected_images("all") == nodeimages.IMAGES

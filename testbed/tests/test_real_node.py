@@ -23,7 +23,7 @@ import pytest
 from testbed import PYTHON_IMAGE, Kubectl, pod_on_node, wait_for
 from testbed.cluster.state import NODE_COMPONENTS, REAL_NODE, read_state, write_state
 from testbed.common import ToolError
-from testbed.node import nodeconfig, nodehost, realnode
+from testbed.node import nodeconfig, nodehost, nodeimages, realnode
 from tests.cluster import dev_cluster
 from tests.e2e.jobs import wait
 from tests.e2e.realnode import NODE, wait_running, wait_terminated
@@ -81,9 +81,9 @@ def test_the_node_is_ready_tainted_and_advertises_gpus(real_node: Kubectl) -> No
     # Every image built here is pinned: the kubelet's garbage collection (under disk pressure too)
     # would remove what cannot be pulled again.
     listed = realnode.ctr(realnode.build(), "images", "list").splitlines()[1:]
-    ours = [line.split() for line in listed if realnode.IMAGE_KEY_LABEL in line]
-    assert len(ours) >= len(realnode.IMAGES), listed
-    assert all(realnode.PINNED_LABEL in fields[-1].split(",") for fields in ours), listed
+    ours = [line.split() for line in listed if nodeimages.IMAGE_KEY_LABEL in line]
+    assert len(ours) >= len(nodeimages.IMAGES), listed
+    assert all(nodeimages.PINNED_LABEL in fields[-1].split(",") for fields in ours), listed
 
 
 def test_a_pod_without_the_toleration_is_kept_off_the_node(real_node: Kubectl, namespace: str) -> None:
