@@ -34,6 +34,7 @@ from testbed.cluster.state import (
     read_state,
     say,
     stopped_components,
+    write_plugin,
 )
 from testbed.common import ToolError, reader_gone, still_running
 from testbed.node import netpolicies, nodeimages, realnode
@@ -84,6 +85,8 @@ def status() -> int:
 
 
 def env() -> None:
+    if read_state() is not None:
+        write_plugin()  # for a cluster started before the plugin was put beside kubectl
     print(f"export KUBECONFIG={KUBECONFIG}")
     print(f'export PATH={KUBECTL_LINK.parent}:"$PATH"')
 

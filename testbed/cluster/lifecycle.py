@@ -47,6 +47,7 @@ from testbed.cluster.state import (
     read_versions,
     say,
     stopped_components,
+    write_plugin,
     write_state,
 )
 from testbed.common import REPO, ToolError, free_ports, http_ok, still_running
@@ -137,6 +138,7 @@ def start(
         KUBECTL_LINK.parent.mkdir(parents=True, exist_ok=True)
         KUBECTL_LINK.unlink(missing_ok=True)
         KUBECTL_LINK.symlink_to(bin_dir / "kubectl")
+        write_plugin()
 
         spawn("etcd", bin_dir / "etcd", components.etcd_args(ports, etcd_data), processes)
         etcd_health = f"{components.etcd_url(ports)}/health"

@@ -12,18 +12,21 @@ import contextlib
 import fcntl
 import json
 import re
+import shlex
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
-from testbed.common import DEV, Say, still_running
+from testbed.common import DEV, REPO, Say, still_running
 
 RUN: Final = DEV / "run"
 LOGS: Final = DEV / "logs"
 STATE: Final = RUN / "state.json"
 KUBECONFIG: Final = DEV / "kubeconfig"
 KUBECTL_LINK: Final = DEV / "bin" / "kubectl"
+# The kubectl plugin beside it (`kubectl trainingjob`), run from the repository's virtualenv.
+PLUGIN: Final = DEV / "bin" / "kubectl-trainingjob"
 LOCK: Final = DEV / "cluster.lock"
 
 COMPONENTS: Final = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
@@ -43,14 +46,36 @@ NODE_COMPONENTS: Final = (
 # the API server's relay off the node, then the enforcer, processes like the node's.
 NETWORK_POLICIES: Final = "network-policies"
 NETWORK_POLICY_COMPONENTS: Final = ("api-endpoint", "network-policies")
+# The image registry the real node pulls from (`up --with registry`, testbed/node/registry.py): one
+# process, in the node's network namespace.
+REGISTRY: Final = "registry"
 # What `up --with` takes.
-WITH_CHOICES: Final = (*OPTIONAL_COMPONENTS, REAL_NODE, NETWORK_POLICIES)
+WITH_CHOICES: Final = (*OPTIONAL_COMPONENTS, REAL_NODE, NETWORK_POLICIES, REGISTRY)
 # A component stopped on purpose longer ago than this was forgotten (its test was killed): `up` starts it.
 STOP_EXPIRY: Final = 300.0
 # Names of dev processes (`run <name>`): lower-case letters, digits and dashes.
 EXTRA_NAME: Final = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
 
 say: Final = Say("dev-cluster")
+
+
+def write_plugin() -> None:
+    """Puts the kubectl plugin next to the cluster's kubectl, which `eval "$(hack/dev-cluster.sh env)"`
+    puts on PATH, so `kubectl trainingjob ...` works as README says. It runs the console script of
+    the repository's virtualenv (the Makefile's; `make demo` and `make venv` install it), or says
+    how to get it; the virtualenv's bin/ itself is not put on PATH (its python would shadow the
+    machine's)."""
+    plugin = REPO / ".venv" / "bin" / "kubectl-trainingjob"
+    PLUGIN.parent.mkdir(parents=True, exist_ok=True)
+    PLUGIN.write_text(
+        "#!/bin/sh\n"
+        "# kubectl's `trainingjob` plugin from the repository's virtualenv (testbed/cluster/state.py).\n"
+        f"plugin={shlex.quote(str(plugin))}\n"
+        '[ -x "$plugin" ] || { echo "kubectl trainingjob: $plugin is missing: make demo-venv (or make venv)'
+        ' installs it" >&2; exit 2; }\n'
+        'exec "$plugin" "$@"\n'
+    )
+    PLUGIN.chmod(0o755)
 
 
 def read_state() -> dict[str, Any] | None:
