@@ -12,7 +12,8 @@ virtualenv's path, so its hash differs between two checkouts with the same packa
 rewrites that line anyway, and what the script runs is in entry_points.txt, which is inside); and
 pip's notes of how the distribution was installed (INSTALL_RECORDS).
 A required distribution that is not installed is an error. Markers are evaluated with
-`packaging`, which every virtualenv with pip has (pip vendors it).
+`packaging`: the installed one, else pip's vendored copy, which every virtualenv with pip has
+(`make demo`'s has no `packaging` of its own).
 """
 
 from __future__ import annotations
@@ -28,7 +29,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from packaging.requirements import Requirement
+try:
+    from packaging.requirements import Requirement
+except ImportError:  # a virtualenv without packaging installed (make demo's): pip's own copy
+    from pip._vendor.packaging.requirements import Requirement  # type: ignore[assignment]
 
 
 def canonical(name: str) -> str:

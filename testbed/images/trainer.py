@@ -90,7 +90,9 @@ def installed_closure(venv: Path, roots: tuple[str, ...]) -> Closure:
     site = sorted(venv.glob("lib/python*/site-packages"))
     memo_key = (venv, roots, site[0].stat().st_mtime_ns if site else 0)
     if memo_key not in _CLOSURES:
-        command = [str(venv / "bin" / "python"), str(CLOSURE_SCRIPT), *roots]
+        # -I: the script's folder (testbed/images) is not put on sys.path, where its operator.py would
+        # shadow the standard library's operator in a virtualenv whose start-up has not imported it.
+        command = [str(venv / "bin" / "python"), "-I", str(CLOSURE_SCRIPT), *roots]
         result = subprocess.run(command, capture_output=True, text=True, check=False)
         if result.returncode != 0:
             raise ToolError(f"the packages of {' '.join(roots)} in {venv}: {result.stderr.strip()}")
