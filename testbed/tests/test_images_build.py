@@ -4,8 +4,9 @@ The promises: each archive carries its references and a config a container runti
 pause binary is static and stops on SIGTERM; busybox's `sh` works in a chroot of its layer; the base
 image is lean and trusts the machine's CA certificates; the operator image runs as 65532 with an
 entry point that needs no shell; the trainer image imports the test virtualenv's torch in a chroot of
-its root filesystem; containerd imports every archive under the normalized names; a cached `ensure`
-runs no build tool. These tests need root (debootstrap, chroot) and are marked `components`.
+its root filesystem; containerd (the real node's build, a private instance) imports every archive
+under the normalized names; a cached `ensure` runs no build tool. These tests need root (debootstrap,
+chroot) and are marked `components`.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import pytest
 
 from crd.contract import DEFAULT_IMAGES
 from testbed import wait_for
+from testbed.cluster import kube_bins
 from testbed.common import REPO
 from testbed.images import IMAGES, Image, base
 from testbed.images.archive import read_archive
@@ -291,24 +293,33 @@ def test_a_cached_ensure_runs_no_build_tool(node_images: NodeImages, tmp_path: P
 
 @pytest.fixture
 def containerd(tmp_path: Path) -> Iterator[Callable[..., str]]:
-    """A private containerd (no CRI plugin, its own root, state and socket under tmp_path); yields a
-    function running `ctr -n k8s.io ARGS...` against it. Stopped by its pid afterwards."""
-    if shutil.which("containerd") is None or shutil.which("ctr") is None:
-        pytest.skip("needs containerd and ctr on PATH (the Debian package containerd)")
+    """A private containerd, the real node's build (hack/kube-bins.sh ensure containerd), without the
+    CRI plugin and with its own root, state, temp directory and socket under tmp_path; yields a
+    function running its `ctr -n k8s.io ARGS...` against it. Stopped by its pid afterwards."""
+    built = kube_bins.ensure("containerd")
     socket = tmp_path / "containerd.sock"
-    disabled = ["io.containerd.grpc.v1.cri", "io.containerd.internal.v1.tracing", "io.containerd.nri.v1.nri"]
+    disabled = [
+        "io.containerd.cri.v1.images",
+        "io.containerd.cri.v1.runtime",
+        "io.containerd.grpc.v1.cri",
+        "io.containerd.internal.v1.opt",
+        "io.containerd.internal.v1.tracing",
+        "io.containerd.nri.v1.nri",
+    ]
     config = tmp_path / "config.toml"
     config.write_text(
-        f'version = 2\nroot = "{tmp_path / "root"}"\nstate = "{tmp_path / "state"}"\n'
+        f'version = 3\nroot = "{tmp_path / "root"}"\nstate = "{tmp_path / "state"}"\n'
+        f'temp = "{tmp_path / "tmp"}"\nimports = []\n'
         f"disabled_plugins = {disabled!r}\n".replace("'", '"')
         + f'[grpc]\n  address = "{socket}"\n[ttrpc]\n  address = "{socket}.ttrpc"\n'
-        + f'[plugins."io.containerd.internal.v1.opt"]\n  path = "{tmp_path / "opt"}"\n'
     )
     with (tmp_path / "containerd.log").open("wb") as log:
-        process = subprocess.Popen(["containerd", "--config", str(config)], stdout=log, stderr=log)
+        process = subprocess.Popen(
+            [str(built / "containerd"), "--config", str(config)], stdout=log, stderr=log
+        )
 
     def ctr(*arguments: str) -> str:
-        command = ["ctr", "--address", str(socket), "--namespace", "k8s.io", *arguments]
+        command = [str(built / "ctr"), "--address", str(socket), "--namespace", "k8s.io", *arguments]
         result = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
         assert result.returncode == 0, f"{' '.join(arguments)}: {result.stderr}"
         return result.stdout
@@ -316,7 +327,7 @@ def containerd(tmp_path: Path) -> Iterator[Callable[..., str]]:
     def answers() -> bool:
         assert process.poll() is None, (tmp_path / "containerd.log").read_text()[-2000:]
         version = subprocess.run(
-            ["ctr", "--address", str(socket), "version"], capture_output=True, check=False
+            [str(built / "ctr"), "--address", str(socket), "version"], capture_output=True, check=False
         )
         return version.returncode == 0
 
@@ -331,6 +342,7 @@ def containerd(tmp_path: Path) -> Iterator[Callable[..., str]]:
         shutil.rmtree(tmp_path / "root", ignore_errors=True)
 
 
+@pytest.mark.builds("containerd")
 def test_containerd_imports_every_image_under_its_normalized_names(
     node_images: NodeImages, containerd: Callable[..., str]
 ) -> None:
