@@ -51,6 +51,40 @@ if [[ -n "$OVERLAY" ]]; then
   [[ -d "$REPO/$source_dir" ]] || fail "no overlay '$OVERLAY'; one of: $(ls "$REPO/deploy/overlays" | tr '\n' ' ')"
 fi
 
+# The local cluster (hack/dev-cluster.sh, testbed/): its kwok nodes run no container, so the operator's
+# pods would show Running there while nothing runs. When it has its real node and no placement is
+# given, the operator goes on the real node; without an image given, the one this tree builds, which
+# hack/dev-cluster.sh gives the node (built the first time). The demo's operator, a process of the
+# same cluster, is stopped: one operator reconciles the jobs. Without a real node, it says so.
+if [[ "$ACTION" == apply ]] && [[ -n "$("$KUBECTL" get nodes -l kwok.x-k8s.io/managed=true -o name 2>/dev/null)" ]]; then
+  real_node=$("$KUBECTL" get nodes -l ml.example.com/real-node=true -o name 2>/dev/null)
+  if [[ -z "$real_node" ]]; then
+    echo "deploy: warning: this cluster's nodes are kwok's, which run no container: the operator's pods will show" \
+      "Running and run nothing. Add a real node (hack/dev-cluster.sh up --with real-node) or run it from source (make run)" >&2
+  elif [[ -z "$NODE_SELECTOR$TOLERATE" ]]; then
+    NODE_SELECTOR=ml.example.com/real-node=true TOLERATE=ml.example.com/real-node=true:NoSchedule
+    server=$("$KUBECTL" config view --minify -o jsonpath='{.clusters[0].cluster.server}')
+    # The local cluster's API server and its dev processes (hack/dev-cluster.sh run), from its state.
+    read -r local_server extras < <(python3 -c 'import json, sys
+try:
+    state = json.load(open(sys.argv[1]))
+except (OSError, ValueError):
+    state = {}
+print(state.get("server", "-"), ",".join(state.get("extras") or {}) or "-")' "$DEV/run/state.json")
+    if [[ -z "$IMAGE" && "$server" == "$local_server" ]]; then
+      IMAGE=trainingjob-operator:$(sed -n 's/^version = //p' "$REPO/setup.cfg")
+      TJ_DEV_DIR=$DEV "$REPO/hack/dev-cluster.sh" up --with real-node --images operator >&2 ||
+        fail "could not give the real node the operator's image (above); nothing was applied"
+    fi
+    echo "deploy: the local cluster: the operator goes on its real node ${real_node#node/}," \
+      "image ${IMAGE:-trainingjob-operator} (kwok's nodes run no container)"
+    if [[ "$server" == "$local_server" && ",$extras," == *,operator,* ]]; then
+      TJ_DEV_DIR=$DEV "$REPO/hack/dev-cluster.sh" stop operator >&2
+      echo "deploy: stopped the demo's operator (a process on this machine): the deployed one takes over its jobs"
+    fi
+  fi
+fi
+
 # Label keys and values as the API server takes them (it checks the lengths); effects of a taint.
 label_key='([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?'
 label_value='([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?'

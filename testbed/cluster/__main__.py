@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 
 from testbed.addons.optional import build, parse_with
@@ -36,7 +37,7 @@ from testbed.cluster.state import (
     stopped_components,
     write_plugin,
 )
-from testbed.common import ToolError, reader_gone, still_running
+from testbed.common import DEV, ToolError, reader_gone, still_running
 from testbed.node import netpolicies, nodeimages, realnode
 
 ALL_COMPONENTS = (*COMPONENTS, *OPTIONAL_COMPONENTS, *NODE_COMPONENTS, *NETWORK_POLICY_COMPONENTS)
@@ -87,8 +88,10 @@ def status() -> int:
 def env() -> None:
     if read_state() is not None:
         write_plugin()  # for a cluster started before the plugin was put beside kubectl
-    print(f"export KUBECONFIG={KUBECONFIG}")
-    print(f'export PATH={KUBECTL_LINK.parent}:"$PATH"')
+    if "TJ_DEV_DIR" in os.environ:  # so that hack/dev-cluster.sh and make find this cluster too
+        print(f"export TJ_DEV_DIR={shlex.quote(str(DEV))}")
+    print(f"export KUBECONFIG={shlex.quote(str(KUBECONFIG))}")
+    print(f'export PATH={shlex.quote(str(KUBECTL_LINK.parent))}:"$PATH"')
 
 
 def add_images_option(parser: argparse.ArgumentParser) -> None:

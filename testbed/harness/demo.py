@@ -9,7 +9,9 @@ this machine, testbed/node/realnode.py) and installed the CRD; this script then
 2. starts the operator (watching that namespace only; /metrics in plain HTTP on
    127.0.0.1:DEMO_METRICS_PORT, --metrics-secure=false as on the local cluster only, the probes on
    127.0.0.1:DEMO_HEALTH_PORT) as a registered dev process (`hack/dev-cluster.sh run`), so
-   `hack/dev-cluster.sh down` stops it too; it is reused when it already runs;
+   `hack/dev-cluster.sh down` stops it too; it is reused when it already runs. When the operator was
+   installed into the cluster with `make deploy` (which, on the local cluster, puts it on the real
+   node and stops this process), that one runs the job instead;
 3. applies examples/trainingjob-simple.yaml, placed on the real node (a toleration of its taint and a
    node selector: the cluster's other nodes are kwok's, which run nothing). Its pods run the reference
    trainer with real torch in the trainer image (testbed/images). If the job exists from an earlier run it
@@ -44,6 +46,7 @@ import yaml
 from controller.resources import NAMESPACES, SERVICEACCOUNTS
 from controller.runtime.client import KubeClient
 from controller.runtime.errors import AlreadyExists, KubeError, NotFound
+from controller.runtime.resource import Resource
 from testbed.cluster.state import KUBECONFIG, LOGS, dead_components, read_state
 from testbed.common import REPO, Say, ToolError, still_running, tail, wait_until
 from testbed.node import nodeconfig
@@ -66,6 +69,9 @@ EXAMPLE: Final = REPO / "examples" / "trainingjob-simple.yaml"
 DEV_SCRIPT: Final = REPO / "hack" / "dev-cluster.sh"
 OPERATOR: Final = "operator"
 POLL_SECONDS: Final = 0.5
+# The operator as `make deploy` installs it (deploy/base).
+DEPLOYMENTS: Final = Resource("apps", "v1", "deployments", "Deployment")
+DEPLOYED: Final = ("trainingjob-system", "trainingjob-operator")
 DELETE_TIMEOUT: Final = 120.0
 
 say: Final = Say("demo", stdout=True)
@@ -98,12 +104,21 @@ def ensure_process(name: str, command: list[str], wait_http: str | None = None) 
         raise ToolError(f"could not start {name}; its log: {shown(LOGS / f'{name}.log')}")
 
 
-def check_processes() -> None:
-    """The operator and every component of the cluster (the real node's kubelet and containerd
-    among them) still run."""
+def deployed_operator(client: KubeClient) -> bool:
+    """Whether the operator runs in the cluster as `make deploy` installed it."""
+    try:
+        client.get(DEPLOYMENTS, *DEPLOYED)
+    except NotFound:
+        return False
+    return True
+
+
+def check_processes(own_operator: bool = True) -> None:
+    """The operator (when the demo runs its own) and every component of the cluster (the real
+    node's kubelet and containerd among them) still run."""
     state = read_state() or {}
     operator = (state.get("extras") or {}).get(OPERATOR)
-    dead = [] if operator is not None and still_running(operator) else [OPERATOR]
+    dead = [] if not own_operator or (operator is not None and still_running(operator)) else [OPERATOR]
     dead += dead_components(state)
     if dead:
         log = LOGS / f"{dead[0]}.log"
@@ -180,25 +195,27 @@ def recreate(jobs: TrainingJobClient, job: dict[str, Any]) -> TrainingJob:
     return jobs.create(job)
 
 
-def guard(watch: JobWatch, problems: list[ToolError], finished: threading.Event) -> None:
+def guard(watch: JobWatch, problems: list[ToolError], finished: threading.Event, own_operator: bool) -> None:
     """Ends `watch` when the operator or a component of the cluster dies (the job would never change
     again)."""
     while not finished.wait(POLL_SECONDS):
         try:
-            check_processes()
+            check_processes(own_operator)
         except ToolError as error:
             problems.append(error)
             watch.close()
             return
 
 
-def follow(jobs: TrainingJobClient, name: str) -> TrainingJob:
+def follow(jobs: TrainingJobClient, name: str, own_operator: bool = True) -> TrainingJob:
     """Prints a line per change until the job finishes; returns it Completed, raises otherwise."""
     began = time.monotonic()
     watch = jobs.watch(name, timeout=TIMEOUT)
     problems: list[ToolError] = []
     finished = threading.Event()
-    watchdog = threading.Thread(target=guard, args=(watch, problems, finished), name="watchdog", daemon=True)
+    watchdog = threading.Thread(
+        target=guard, args=(watch, problems, finished, own_operator), name="watchdog", daemon=True
+    )
     watchdog.start()
     last_line = last_message = ""
     try:
@@ -230,12 +247,18 @@ def follow(jobs: TrainingJobClient, name: str) -> TrainingJob:
     return watch.last
 
 
-def look_around(name: str) -> None:
+def look_around(name: str, own_operator: bool = True) -> None:
     env = "hack/dev-cluster.sh env"
     if "TJ_DEV_DIR" in os.environ:
         env = f"TJ_DEV_DIR={shlex.quote(os.environ['TJ_DEV_DIR'])} {env}"
     logs = LOGS
     ns = NAMESPACE
+    if own_operator:
+        operator = f"""  operator log:       {shown(logs / f"{OPERATOR}.log")}
+  operator metrics:   curl -s http://127.0.0.1:{METRICS_PORT}/metrics | grep '^trainingjob_'
+  make deploy                             # as a platform team installs it: here on the real node"""
+    else:
+        operator = "  operator log:       kubectl logs -n trainingjob-system deploy/trainingjob-operator"
     print(
         f"""
 The job is Completed. Look around (it stays until you delete it or stop the demo):
@@ -243,12 +266,12 @@ The job is Completed. Look around (it stays until you delete it or stop the demo
   kubectl get tj,pods -n {ns} -o wide     # the pods ran on node {nodeconfig.NODE_NAME}, in containers
   kubectl get events -n {ns} --sort-by=.lastTimestamp
   kubectl describe tj {name} -n {ns}
+  kubectl trainingjob describe {name} -n {ns}   # the kubectl plugin: a row per rank, pod, node, exit code
   kubectl get tj {name} -n {ns} -o jsonpath='{{.status}}' | python3 -m json.tool
   kubectl logs {name}-worker-0 -n {ns}   # rank 0's trainer output, served by the node's kubelet
   hack/dev-cluster.sh status              # the control plane and the real node's processes
-  operator log:       {shown(logs / f"{OPERATOR}.log")}
   kubelet log:        {shown(logs / "kubelet.log")}
-  operator metrics:   curl -s http://127.0.0.1:{METRICS_PORT}/metrics | grep '^trainingjob_'
+{operator}
 Run it again: make demo (creates the job anew; the cluster, its node and the operator are reused).
 Stop everything: make demo-down (or make dev-cluster-down): the node is drained and the machine restored.""",
         flush=True,
@@ -266,27 +289,33 @@ def main() -> int:
             )
         jobs = TrainingJobClient(NAMESPACE, kubeconfig=kubeconfig)
         ensure_namespace(jobs.kube)
+        own_operator = not deployed_operator(jobs.kube)
+        if not own_operator:
+            say(
+                "the operator installed by `make deploy` runs the job (`make undeploy`: the demo's own again)"
+            )
         python = sys.executable
-        ensure_process(
-            OPERATOR,
-            [
-                python,
-                "-m",
-                "controller",
-                f"--kubeconfig={kubeconfig}",
-                f"--metrics-bind-address=127.0.0.1:{METRICS_PORT}",
-                "--metrics-secure=false",
-                f"--health-probe-bind-address=127.0.0.1:{HEALTH_PORT}",
-                f"--namespace={NAMESPACE}",
-                f"--lease-namespace={NAMESPACE}",
-                "--progress-interval=0",
-            ],
-            wait_http=f"http://127.0.0.1:{HEALTH_PORT}/readyz",
-        )
+        if own_operator:
+            ensure_process(
+                OPERATOR,
+                [
+                    python,
+                    "-m",
+                    "controller",
+                    f"--kubeconfig={kubeconfig}",
+                    f"--metrics-bind-address=127.0.0.1:{METRICS_PORT}",
+                    "--metrics-secure=false",
+                    f"--health-probe-bind-address=127.0.0.1:{HEALTH_PORT}",
+                    f"--namespace={NAMESPACE}",
+                    f"--lease-namespace={NAMESPACE}",
+                    "--progress-interval=0",
+                ],
+                wait_http=f"http://127.0.0.1:{HEALTH_PORT}/readyz",
+            )
         job = recreate(jobs, demo_job())
         say(f"watching {NAMESPACE}/{job.name} (times since it was created):")
-        follow(jobs, job.name)
-        look_around(job.name)
+        follow(jobs, job.name, own_operator)
+        look_around(job.name, own_operator)
     except ToolError as error:
         say(f"error: {error}")
         say(f"logs: {shown(LOGS)}; stop everything with `make demo-down`")

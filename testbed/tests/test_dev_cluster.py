@@ -241,18 +241,21 @@ def test_second_up_returns_at_once(cluster: Kubectl) -> None:
 
 def test_env_prints_exports(cluster: Kubectl) -> None:
     lines = dev_cluster("env").stdout.splitlines()
-    assert lines[0].startswith("export KUBECONFIG=")
-    assert lines[0].endswith("/kubeconfig")
-    assert lines[1].startswith("export PATH=")
-    assert "/bin:" in lines[1]
+    exported = dict(line.removeprefix("export ").split("=", 1) for line in lines)
+    assert exported["KUBECONFIG"].endswith("/kubeconfig")
+    assert "/bin:" in exported["PATH"]
+    # The cluster's own directory too, when it is not .dev/ (so hack/dev-cluster.sh finds it after eval).
+    assert ("TJ_DEV_DIR" in exported) == ("TJ_DEV_DIR" in os.environ)
     out = subprocess.run(
-        ["bash", "-c", f'eval "$({SCRIPT} env)" && kubectl get nodes -o name'],
+        ["bash", "-c", f'eval "$({SCRIPT} env)" && kubectl get nodes -o name && kubectl plugin list'],
         capture_output=True,
         text=True,
         check=True,
         timeout=60,
     ).stdout
     assert out.count("node/") >= 4
+    # The kubectl plugin is on PATH beside the cluster's kubectl (`kubectl trainingjob ...`).
+    assert f"{DEV}/bin/kubectl-trainingjob" in out
 
 
 # ------------------------------------------------------------------ dev processes registered with it
