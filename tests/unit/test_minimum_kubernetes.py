@@ -1,13 +1,19 @@
 """The minimum Kubernetes version README and deploy/README.md state, checked against what is shipped.
 
 Why: the operator is tested on one Kubernetes release (the local cluster's), and what it ships uses
-APIs and CEL features that older releases do not have. The stated minimum is held three ways: every
-object crd/, deploy/ and the examples ship, and the pods the operator builds for the examples, are
-valid objects of the minimum's API schemas (kubernetes-validate's, strict: no unknown field); the
-release before it lacks an API they use (so the minimum is not lower than stated); and the CEL of the
-CRD's rules and of the admission policies uses no feature the minimum's API server refuses in new
-rules (CEL_FEATURES: the release from which each library reaches new rules, one after the release
-that brings it, as k8s.io/apiserver's pkg/cel/environment/base.go orders them).
+APIs, CEL features and CEL costs that older releases do not take. The stated minimum must be exactly
+the newest of what the parts need, each computed here:
+
+- the APIs: the first release whose API schemas (kubernetes-validate's, strict: no unknown field) take
+  every object crd/, deploy/ and the examples ship; the pods the operator builds for the examples are
+  valid objects of the minimum too;
+- the CEL of the CRD's rules and of the admission policies: the release from which each library they
+  use reaches new rules (CEL_FEATURES: one after the release that brings it, as k8s.io/apiserver's
+  pkg/cel/environment/base.go orders them);
+- the CRD's rule costs: a rule that parses every int-or-string quantity of a map (CRD_COSTS) is within
+  the API server's budget only from 1.34, which bounds such a value's size by its maxLength (earlier
+  releases take the largest request's size: kube-apiserver 1.30.14, 1.31.14, 1.32.13 and 1.33.13,
+  built from Go modules on 2026-11-29, refused the CRD at four times the budget).
 """
 
 from __future__ import annotations
@@ -54,6 +60,13 @@ CEL_FEATURES: Final = {
         (1, 35),
     ),
 }
+# A property of a CRD rule that makes its estimated cost depend on the release, and the first release
+# that takes it: the quantity library over each int-or-string value of a map or list.
+CRD_COSTS: Final = {
+    "a rule parsing every int-or-string quantity of a map or list": (1, 34),
+}
+# The releases kubernetes-validate has the API schemas of.
+VALIDATED: Final = [(1, minor) for minor in range(25, 38)]
 # Groups of objects that are not Kubernetes' own (the operator's CRD, the Prometheus operator's, the
 # gang schedulers', Kueue's): their schemas are not the minimum's to check.
 NOT_KUBERNETES: Final = (
@@ -139,13 +152,6 @@ def test_what_is_shipped_is_valid_in_the_minimum() -> None:
     assert problems_at(minimum, example_pods()) == {}
 
 
-def test_the_release_before_the_minimum_lacks_an_api_that_is_shipped() -> None:
-    major, minor = stated_minimum()
-    missing = problems_at((major, minor - 1), shipped())
-    assert missing, "every shipped object is valid in the release before the stated minimum: lower it"
-    assert "no such API" in missing.values(), missing
-
-
 def test_the_operators_own_api_calls_exist_in_the_minimum() -> None:
     minimum = text_of(stated_minimum())
     calls = {
@@ -179,16 +185,65 @@ def expressions(node: Any) -> Iterator[str]:
             yield from expressions(value)
 
 
-def test_the_cel_of_the_crd_and_the_policies_is_in_the_minimum() -> None:
-    minimum = stated_minimum()
+def api_floor() -> tuple[int, int]:
+    """The first release whose API schemas take every shipped object."""
+    objects = list(shipped())
+    return next(release for release in VALIDATED if not problems_at(release, iter(objects)))
+
+
+def cel_used() -> dict[str, tuple[int, int]]:
     policies = [obj for _, obj in shipped() if obj["kind"].startswith("ValidatingAdmissionPolicy")]
     cel = [*expressions(custom_resource_definition()), *expressions(policies)]
     assert len(cel) > 100
-    used = {
+    return {
         name: since
         for name, (pattern, since) in CEL_FEATURES.items()
         if any(re.search(pattern, e) for e in cel)
     }
+
+
+def int_or_string_items(node: Any) -> bool:
+    """Whether a schema node is a map or list of int-or-string values."""
+    if not isinstance(node, dict):
+        return False
+    values = node.get("additionalProperties") or node.get("items")
+    return isinstance(values, dict) and bool(values.get("x-kubernetes-int-or-string"))
+
+
+def costly_rules(node: Any, path: str = "") -> Iterator[str]:
+    """The CRD's rules that parse every int-or-string quantity of a map or list under their node."""
+    if not isinstance(node, dict):
+        return
+    iterated = [name for name, child in (node.get("properties") or {}).items() if int_or_string_items(child)]
+    for entry in node.get("x-kubernetes-validations") or ():
+        rule = entry["rule"]
+        if any(
+            re.search(rf"self\.{name}\.(all|exists|exists_one|map|filter)\(", rule) for name in iterated
+        ) and (re.search(r"\b(quantity|isQuantity)\(", rule)):
+            yield path or "<root>"
+    for name, child in (node.get("properties") or {}).items():
+        yield from costly_rules(child, f"{path}.{name}")
+    for key in ("items", "additionalProperties"):
+        yield from costly_rules(node.get(key), f"{path}[]")
+
+
+def test_the_cel_of_the_crd_and_the_policies_is_in_the_minimum() -> None:
+    used = cel_used()
     assert {"optional values", "the quantity library", "the authorizer"} <= set(used)
+    minimum = stated_minimum()
     newer = {name: text_of(since) for name, since in used.items() if since > minimum}
     assert not newer, f"CEL newer than Kubernetes {text_of(minimum)}: {newer}"
+
+
+def test_the_stated_minimum_is_the_newest_release_a_part_needs() -> None:
+    schema = custom_resource_definition()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    costly = list(costly_rules(schema))
+    assert costly == [".spec.resources"], costly  # requests within limits, for every resource
+    needs = {
+        "the APIs": api_floor(),
+        **cel_used(),
+        **{name: since for name, since in CRD_COSTS.items() if costly},
+    }
+    assert needs["the APIs"] == (1, 30)  # ValidatingAdmissionPolicy, admissionregistration.k8s.io/v1
+    newest = max(needs.values())
+    assert stated_minimum() == newest, {name: text_of(since) for name, since in needs.items()}
