@@ -48,6 +48,7 @@ from testbed import (  # noqa: E402
     BUILDS,
     NETWORK_POLICIES,
     REAL_NODE,
+    REGISTRY,
     BackgroundBuilds,
     Image,
     Kubectl,
@@ -191,6 +192,18 @@ def network_policies(real_node: Kubectl) -> Kubectl:
 
 
 @pytest.fixture(scope="session")
+def registry(real_node: Kubectl) -> Kubectl:
+    """The session's cluster with the image registry its real node pulls from (the CNCF distribution
+    project's, testbed/node/registry.py: TLS from the cluster's CA, htpasswd), added by the first
+    test that asks for it; tests push to it and pull with `testbed.REGISTRY`."""
+    reasons = REGISTRY.missing_prerequisites()
+    if reasons:
+        pytest.skip("the registry cannot run here: " + "; ".join(reasons))
+    require_optional(REGISTRY.name)
+    return real_node
+
+
+@pytest.fixture(scope="session")
 def helm() -> Path:
     """The helm binary built from Go modules (hack/kube-bins.sh ensure helm), built on first use."""
     return component_binary("helm")
@@ -228,6 +241,7 @@ FIXTURE_MARKERS = {
     "node_images": pytest.mark.components,
     "real_node": pytest.mark.real_node,
     "network_policies": pytest.mark.components,
+    "registry": pytest.mark.components,
 }
 
 
@@ -295,6 +309,7 @@ FIXTURE_BUILDS = {
     "kueue": BUILDS["kueue"],
     "kubeflow_operator": BUILDS["training-operator"],
     "network_policies": BUILDS["network-policies"],
+    "registry": BUILDS["registry"],
 }
 BACKGROUND_BUILDS = pytest.StashKey[BackgroundBuilds]()
 
@@ -353,4 +368,5 @@ __all__ = [
     "network_policies",
     "node_images",
     "real_node",
+    "registry",
 ]

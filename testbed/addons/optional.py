@@ -29,6 +29,7 @@ from testbed.cluster.state import (
     LOGS,
     NETWORK_POLICIES,
     REAL_NODE,
+    REGISTRY,
     RUN,
     WITH_CHOICES,
     read_versions,
@@ -36,13 +37,14 @@ from testbed.cluster.state import (
     write_state,
 )
 from testbed.common import ToolError, free_ports, http_ok, wait_until
-from testbed.node import netpolicies, nodeimages, realnode
+from testbed.node import netpolicies, nodeimages, realnode, registry
 
 OPTIONAL: Final = WITH_CHOICES
 BUILDS: Final = {
     coscheduling.NAME: coscheduling.BUILD,
     kueue.NAME: kueue.BUILD,
     netpolicies.NAME: netpolicies.BUILD,
+    registry.NAME: registry.BUILD,
 }
 # Kubeflow's training-operator: built for the bench's side-by-side runs (testbed/harness/bench), never
 # added to the dev cluster.
@@ -52,15 +54,15 @@ BUILDS_BY_NAME: Final = {**BUILDS, KUBEFLOW_TRAINING_OPERATOR: KUBEFLOW_TRAINING
 
 
 def parse_with(text: str) -> list[str]:
-    """`--with a,b`: known names, in the order given, without repeats; network-policies brings the
-    real node, which it runs on, before it."""
+    """`--with a,b`: known names, in the order given, without repeats; network-policies and the
+    registry bring the real node, which they run on, before them."""
     names: list[str] = []
     for name in (part.strip() for part in text.split(",")):
         if not name or name in names:
             continue
         if name not in OPTIONAL:
             raise ToolError(f"unknown optional component {name!r}; one of: {', '.join(OPTIONAL)}")
-        if name == NETWORK_POLICIES and REAL_NODE not in names:
+        if name in (NETWORK_POLICIES, REGISTRY) and REAL_NODE not in names:
             names.append(REAL_NODE)
         names.append(name)
     return names
@@ -88,7 +90,7 @@ def build(names: list[str], node_images: tuple[str, ...] = nodeimages.IMAGES) ->
 
 
 def crd_files(name: str, build_dir: Path) -> list[Path]:
-    if name in (REAL_NODE, NETWORK_POLICIES):
+    if name in (REAL_NODE, NETWORK_POLICIES, REGISTRY):
         return []
     if name == kueue.NAME:
         return sorted((build_dir / kueue.CRD_DIR).glob("*.yaml"))
@@ -138,6 +140,9 @@ def add(
             continue
         if name == NETWORK_POLICIES:
             netpolicies.add(state, build_dir)
+            continue
+        if name == REGISTRY:
+            registry.add(state, build_dir)
             continue
         if not crds_installed:
             install_crds(bin_dir, name, build_dir)

@@ -1,8 +1,8 @@
 """`hack/dev-cluster.sh`: the command line of the dev cluster (see the package's docstring).
 
-python3 -m testbed.cluster up [--with kueue,coscheduling,real-node,network-policies] [--images all|NAME,...]
+python3 -m testbed.cluster up [--with kueue,coscheduling,real-node,network-policies,registry] [--images ...]
 python3 -m testbed.cluster down|status|env
-python3 -m testbed.cluster remove|build real-node|kueue|coscheduling|network-policies [--images ...]
+python3 -m testbed.cluster remove|build real-node|kueue|coscheduling|network-policies|registry [--images ...]
 python3 -m testbed.cluster restart|stop|start <component>
 python3 -m testbed.cluster run <name> [--wait-http URL] -- <command...>
 python3 -m testbed.cluster stop <name>
@@ -30,6 +30,7 @@ from testbed.cluster.state import (
     NODE_COMPONENTS,
     OPTIONAL_COMPONENTS,
     REAL_NODE,
+    REGISTRY,
     WITH_CHOICES,
     dead_components,
     read_state,
@@ -38,9 +39,9 @@ from testbed.cluster.state import (
     write_plugin,
 )
 from testbed.common import DEV, ToolError, reader_gone, still_running
-from testbed.node import netpolicies, nodeimages, realnode
+from testbed.node import netpolicies, nodeimages, realnode, registry
 
-ALL_COMPONENTS = (*COMPONENTS, *OPTIONAL_COMPONENTS, *NODE_COMPONENTS, *NETWORK_POLICY_COMPONENTS)
+ALL_COMPONENTS = (*COMPONENTS, *OPTIONAL_COMPONENTS, *NODE_COMPONENTS, *NETWORK_POLICY_COMPONENTS, REGISTRY)
 
 
 def status() -> int:
@@ -75,6 +76,8 @@ def status() -> int:
         where = realnode.endpoint(name) if name in NODE_COMPONENTS else f"127.0.0.1:{port}"
         if name in NETWORK_POLICY_COMPONENTS:
             where = netpolicies.endpoint(name)
+        if name == REGISTRY:
+            where = registry.endpoint()
         print(f"  {name:<24} pid {proc['pid']:<8} {condition:<12} {where}  {proc['log']}")
     extras = state.get("extras", {})
     if extras:
@@ -86,12 +89,16 @@ def status() -> int:
 
 
 def env() -> None:
-    if read_state() is not None:
+    state = read_state()
+    if state is not None:
         write_plugin()  # for a cluster started before the plugin was put beside kubectl
     if "TJ_DEV_DIR" in os.environ:  # so that hack/dev-cluster.sh and make find this cluster too
         print(f"export TJ_DEV_DIR={shlex.quote(str(DEV))}")
     print(f"export KUBECONFIG={shlex.quote(str(KUBECONFIG))}")
     print(f'export PATH={shlex.quote(str(KUBECTL_LINK.parent))}:"$PATH"')
+    if state is not None and state.get("registry"):  # `make docker-push deploy IMG=$REGISTRY/...`
+        print(f"export REGISTRY={registry.HOST}")
+        print(f"export REGISTRY_AUTH_FILE={shlex.quote(str(registry.files().auth_file))}")
 
 
 def add_images_option(parser: argparse.ArgumentParser) -> None:

@@ -37,6 +37,7 @@ from testbed.cluster.state import (
     NODE_COMPONENTS,
     OPTIONAL_COMPONENTS,
     REAL_NODE,
+    REGISTRY,
     RUN,
     STATE,
     STOP_EXPIRY,
@@ -51,7 +52,7 @@ from testbed.cluster.state import (
     write_state,
 )
 from testbed.common import REPO, ToolError, free_ports, http_ok, still_running
-from testbed.node import netpolicies, nodeimages, realnode
+from testbed.node import netpolicies, nodeimages, realnode, registry
 
 # etcd keeps its data on tmpfs (in a fresh private directory) for speed; the cluster is disposable.
 SHM: Final = Path("/dev/shm")  # noqa: S108
@@ -204,6 +205,9 @@ def teardown(state: dict[str, Any]) -> None:
         # Before the node, whose namespace holds one end of its link and its nftables table.
         say("taking down the network policies' enforcer")
         netpolicies.remove(state)
+    if state.get("registry"):
+        # A process of the node's network namespace; its storage goes with the run directory.
+        registry.remove(state)
     if state.get("real_node"):
         # Drained while the API server still runs, and everything it changed on the machine undone.
         say("taking down the real node")
@@ -217,8 +221,9 @@ def teardown(state: dict[str, Any]) -> None:
 
 def remove_optional(name: str) -> None:
     """Takes an optional part off the running cluster (`remove real-node|kueue|coscheduling|
-    network-policies`): its processes stopped and, for the real node and the enforcer on it, every
-    change on the machine undone (the node drained first; the enforcer goes with the node)."""
+    network-policies|registry`): its processes stopped and, for the real node and the enforcer on it,
+    every change on the machine undone (the node drained first; the enforcer and the registry go with
+    the node)."""
     with cluster_lock():
         state = read_state()
         if state is None:
@@ -228,9 +233,11 @@ def remove_optional(name: str) -> None:
             return
         if name in (REAL_NODE, NETWORK_POLICIES) and state.get("network_policies"):
             netpolicies.remove(state)
+        if name in (REAL_NODE, REGISTRY) and state.get("registry"):
+            registry.remove(state)
         if name == REAL_NODE:
             realnode.remove(state)
-        elif name != NETWORK_POLICIES:
+        elif name not in (NETWORK_POLICIES, REGISTRY):
             stop_processes({name: state["processes"].pop(name)})
             state["optional"].remove(name)
             write_state("processes", state["processes"])
@@ -342,3 +349,5 @@ def start_component_locked(state: dict[str, Any], component: str) -> None:
         realnode.wait_ready(state, component)
     elif component in NETWORK_POLICY_COMPONENTS:
         netpolicies.wait_ready(state, component)
+    elif component == REGISTRY:
+        registry.wait_ready(state)

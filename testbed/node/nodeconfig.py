@@ -124,12 +124,22 @@ class NodePaths:
         return self.run / "Corefile"
 
     @property
+    def registry_hosts(self) -> Path:
+        return registry_hosts_dir(self.run)
+
+    @property
     def storage(self) -> Path:
         """The local-path provisioner's volumes (testbed/node/storage.py)."""
         return self.run / "volumes"
 
     def kubeconfig(self, user: str) -> Path:
         return self.run / f"{user}.kubeconfig"
+
+
+def registry_hosts_dir(node_run: Path) -> Path:
+    """containerd's registry configuration directory (`config_path`): a directory per registry host
+    holding its hosts.toml (testbed/node/registry.py writes the local registry's)."""
+    return node_run / "certs.d"
 
 
 def netns_path() -> Path:
@@ -162,7 +172,7 @@ def containerd_config(paths: NodePaths, sandbox_image: str) -> str:
     are kept under the state directory, not the machine's /run/netns, and so is runc's state. No
     configuration is imported from /etc, and what would read or write fixed paths of the machine is
     off: NRI, CDI, the `opt` plugin, the snapshotters not used; the image verifier looks in the run
-    directory."""
+    directory, and registries' hosts.toml files (the local registry's CA) in `registry_hosts`."""
     state = paths.containerd_state
     disabled = [
         "io.containerd.nri.v1.nri",
@@ -193,6 +203,8 @@ def containerd_config(paths: NodePaths, sandbox_image: str) -> str:
         "  snapshotter = 'overlayfs'",
         "  [plugins.'io.containerd.cri.v1.images'.pinned_images]",
         f"    sandbox = {_toml(sandbox_image)}",
+        "  [plugins.'io.containerd.cri.v1.images'.registry]",
+        f"    config_path = {_toml(paths.registry_hosts)}",
         "",
         "[plugins.'io.containerd.cri.v1.runtime']",
         "  restrict_oom_score_adj = true",

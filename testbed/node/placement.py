@@ -5,11 +5,12 @@ containers, the operator deployed from its image, NetworkPolicies) needs the sam
 name, label, taint and addresses, a pod that tolerates the taint and asks for the node, the container
 states the kubelet reports, the processes its containers run on this machine and the files a claim of
 the local-path provisioner holds. The node's settings are nodeconfig's; NetworkPolicies are
-netpolicies'. Standard library only.
+netpolicies'; the registry the node pulls from is registry's. Standard library only.
 """
 
 from __future__ import annotations
 
+import json
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -17,7 +18,9 @@ from pathlib import Path
 from typing import Any, Final
 
 from testbed.cluster.kubectl import Kubectl
-from testbed.node import netpolicies, nodeconfig, nodehost
+from testbed.images import push as pusher
+from testbed.images.cache import Image
+from testbed.node import netpolicies, nodeconfig, nodehost, registry
 from testbed.node.apiforward import listen_in
 
 JsonDict = dict[str, Any]
@@ -93,8 +96,61 @@ class NetworkPolicies:
         return netpolicies.queue_bound()
 
 
+@dataclass(frozen=True)
+class LocalRegistry:
+    """The local cluster's image registry (`up --with registry`) as tests see it: its host (where the
+    machine pushes and the node pulls), its credentials and CA, its HTTP API and pushes to it."""
+
+    name: str = registry.NAME
+    host: str = registry.HOST
+
+    @staticmethod
+    def missing_prerequisites() -> list[str]:
+        return registry.missing_prerequisites()
+
+    @staticmethod
+    def credentials() -> tuple[str, str]:
+        """The running registry's user and password."""
+        return registry.credentials()
+
+    @property
+    def auth_file(self) -> Path:
+        """Its credentials as a docker config file (`hack/dev-cluster.sh env`'s REGISTRY_AUTH_FILE): what
+        a `kubernetes.io/dockerconfigjson` Secret holds."""
+        return registry.files().auth_file
+
+    @property
+    def ca_file(self) -> Path:
+        """The CA its certificate is signed by (the cluster's)."""
+        return registry.ca_file()
+
+    def reference(self, path_and_tag: str) -> str:
+        """`path:tag` under this registry's host."""
+        return f"{self.host}/{path_and_tag}"
+
+    def client(self, login: tuple[str, str] | None = None) -> pusher.Registry:
+        """Its HTTP API, with its own credentials unless `login` says otherwise."""
+        return pusher.Registry(self.host, login or self.credentials(), registry.tls_context())
+
+    def manifest(self, reference: str) -> tuple[str, JsonDict]:
+        """The digest and content of the manifest a reference of this registry names."""
+        target = pusher.parse_target(reference)
+        answer = self.client().request(
+            "GET", f"/v2/{target.path}/manifests/{target.tag}", headers={"Accept": pusher.OCI_MANIFEST}
+        )
+        if answer.status != 200:
+            raise AssertionError(f"the registry has no manifest {reference}: {answer.status}")
+        return answer.headers["docker-content-digest"], json.loads(answer.body)
+
+    def push(self, image: Image, path_and_tag: str) -> str:
+        """Pushes a built image as `path:tag` here (as `make docker-push` does); its manifest's digest."""
+        target = pusher.parse_target(self.reference(path_and_tag))
+        return pusher.push(image, target, self.client())
+
+
 REAL_NODE: Final = RealNode()
 NETWORK_POLICIES: Final = NetworkPolicies()
+REGISTRY: Final = LocalRegistry()
 
 
 def pod_on_node(name: str, command: list[str], **spec: Any) -> JsonDict:
