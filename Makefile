@@ -228,9 +228,9 @@ promtool: ## install promtool (Debian package prometheus) when it is missing
 # container images (testbed/images): built on this machine from Go modules, Debian packages and the
 # project's own files, cached under ~/.cache/trainingjob-operator. The Debian packages they use are
 # installed when missing (as root, else through sudo), as promtool's is: runc, the CNI plugins,
-# iptables and nftables (the NetworkPolicy enforcer's) for the node, debootstrap, buildah and busybox
-# for the images. IMAGES names some images.
-NODE_PACKAGES := runc containernetworking-plugins iptables nftables debootstrap buildah busybox-static gcc libc6-dev
+# iptables and nftables (the NetworkPolicy enforcer's) for the node, apache2-utils (htpasswd, for the
+# registry's bcrypt entries), debootstrap, buildah and busybox for the images. IMAGES names some images.
+NODE_PACKAGES := runc containernetworking-plugins iptables nftables apache2-utils debootstrap buildah busybox-static gcc libc6-dev
 IMAGES ?=
 
 .PHONY: node-tools
@@ -268,14 +268,47 @@ pin-base-image: node-tools ## record the Debian package versions the real node's
 generate-monitoring: $(STAMP) ## regenerate the PrometheusRule (kustomize) and the Helm chart's copy of the rules from monitoring/alerts.yaml
 	$(VENV_PY) -m monitoring.generate
 
+# The operator's image, as kubebuilder's Makefiles name it: `make docker-build docker-push deploy
+# IMG=<registry>/trainingjob-operator:<tag>` builds it, pushes it and deploys it (deploy/README.md).
+# These machines have no Docker engine, so with CONTAINER_TOOL=testbed (the default) docker-build
+# builds the image with the testbed's image builder (buildah on the base image, testbed/images) and
+# tags that build IMG, and docker-push pushes it with the testbed's pusher: HTTPS with the
+# credentials a docker config file holds for IMG's registry ($REGISTRY_AUTH_FILE, else
+# ~/.docker/config.json; for the local cluster's registry, $REGISTRY, its own and its CA), Basic
+# authentication only (testbed/images/push.py says why). CONTAINER_TOOL=docker (or podman) runs
+# `build -t IMG .` and `push IMG` with that tool instead, as kubebuilder's Makefile does (not run
+# here: no engine). Without IMG, docker-build builds the image under its own names and deploy keeps
+# deploy/'s image; IMAGE, the earlier name of IMG, still works for deploy.
+IMG ?=
+CONTAINER_TOOL ?= testbed
+
+.PHONY: docker-build
+docker-build: $(if $(filter testbed,$(CONTAINER_TOOL)),node-tools) ## build the operator's image and tag it IMG (the testbed's builder; CONTAINER_TOOL=docker: docker build)
+ifeq ($(CONTAINER_TOOL),testbed)
+	$(PYTHON) -m testbed.images $(if $(IMG),tag operator $(IMG),ensure operator)
+else
+	$(CONTAINER_TOOL) build -t $(or $(IMG),trainingjob-operator:latest) .
+endif
+
+.PHONY: docker-push
+docker-push: ## push the image tagged IMG to IMG's registry (the testbed's pusher; CONTAINER_TOOL=docker: docker push)
+	@test -n "$(IMG)" || { echo "docker-push: IMG=<registry>/trainingjob-operator:<tag> says where to push" >&2; exit 2; }
+ifeq ($(CONTAINER_TOOL),testbed)
+	$(PYTHON) -m testbed.images push $(IMG)
+else
+	$(CONTAINER_TOOL) push $(IMG)
+endif
+
 OVERLAY ?=
 IMAGE ?=
 NODE_SELECTOR ?=
 TOLERATE ?=
-DEPLOY_VARIABLES = OVERLAY="$(OVERLAY)" IMAGE="$(IMAGE)" NODE_SELECTOR="$(NODE_SELECTOR)" TOLERATE="$(TOLERATE)" KUBECTL="$(KUBECTL)"
+IMAGE_PULL_SECRETS ?=
+DEPLOY_VARIABLES = OVERLAY="$(OVERLAY)" IMG="$(IMG)" IMAGE="$(IMAGE)" NODE_SELECTOR="$(NODE_SELECTOR)" TOLERATE="$(TOLERATE)" \
+	IMAGE_PULL_SECRETS="$(IMAGE_PULL_SECRETS)" KUBECTL="$(KUBECTL)"
 
 .PHONY: deploy
-deploy: ## install the operator into $KUBECONFIG's cluster (OVERLAY=monitoring|network-policy|single-namespace, IMAGE=ref, NODE_SELECTOR=key=value,... TOLERATE=key=value:Effect,...)
+deploy: ## install the operator into $KUBECONFIG's cluster (IMG=ref, IMAGE_PULL_SECRETS=name,... OVERLAY=monitoring|network-policy|single-namespace, NODE_SELECTOR=key=value,... TOLERATE=key=value:Effect,...)
 	$(DEPLOY_VARIABLES) hack/deploy.sh apply
 
 .PHONY: undeploy

@@ -4,22 +4,27 @@ python3 -m testbed.images ensure [NAME ...]   # all without names; one line per 
                                            #   <archive> <reference> <reference> ...
 python3 -m testbed.images list                # name, references, key, built or not, size
 python3 -m testbed.images pin-base            # record the base image's Debian package versions (root)
+python3 -m testbed.images tag NAME IMG        # build NAME unless cached, tag it IMG (make docker-build)
+python3 -m testbed.images push IMG            # push the build tagged IMG to IMG's registry (make docker-push)
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import ssl
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from testbed.common import REPO, Say, ToolError, reader_gone
-from testbed.images import base, cache
-from testbed.images.builder import IMAGES, describe, ensure_all
+from testbed.images import base, cache, push
+from testbed.images.builder import IMAGES, describe, ensure, ensure_all
 from testbed.images.cache import Image
 from testbed.images.recipe import Context
 from testbed.images.steps import Steps, remove_tree
+from testbed.node import registry
 
 
 def list_images() -> None:
@@ -50,6 +55,34 @@ def pin_base() -> None:
     print(f"wrote {path.relative_to(REPO)}: review `git diff` and commit it; the base image rebuilds")
 
 
+def tag(name: str, reference: str) -> None:
+    """`make docker-build`: the image built unless cached, then tagged `reference`."""
+    push.parse_target(reference)
+    image = ensure(name)
+    push.tag(image, reference)
+    print(image.archive, reference, flush=True)
+
+
+def push_tagged(reference: str) -> None:
+    """`make docker-push`: the build tagged `reference` pushed to its registry, with the credentials a
+    docker config file holds for it ($REGISTRY_AUTH_FILE, else the local cluster's registry's own
+    when it is that registry, else ~/.docker/config.json) and the local cluster's CA for its registry
+    (the machine's trusted CAs for any other)."""
+    target = push.parse_target(reference)
+    image = push.tagged(reference)
+    local = registry.local_access(target.host)
+    explicit = os.environ.get("REGISTRY_AUTH_FILE")
+    auth_file = Path(explicit) if explicit else local[0] if local else Path.home() / ".docker" / "config.json"
+    context = ssl.create_default_context(cafile=str(local[1]) if local else None)
+    began = time.monotonic()
+    client = push.Registry(target.host, push.credentials_from(auth_file, target.host), context)
+    digest = push.push(image, target, client)
+    took = time.monotonic() - began
+    print(
+        f"pushed {reference} ({image.name}, {image.size / 1e6:.0f} MB) in {took:.1f}s: {digest}", flush=True
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m testbed.images", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -61,12 +94,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     commands.add_parser("list", help="the images: key, built or not, size, references")
     commands.add_parser("pin-base", help="record the Debian package versions the base image is built from")
+    tag_parser = commands.add_parser("tag", help="build an image unless cached and tag it IMG (docker-build)")
+    tag_parser.add_argument("name", choices=list(IMAGES), metavar="NAME")
+    tag_parser.add_argument("reference", metavar="IMG", help="<host[:port]>/<name>:<tag>")
+    push_parser = commands.add_parser("push", help="push the build tagged IMG to its registry (docker-push)")
+    push_parser.add_argument("reference", metavar="IMG")
     arguments = parser.parse_args(argv)
     try:
         if arguments.command == "list":
             list_images()
         elif arguments.command == "pin-base":
             pin_base()
+        elif arguments.command == "tag":
+            tag(arguments.name, arguments.reference)
+        elif arguments.command == "push":
+            push_tagged(arguments.reference)
         else:
             for image in ensure_all(arguments.names or None):
                 print(image.archive, *image.references, flush=True)
