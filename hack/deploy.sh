@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Installs or removes the operator in the cluster $KUBECONFIG points at (make deploy / make undeploy).
 #
-#   hack/deploy.sh apply|delete|render   OVERLAY=monitoring|network-policy|single-namespace  IMAGE=<ref>
+#   hack/deploy.sh apply|delete|render   OVERLAY=monitoring|network-policy|single-namespace  IMG=<ref>
 #                                        NODE_SELECTOR=key=value,...  TOLERATE=key=value:Effect,...
+#                                        IMAGE_PULL_SECRETS=name,...
 #                                        API_SERVER_ADDRESSES=ip[/prefix],...  API_SERVER_PORTS=port,...
 #
 # Why a script: before touching the cluster it checks that kubectl exists and the cluster answers,
-# renders the kustomization (with IMAGE, NODE_SELECTOR and TOLERATE, if given) and validates every
+# renders the kustomization (with IMG, NODE_SELECTOR and TOLERATE, if given) and validates every
 # object with a server-side dry run, so a mistake is reported with nothing half-installed. `delete`
 # keeps crd/'s objects, the CRD (deleting it deletes every TrainingJob) and the admission policies,
 # unless DELETE_CRD=1, which deletes the jobs first, while the operator still runs to let
@@ -16,6 +17,10 @@
 # NODE_SELECTOR adds node labels to the pods' nodeSelector (beside kubernetes.io/os: linux), TOLERATE
 # lists taints the pods tolerate as `kubectl taint` writes them: key=value:Effect, key:Effect (any
 # value), key=value (any effect), key (any value, any effect).
+#
+# IMAGE_PULL_SECRETS names Secrets of type kubernetes.io/dockerconfigjson in the operator's namespace
+# (trainingjob-system) that the kubelet pulls IMG with, for an image in a registry that asks for
+# credentials: the pods' imagePullSecrets, as the Helm chart's `imagePullSecrets` value sets them.
 #
 # OVERLAY=network-policy: the NetworkPolicy's first egress rule must name the API server's endpoints
 # (no selector can: the API server is no pod), and as shipped it names no address. They are filled in
@@ -27,7 +32,10 @@ set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 ACTION=${1:-}
 OVERLAY=${OVERLAY:-}
-IMAGE=${IMAGE:-}
+# IMG is the operator's image, as kubebuilder's Makefiles name it (`make docker-build docker-push
+# deploy IMG=...`); IMAGE, its earlier name here, still works.
+IMAGE=${IMG:-${IMAGE:-}}
+IMAGE_PULL_SECRETS=${IMAGE_PULL_SECRETS:-}
 NODE_SELECTOR=${NODE_SELECTOR:-}
 TOLERATE=${TOLERATE:-}
 API_SERVER_ADDRESSES=${API_SERVER_ADDRESSES:-}
@@ -118,6 +126,15 @@ for item in "${items[@]}"; do
   toleration_items+="${toleration_items:+, }$toleration"
 done
 
+# IMAGE_PULL_SECRETS as the items of a JSON array of references, Secret names as the API server takes them.
+pull_secret_items=""
+IFS=, read -ra items <<<"$IMAGE_PULL_SECRETS"
+for item in "${items[@]}"; do
+  [[ "$item" =~ ^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$ ]] ||
+    fail "IMAGE_PULL_SECRETS: '$item' is not a Secret's name (e.g. IMAGE_PULL_SECRETS=registry-credentials)"
+  pull_secret_items+="${pull_secret_items:+, }{\"name\": \"$item\"}"
+done
+
 # The API server's endpoints for the network-policy overlay's egress rule, as the members of two JSON
 # arrays: ipBlocks ({"ipBlock": {"cidr": ...}}, an address alone as /32 or /128) and ports.
 api_server_rule=""
@@ -165,11 +182,12 @@ customizations() {
     [[ "$IMAGE" == *:* && "$tag" != */* ]] || { name=$IMAGE; tag=latest; }
     printf 'images:\n  - name: trainingjob-operator\n    newName: "%s"\n    newTag: "%s"\n' "$name" "$tag"
   fi
-  [[ -z "$selector_members$toleration_items$api_server_rule" ]] || printf 'patches:\n'
-  if [[ -n "$selector_members$toleration_items" ]]; then
+  [[ -z "$selector_members$toleration_items$pull_secret_items$api_server_rule" ]] || printf 'patches:\n'
+  if [[ -n "$selector_members$toleration_items$pull_secret_items" ]]; then
     local pod_spec=""
     [[ -z "$selector_members" ]] || pod_spec="\"nodeSelector\": {$selector_members}"
     [[ -z "$toleration_items" ]] || pod_spec+="${pod_spec:+, }\"tolerations\": [$toleration_items]"
+    [[ -z "$pull_secret_items" ]] || pod_spec+="${pod_spec:+, }\"imagePullSecrets\": [$pull_secret_items]"
     printf '  - target:\n      kind: Deployment\n      name: trainingjob-operator\n    patch: |-\n'
     printf '      {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "trainingjob-operator"},\n'
     printf '       "spec": {"template": {"spec": {%s}}}}\n' "$pod_spec"
@@ -271,6 +289,6 @@ fi
   -l app.kubernetes.io/managed-by=trainingjob-operator,app.kubernetes.io/component=trainer \
   --field-selector metadata.name=trainingjob-trainer
 image=$("$KUBECTL" get deploy -n trainingjob-system trainingjob-operator -o jsonpath='{.spec.template.spec.containers[0].image}' 2>/dev/null || true)
-echo "deploy: installed. The Deployment runs image '${image:-?}': build it with 'docker build -t <registry>/trainingjob-operator:<tag> .',"
-echo "        push it where the cluster pulls from, and deploy with IMAGE=<registry>/trainingjob-operator:<tag>."
+echo "deploy: installed. The Deployment runs image '${image:-?}'; to run your build, build and push it where the cluster"
+echo "        pulls from and deploy it: make docker-build docker-push deploy IMG=<registry>/trainingjob-operator:<tag>."
 echo "        Watch it: kubectl -n trainingjob-system rollout status deploy/trainingjob-operator"

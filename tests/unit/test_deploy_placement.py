@@ -1,9 +1,10 @@
-"""`make deploy`'s placement on a dedicated node pool (NODE_SELECTOR, TOLERATE in hack/deploy.sh),
-without a cluster: `hack/deploy.sh render` prints what `make deploy` would apply.
+"""`make deploy`'s image and placement (IMG, IMAGE_PULL_SECRETS, NODE_SELECTOR, TOLERATE in
+hack/deploy.sh), without a cluster: `hack/deploy.sh render` prints what `make deploy` would apply.
 
-Why: platform teams run system components on tainted, labelled nodes, and the Helm chart offers
-that through its nodeSelector and tolerations values. The kustomize install offers the same through
-two variables, so the two must render the same install (compared as tests/helmchart.py compares the
+Why: platform teams run system components on tainted, labelled nodes, from an image in a registry of
+their own that may ask for credentials, and the Helm chart offers that through its image,
+imagePullSecrets, nodeSelector and tolerations values. The kustomize install offers the same through
+its variables, so the two must render the same install (compared as tests/helmchart.py compares the
 chart with the overlays), and a malformed variable must stop the script, naming it, before anything
 is rendered or applied. tests/e2e/test_deploy_real_node.py deploys with them onto the real node.
 """
@@ -58,10 +59,17 @@ def rendered(**variables: str) -> list[Manifest]:
 
 @pytest.mark.parametrize("overlay", ["", "single-namespace"])
 def test_placement_renders_what_the_charts_values_render(chart: Helm, overlay: str) -> None:
-    ours = rendered(IMAGE=IMAGE, NODE_SELECTOR=NODE_SELECTOR, TOLERATE=TOLERATE, OVERLAY=overlay)
+    ours = rendered(
+        IMG=IMAGE,
+        IMAGE_PULL_SECRETS="registry-credentials,mirror",
+        NODE_SELECTOR=NODE_SELECTOR,
+        TOLERATE=TOLERATE,
+        OVERLAY=overlay,
+    )
     repository, tag = IMAGE.rsplit(":", 1)
     values: Manifest = {
         "image": {"repository": repository, "tag": tag},
+        "imagePullSecrets": [{"name": "registry-credentials"}, {"name": "mirror"}],
         "nodeSelector": SELECTED,
         "tolerations": TOLERATIONS,
         **(OPTIONS[overlay] if overlay else {}),
@@ -79,6 +87,16 @@ def test_without_the_variables_render_is_the_default_install() -> None:
     pod = one(rendered(), "Deployment")["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {"kubernetes.io/os": "linux"}
     assert "tolerations" not in pod
+    assert "imagePullSecrets" not in pod
+    assert pod["containers"][0]["image"] == "trainingjob-operator:0.1.0"
+
+
+def test_image_still_sets_the_image_and_img_wins() -> None:
+    """IMAGE, the variable's name before IMG, still works; given both, IMG (kubebuilder's) is used."""
+    pod = one(rendered(IMAGE=IMAGE), "Deployment")["spec"]["template"]["spec"]
+    assert pod["containers"][0]["image"] == IMAGE
+    both = one(rendered(IMAGE="old/name:1", IMG=IMAGE), "Deployment")["spec"]["template"]["spec"]
+    assert both["containers"][0]["image"] == IMAGE
 
 
 @pytest.mark.parametrize(
@@ -91,6 +109,8 @@ def test_without_the_variables_render_is_the_default_install() -> None:
         ({"TOLERATE": "dedicated:NoRun"}, "TOLERATE: 'dedicated:NoRun' is not a taint key[=value][:Effect]"),
         ({"TOLERATE": "-dedicated"}, "TOLERATE: '-dedicated'"),
         ({"TOLERATE": "a=b=c"}, "TOLERATE: 'a=b=c'"),
+        ({"IMAGE_PULL_SECRETS": "Registry_Credentials"}, "IMAGE_PULL_SECRETS: 'Registry_Credentials' is not"),
+        ({"IMAGE_PULL_SECRETS": "a,,b"}, "IMAGE_PULL_SECRETS: '' is not a Secret's name"),
     ],
 )
 def test_a_malformed_variable_is_refused_naming_it(variables: dict[str, str], message: str) -> None:
