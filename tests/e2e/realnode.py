@@ -12,7 +12,7 @@ import copy
 import json
 from typing import Any
 
-from testbed import REAL_NODE, Kubectl, is_ready, terminated
+from testbed import REAL_NODE, REGISTRY, Kubectl, is_ready, terminated
 from tests.e2e.jobs import job_manifest, wait
 
 JsonDict = dict[str, Any]
@@ -46,6 +46,17 @@ def job_on_node(manifest: JsonDict, *, memory: str = "1Gi", cpu: str = "100m") -
     scheduling["tolerations"] = [*scheduling.get("tolerations", []), TOLERATION]
     spec["resources"] = on_node(memory=memory, cpu=cpu)["resources"]
     return job
+
+
+def create_pull_secret(kubectl: Kubectl, namespace: str, name: str, *, password: str | None = None) -> None:
+    """A pull Secret for the local cluster's registry, made as its users make one (`kubectl create secret
+    docker-registry`, the examples' and deploy/README.md's command), with its credentials or a wrong
+    `password`."""
+    user, own = REGISTRY.credentials()
+    kubectl.run(
+        *("create", "secret", "docker-registry", name, "-n", namespace, f"--docker-server={REGISTRY.host}"),
+        *(f"--docker-username={user}", f"--docker-password={own if password is None else password}"),
+    )
 
 
 def training_job(name: str, epochs: int, *, env: dict[str, str] | None = None, **spec: Any) -> JsonDict:

@@ -3,8 +3,11 @@
 Why: every other test runs the operator as a process on the machine, and kwok fakes the pods of the
 Deployment that `make deploy` and the chart install. Here the Deployment's two pods run on the local
 cluster's real node (testbed/node/realnode.py) from the image this tree's Dockerfile builds
-(testbed/images), placed there with `make deploy`'s NODE_SELECTOR and TOLERATE and with the chart's
-nodeSelector and tolerations values. So what only a real cluster exercises is proven: the image's
+(testbed/images), pushed to the local cluster's registry (testbed/node/registry.py) and pulled from it
+with an imagePullSecret, as deploy/README.md says: `make docker-build docker-push deploy IMG=...
+IMAGE_PULL_SECRETS=...`, and the chart's image and imagePullSecrets values; placed there with `make
+deploy`'s NODE_SELECTOR and TOLERATE and with the chart's nodeSelector and tolerations values. So what
+only a real cluster exercises is proven: the pull from a registry that asks for credentials, the image's
 entry point, the probes answered by the real process, the deployed ServiceAccount and RBAC through
 the in-cluster configuration (no kubeconfig anywhere), restricted Pod Security with a read-only root
 filesystem, leader election between two pods and its handover when the leader's pod is deleted (a
@@ -28,6 +31,7 @@ import json
 import os
 import subprocess
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
@@ -35,7 +39,7 @@ from typing import Any, Final
 import pytest
 
 from crd import contract
-from testbed import REAL_NODE, Image, Kubectl, wait_for
+from testbed import REAL_NODE, REGISTRY, Image, Kubectl, wait_for
 from tests.cluster import REPO
 from tests.e2e.deployed_operator import (
     HELM_PLACEMENT_FLAGS,
@@ -63,6 +67,8 @@ pytestmark = pytest.mark.slow
 
 JsonDict = dict[str, Any]
 SELECTOR: Final = "app.kubernetes.io/name=trainingjob-operator,app.kubernetes.io/component=controller"
+# The pull Secret deploy/README.md makes in the operator's namespace from the registry's credentials.
+PULL_SECRET: Final = "registry-credentials"
 METRICS_SERVICE: Final = "trainingjob-operator-metrics"
 # What `make undeploy` removes besides the namespace (and with it the Lease), as `kubectl get` names them.
 INSTALLED: Final = (
@@ -80,9 +86,10 @@ INSTALLED: Final = (
 )
 
 
-def make(target: str, cluster: Kubectl, **variables: str) -> subprocess.CompletedProcess[str]:
+def make(targets: str, cluster: Kubectl, **variables: str) -> subprocess.CompletedProcess[str]:
+    """`make <targets...>` (separated by spaces) against `cluster`, with `variables`."""
     env = dict(os.environ, KUBECONFIG=str(cluster.kubeconfig))
-    args = ["make", "--no-print-directory", target, f"KUBECTL={cluster.binary}"]
+    args = ["make", "--no-print-directory", *targets.split(), f"KUBECTL={cluster.binary}"]
     args += [f"{key}={value}" for key, value in variables.items()]
     return subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False)
 
@@ -109,12 +116,38 @@ def crd_objects_present(cluster: Kubectl) -> bool:
     )
 
 
+def image_in_the_registry(tag: str) -> str:
+    """IMG for the operator's image under `tag` in the local cluster's registry: a tag of the test's own,
+    so that the node pulls it (an image the node holds already under its reference is not pulled)."""
+    return REGISTRY.reference(f"trainingjob-operator:{tag}-{uuid.uuid4().hex[:8]}")
+
+
+def pull_access(cluster: Kubectl) -> None:
+    """deploy/README.md's first steps for a registry that asks for credentials: the operator's
+    namespace, then the pull Secret in it, made from the registry's docker config file (again, when
+    an earlier test left one)."""
+    cluster.run("apply", "-f", str(DEPLOY / "base" / "namespace.yaml"))
+    cluster.run("delete", "secret", PULL_SECRET, "-n", OPERATOR_NAMESPACE, "--ignore-not-found")
+    cluster.run(
+        *("create", "secret", "generic", PULL_SECRET, "-n", OPERATOR_NAMESPACE),
+        *("--type=kubernetes.io/dockerconfigjson", f"--from-file=.dockerconfigjson={REGISTRY.auth_file}"),
+    )
+
+
+def pulled_image_id(image: Image, img: str) -> str:
+    """The image ID the node reports for `img` pulled from the local registry: its repository digest
+    there. The manifest the registry holds is of the image this tree builds (its config's digest)."""
+    digest, manifest = REGISTRY.manifest(img)
+    assert manifest["config"]["digest"] == image.config_digest
+    return f"{img.rsplit(':', 1)[0]}@{digest}"
+
+
 def assert_runs_as_deployed(
-    cluster: Kubectl, image: Image, began: float, metrics_token: str
+    cluster: Kubectl, image_id: str, began: float, metrics_token: str
 ) -> tuple[list[JsonDict], str]:
-    """Both replicas Ready on the real node from `image`, each process as the restricted namespace and
-    the Deployment make it, its probes plain and its /metrics HTTPS for `metrics_token` only, exactly
-    one leading; returns the pods and the leader's name."""
+    """Both replicas Ready on the real node from the image `image_id` names, each process as the
+    restricted namespace and the Deployment make it, its probes plain and its /metrics HTTPS for
+    `metrics_token` only, exactly one leading; returns the pods and the leader's name."""
     pods = wait_ready_replicas(cluster, SELECTOR, 2)
     seconds_to_ready = time.monotonic() - began
     namespace = cluster.get_json("namespace", OPERATOR_NAMESPACE)
@@ -123,12 +156,10 @@ def assert_runs_as_deployed(
         spec, status = pod["spec"], pod["status"]
         assert spec["nodeName"] == REAL_NODE.name
         assert spec["serviceAccountName"] == "trainingjob-operator"
-        # The node's containerd reports the image's ID: the image this tree's Dockerfile builds.
+        # Pulled from the registry with the pull Secret: the image this tree's Dockerfile builds.
+        assert spec["imagePullSecrets"] == [{"name": PULL_SECRET}]
         (container,) = status["containerStatuses"]
-        assert container["imageID"].endswith(image.config_digest), (
-            f"the node ran {container['imageID']}, this tree builds {image.config_digest}: the node imports"
-            " images when it is added (hack/dev-cluster.sh remove real-node, then up --with real-node)"
-        )
+        assert container["imageID"] == image_id
         assert container["restartCount"] == 0
         # In-cluster configuration: no kubeconfig among the volumes, only the emptyDir and the token.
         token, tmp = sorted(volume["name"] for volume in spec["volumes"])
@@ -222,21 +253,30 @@ def hand_over(cluster: Kubectl, pods: list[JsonDict], leader: str) -> str:
 
 @pytest.mark.skipif(PROMETHEUS is None, reason="Debian's prometheus package is not installed")
 def test_make_deploy_runs_the_operator_from_its_image_on_the_real_node(
-    real_node: Kubectl,
+    registry: Kubectl,
     namespace: str,
     node_images: Callable[[str], Image],
     tmp_path: Path,
 ) -> None:
+    real_node = registry
     image = node_images("operator")
-    variables = {"IMAGE": image.references[0], "NODE_SELECTOR": NODE_SELECTOR, "TOLERATE": TOLERATE}
+    img = image_in_the_registry("make")
+    variables = {
+        "IMG": img,
+        "IMAGE_PULL_SECRETS": PULL_SECRET,
+        "NODE_SELECTOR": NODE_SELECTOR,
+        "TOLERATE": TOLERATE,
+    }
     wait_lease_free(real_node)
-    began = time.monotonic()
     scraper = contextlib.ExitStack()
     try:
-        deployed = make("deploy", real_node, **variables)
+        pull_access(real_node)
+        began = time.monotonic()
+        deployed = make("docker-build docker-push deploy", real_node, **variables)
         assert deployed.returncode == 0, deployed.stdout + deployed.stderr
+        assert f"pushed {img} (operator, " in deployed.stdout
         token = scraper.enter_context(metrics_reader(real_node, namespace))
-        pods, leader = assert_runs_as_deployed(real_node, image, began, token)
+        pods, leader = assert_runs_as_deployed(real_node, pulled_image_id(image, img), began, token)
         reconciled(real_node, namespace, "first")
         scraped_through_the_service(real_node, tmp_path, token)
 
@@ -277,34 +317,38 @@ def set_aside_identity(cluster: Kubectl) -> None:
 
 
 def test_helm_install_runs_the_operator_from_its_image_on_the_real_node(
-    real_node: Kubectl,
+    registry: Kubectl,
     namespace: str,
     node_images: Callable[[str], Image],
     helm: Path,
     tmp_path: Path,
 ) -> None:
+    real_node = registry
     image = node_images("operator")
-    repository, tag = image.references[0].rsplit(":", 1)
+    img = image_in_the_registry("helm")
+    repository, tag = img.rsplit(":", 1)
+    REGISTRY.push(image, img.removeprefix(f"{REGISTRY.host}/"))
     # deploy/README.md's command: the CRD and the trainers' admission policy are the session's (crd/,
-    # applied without Helm), so the release leaves them alone.
+    # applied without Helm), so the release leaves them alone; a registry host with its port in
+    # image.repository, the pull Secret in imagePullSecrets.
     install = (
         *("install", RELEASE, str(CHART), "--namespace", OPERATOR_NAMESPACE),
         *("--set", f"image.repository={repository}", "--set", f"image.tag={tag}"),
-        *("--set", "crds.install=false"),
+        *("--set", "crds.install=false", "--set", f"imagePullSecrets[0].name={PULL_SECRET}"),
         *HELM_PLACEMENT_FLAGS,
     )
     chart = Helm(helm, tmp_path / "helm", real_node.kubeconfig)
     wait_lease_free(real_node)
     # deploy/README.md: the namespace first (the chart does not own it); removed after if made here.
     namespace_existed = real_node.get_or_none("namespace", OPERATOR_NAMESPACE) is not None
-    real_node.run("apply", "-f", str(DEPLOY / "base" / "namespace.yaml"))
+    pull_access(real_node)
     set_aside_identity(real_node)
     began = time.monotonic()
     scraper = contextlib.ExitStack()
     try:
         chart.run(*install)
         token = scraper.enter_context(metrics_reader(real_node, namespace))
-        assert_runs_as_deployed(real_node, image, began, token)
+        assert_runs_as_deployed(real_node, pulled_image_id(image, img), began, token)
         reconciled(real_node, namespace, "charted")
         real_node.run("delete", "trainingjobs", "--all", "-n", namespace, "--wait=true", "--timeout=120s")
         chart.run("uninstall", RELEASE, "--namespace", OPERATOR_NAMESPACE, "--wait", "--timeout=3m")
@@ -321,3 +365,5 @@ def test_helm_install_runs_the_operator_from_its_image_on_the_real_node(
             chart.attempt("uninstall", RELEASE, "--namespace", OPERATOR_NAMESPACE, "--wait", "--timeout=3m")
         if not namespace_existed:
             real_node.run("delete", "namespace", OPERATOR_NAMESPACE, "--ignore-not-found", "--timeout=120s")
+        else:
+            real_node.run("delete", "secret", PULL_SECRET, "-n", OPERATOR_NAMESPACE, "--ignore-not-found")

@@ -7,9 +7,10 @@ testbed/node/netpolicies.py), which judges every new connection of a pod a polic
 connection to the API server is judged like any other. What the policies allow is shown to work and
 what they leave out is shown to fail, each against a control that succeeds:
 - the operator deployed with `make deploy OVERLAY=network-policy` (the API server's addresses read
-  from the cluster) is Ready (its probes pass), reconciles a job (it reaches the API server) and
-  resolves names, while its connection to a pod serving HTTP times out, which another pod reaches;
-  the chart looks up the same addresses;
+  from the cluster; its image pulled from the local registry, which the node's containerd reaches
+  from the node itself, outside any policy) is Ready (its probes pass), reconciles a job (it reaches
+  the API server) and resolves names, while its connection to a pod serving HTTP times out, which
+  another pod reaches; the chart looks up the same addresses;
 - the kubelet's probes pass a policy that refuses all ingress (node traffic is not judged);
 - docs/security.md's tenant policies: a two-worker job trains with DDP over the pod network and its
   progress reaches the status; deleting the API server's rule makes the reports time out and the
@@ -30,7 +31,7 @@ import pytest
 import yaml
 
 from crd import contract
-from testbed import NETWORK_POLICIES, REAL_NODE, Image, Kubectl, pod_on_node, wait_for
+from testbed import NETWORK_POLICIES, REAL_NODE, REGISTRY, Image, Kubectl, pod_on_node, wait_for
 from tests.cluster import REPO
 from tests.e2e.conftest import StartOperator
 from tests.e2e.deployed_operator import (
@@ -44,7 +45,13 @@ from tests.e2e.deployed_operator import (
 from tests.e2e.jobs import status_of, wait_for_state
 from tests.e2e.operator_identity import NAMESPACE as OPERATOR_NAMESPACE
 from tests.e2e.realnode import training_job, wait_running
-from tests.e2e.test_deploy_real_node import SELECTOR, make
+from tests.e2e.test_deploy_real_node import (
+    PULL_SECRET,
+    SELECTOR,
+    image_in_the_registry,
+    make,
+    pull_access,
+)
 from tests.e2e.test_docs_yaml import manifests, yaml_blocks
 from tests.helmchart import CHART, RELEASE, Helm
 
@@ -189,6 +196,7 @@ def test_the_kubelet_probes_a_pod_whose_policy_refuses_all_ingress(
     assert [c["ready"] for c in fenced["status"]["containerStatuses"]] == [True]
 
 
+@pytest.mark.usefixtures("registry")
 def test_the_deployed_operator_reaches_the_api_server_and_dns_and_nothing_else(
     network_policies: Kubectl,
     namespace: str,
@@ -197,7 +205,8 @@ def test_the_deployed_operator_reaches_the_api_server_and_dns_and_nothing_else(
     tmp_path: Path,
 ) -> None:
     cluster = network_policies
-    image = node_images("operator")
+    img = image_in_the_registry("network-policy")
+    REGISTRY.push(node_images("operator"), img.removeprefix(f"{REGISTRY.host}/"))
     ips = started(cluster, namespace, http_server("target"), idle_pod("neighbour"))
     assert connect(cluster, namespace, "neighbour", ips["target"], SERVER_PORT) == "connected"
 
@@ -215,13 +224,15 @@ def test_the_deployed_operator_reaches_the_api_server_and_dns_and_nothing_else(
     assert charted_rule == expected_rule
 
     variables = {
-        "IMAGE": image.references[0],
+        "IMG": img,
+        "IMAGE_PULL_SECRETS": PULL_SECRET,
         "NODE_SELECTOR": NODE_SELECTOR,
         "TOLERATE": TOLERATE,
         "OVERLAY": "network-policy",
     }
     wait_lease_free(cluster)
     try:
+        pull_access(cluster)
         deployed = make("deploy", cluster, **variables)
         assert deployed.returncode == 0, deployed.stdout + deployed.stderr
         policy = cluster.get_json("networkpolicy", "trainingjob-operator", "-n", OPERATOR_NAMESPACE)
