@@ -17,7 +17,8 @@ claim gets a PersistentVolume made for it (kwok's nodes run no provisioner).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import shlex
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ import yaml
 
 from crd import contract
 from crd.defaults import subschema
-from testbed import PYTHON_IMAGE, Kubectl, WaitTimeout, claim_directory
+from testbed import PYTHON_IMAGE, REGISTRY, Image, Kubectl, WaitTimeout, claim_directory
 from tests.cluster import REPO
 from tests.e2e.conftest import StartOperator
 from tests.e2e.jobs import (
@@ -283,26 +284,55 @@ def test_the_resume_example_continues_from_the_claim_an_earlier_job_retained(
     assert sorted(path.name for path in stored.glob("epoch-*")) == ["epoch-3", "epoch-4", "epoch-6"]
 
 
+def secret_command(text: str) -> list[str]:
+    """The `kubectl create secret` command of the example's opening comment, its lines joined."""
+    lines = [line.removeprefix("#").strip() for line in text.splitlines() if line.startswith("#")]
+    start = next(i for i, line in enumerate(lines) if line.startswith("kubectl create secret"))
+    words: list[str] = []
+    for line in lines[start:]:
+        words.append(line.removesuffix("\\"))
+        if not line.endswith("\\"):
+            break
+    return shlex.split(" ".join(words))
+
+
 def test_the_byo_example_trains_its_own_code_on_its_dataset_to_completed(
-    real_node: Kubectl, namespace: str, start_operator: StartOperator
+    registry: Kubectl, namespace: str, start_operator: StartOperator, node_images: Callable[[str], Image]
 ) -> None:
-    """The example as it is, but for its images: `myteam/trainer:1.0` is a private image its
-    imagePullSecrets would pull from the user's registry, and `python:3.12-slim` (the init container's)
-    is not on this machine either. Both become the base image the node has (`python:3.11-slim`,
-    testbed/images: Debian's Python, all the example's plain-Python code needs). The pull Secret, the code
-    from a ConfigMap, the dataset prepared on a claim and the job are the example's."""
-    kubectl = PatientKubectl.of(real_node)
+    """The example as its comment says to apply it, with the local cluster's registry for the user's:
+    its private image `registry.example/myteam/trainer:1.0` is pushed there as `myteam/trainer:1.0`
+    (the base image the node has: Debian's Python, all the example's plain-Python code needs), the
+    Secret is made with the comment's command for that registry, and the node pulls the image with
+    it through the job's imagePullSecrets. The init container's `python:3.12-slim` is not on this
+    machine either and becomes the base image. The code from a ConfigMap, the dataset prepared on a
+    claim and the job are the example's."""
+    kubectl = PatientKubectl.of(registry)
     start_operator("--progress-interval=0")
-    documents = [doc for doc in yaml.safe_load_all((EXAMPLES / "trainingjob-byo.yaml").read_text()) if doc]
+    text = (EXAMPLES / "trainingjob-byo.yaml").read_text()
+    documents = [doc for doc in yaml.safe_load_all(text) if doc]
     [job] = [doc for doc in documents if doc["kind"] == contract.KIND]
-    assert job["spec"]["image"] == "myteam/trainer:1.0"
-    job["spec"]["image"] = PYTHON_IMAGE
+    host, _, private = job["spec"]["image"].partition("/")
+    assert (host, private) == ("registry.example", "myteam/trainer:1.0")
+    digest = REGISTRY.push(node_images("base"), private)
+    job["spec"]["image"] = REGISTRY.reference(private)
     [prepare] = job["spec"]["podTemplate"]["spec"]["initContainers"]
     assert prepare["image"] == "python:3.12-slim"
     prepare["image"] = PYTHON_IMAGE
     documents[documents.index(job)] = job_on_node(job, memory="128Mi")
+
+    user, password = REGISTRY.credentials()
+    placeholders = {
+        "<namespace>": namespace,
+        f"--docker-server={host}": f"--docker-server={REGISTRY.host}",
+        "<user>": user,
+        "<token>": password,
+    }
+    command = secret_command(text)
+    for placeholder, value in placeholders.items():
+        command = [word.replace(placeholder, value) for word in command]
+    assert command[:5] == ["kubectl", "create", "secret", "docker-registry", "registry-credentials"]
+    assert kubectl.run(*command[1:]).strip() == "secret/registry-credentials created"
     assert applied(kubectl, namespace, documents) == [
-        "secret/registry-credentials created",
         "configmap/byo-training-code created",
         "persistentvolumeclaim/byo-dataset created",
         f"trainingjob.{contract.GROUP}/byo-training created",
@@ -329,6 +359,9 @@ def test_the_byo_example_trains_its_own_code_on_its_dataset_to_completed(
         raise AssertionError(f"{timeout}; pods and deletions last seen: {seen}") from None
     for pod in kept:
         assert pod["spec"]["imagePullSecrets"] == [{"name": "registry-credentials"}]
+        # Pulled from the registry: the image ID is its repository digest there.
+        (trainer,) = pod["status"]["containerStatuses"]
+        assert trainer["imageID"] == f"{REGISTRY.host}/myteam/trainer@{digest}"
     prepared = kubectl.run("logs", "byo-training-worker-0", "-n", namespace, "-c", "prepare-data")
     assert prepared.startswith("dataset /data/points.csv")
     log = kubectl.run("logs", "byo-training-worker-0", "-n", namespace)
