@@ -42,6 +42,7 @@ OCI_CONFIG: Final = "application/vnd.oci.image.config.v1+json"
 OCI_LAYER_GZIP: Final = "application/vnd.oci.image.layer.v1.tar+gzip"
 TIMEOUT: Final = 300.0
 BLOCK: Final = 1 << 20
+KEEP_TAGS: Final = 100
 
 
 @dataclass(frozen=True)
@@ -90,14 +91,21 @@ def read_tags() -> dict[str, dict[str, str]]:
 
 
 def tag(image: cache.Image, reference: str) -> None:
-    """Records that `reference` names this build of `image` (what `docker tag` does)."""
+    """Records that `reference` names this build of `image` (what `docker tag` does). Tags of builds
+    the cache no longer holds are dropped, and all but the latest KEEP_TAGS (each deploy test tags a
+    reference of its own)."""
     parse_target(reference)
-    tags = read_tags()
+    tags = {
+        name: entry
+        for name, entry in read_tags().items()
+        if name != reference and cache.build_dir(entry["image"], entry["key"]).is_dir()
+    }
     tags[reference] = {"image": image.name, "key": image.key}
+    tags = dict(list(tags.items())[-KEEP_TAGS:])
     path = tags_file()
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".tags.{os.getpid()}.json")
-    partial.write_text(json.dumps(tags, indent=2, sort_keys=True) + "\n")
+    partial.write_text(json.dumps(tags, indent=2) + "\n")
     partial.replace(path)
 
 

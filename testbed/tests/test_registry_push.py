@@ -216,3 +216,10 @@ def test_a_tag_names_the_build_docker_push_pushes(tmp_path: Path, monkeypatch: p
         pusher.tagged("host:5000/small:2")
     with pytest.raises(ToolError, match="names no registry host"):
         pusher.tag(cache.cached("small", "k1", ()), "small:3")
+    # The tag of the build the cache no longer holds goes with the next tag; the latest KEEP_TAGS stay.
+    for number in range(pusher.KEEP_TAGS + 5):
+        pusher.tag(cache.cached("small", "k1", ()), f"host:5000/small:n{number}")
+    kept = list(pusher.read_tags())
+    assert len(kept) == pusher.KEEP_TAGS
+    assert kept[-1] == f"host:5000/small:n{pusher.KEEP_TAGS + 4}"
+    assert "host:5000/small:2" not in kept
