@@ -132,6 +132,9 @@ if not port.isdigit() or not 0 < int(port) < 65536:
     print(f"{variable}={port} is not a port number")
     sys.exit()
 probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+# As the operator's servers bind (SO_REUSEADDR): connections a stopped operator closed, in TIME_WAIT
+# for a minute after `make demo-down`, do not keep it from binding, and must not fail this check.
+probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 try:
     probe.bind(("127.0.0.1", int(port)))
     print("free")

@@ -257,6 +257,23 @@ def test_the_probe_port_must_be_free(machine: Machine) -> None:
     )
 
 
+def test_a_port_whose_last_connections_wait_out_their_close_is_free(machine: Machine) -> None:
+    """Right after `make demo-down`: the stopped operator closed its connections first, so they sit
+    in TIME_WAIT on its port for a minute; the operator binds it again (SO_REUSEADDR), and so the
+    next `make demo` goes on."""
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the operator's servers
+        listener.bind(("127.0.0.1", machine.port))
+        listener.listen()
+        with socket.create_connection(("127.0.0.1", machine.port)) as client:
+            served, _ = listener.accept()
+            served.close()  # the server's side closes first: its end waits in TIME_WAIT
+            client.recv(1)
+    result = machine.run()
+    assert result.returncode == 0, result.stderr
+    assert f"port {machine.port} free" in result.stderr
+
+
 def test_the_demo_operator_from_an_earlier_run_may_hold_the_port(
     machine: Machine, running_cluster: Path
 ) -> None:
