@@ -4,9 +4,10 @@ Tests marked `cluster` get the control plane from hack/dev-cluster.sh: a running
 left running); otherwise the session starts it and stops it at the end (unless TJ_KEEP_CLUSTER=1),
 so a test run leaves no process behind. `make test` runs the suite in pytest-xdist workers, each with
 a cluster of its own under `.dev/workers/` and the real node's tests in one of them
-(tests/sessions.py); `pytest` alone runs it in one process on `.dev`'s cluster. The project's CRDs are applied from crd/ and awaited until
-Established. Tests marked `components` get optional components (helm) built from Go modules by
-hack/kube-bins.sh: minutes the first time on a machine, then taken from the cache.
+(tests/sessions.py); `pytest` alone runs it in one process on `.dev`'s cluster. The project's CRDs
+are applied from crd/ and awaited until Established. Tests marked `components` get optional
+components (helm) built from Go modules by hack/kube-bins.sh: minutes the first time on a machine,
+then taken from the cache.
 
 Tests that need Kueue or the coscheduling scheduler on the cluster ask for the `kueue` or
 `coscheduling` fixture: the first such test of a session adds it to the session's cluster

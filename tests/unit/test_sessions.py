@@ -103,3 +103,42 @@ def test_the_real_node_is_waited_for_while_another_session_holds_it(
     assert any(Path(handle.name) == lock for handle in sessions._held)
     sessions.claim_real_node(say=said.append)  # held already: returns at once, says nothing
     assert len(said) == 1
+
+
+GROUPING_CONFTEST = """
+import pytest
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group("together"))
+"""
+GROUPED_TESTS = """
+import pytest
+
+@pytest.mark.parametrize("i", range(4))
+def test_it(i):
+    pass
+"""
+
+
+def test_xdist_keeps_a_group_added_at_collection_on_one_worker(tmp_path: Path) -> None:
+    """What make test's grouping rests on, with the pytest and pytest-xdist installed: a group added by
+    a conftest hook (as conftest.py does) sends all its tests to one worker (pytest 9.2 broke this
+    silently: pytest-dev/pytest-xdist#1386, so setup.cfg keeps pytest below it)."""
+    (tmp_path / "conftest.py").write_text(GROUPING_CONFTEST)
+    (tmp_path / "test_a.py").write_text(GROUPED_TESTS)
+    (tmp_path / "test_b.py").write_text(GROUPED_TESTS)
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-v", "-p", "no:cacheprovider"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    passed = [line.split() for line in result.stdout.splitlines() if " PASSED " in line]
+    assert len(passed) == 8, result.stdout
+    assert {fields[0] for fields in passed} in ({"[gw0]"}, {"[gw1]"}), result.stdout
+    assert all(fields[-1].endswith("@together") for fields in passed), result.stdout
