@@ -25,6 +25,7 @@ from typing import IO, Final
 
 REPO: Final = Path(__file__).resolve().parent.parent
 WORKER: Final = "PYTEST_XDIST_WORKER"
+TEST_RUN: Final = "PYTEST_XDIST_TESTRUNUID"  # the same in every worker of one run
 REAL_NODE_GROUP: Final = "real-node"
 # The fixtures that put a test on the real node.
 REAL_NODE_FIXTURES: Final = frozenset({"real_node", "network_policies"})
@@ -76,7 +77,8 @@ def _try_lock(path: Path) -> tuple[IO[str] | None, str]:
         return None, holder
     handle.seek(0)
     handle.truncate()
-    handle.write(f"pid {os.getpid()} in {REPO}\n")
+    run = os.environ.get(TEST_RUN)
+    handle.write(f"pid {os.getpid()} in {REPO}" + (f", test run {run}" if run else "") + "\n")
     handle.flush()
     return handle, ""
 
@@ -107,6 +109,13 @@ def claim_real_node(say: Callable[[str], None], poll: float = 5.0, every: float 
         if handle is not None:
             _held.append(handle)
             return
+        run = os.environ.get(TEST_RUN)
+        if run and holder.endswith(f", test run {run}"):
+            # Another worker of this very run: waiting would never end.
+            raise RuntimeError(
+                f"the real node's tests of this run are in two workers ({holder} has the node): "
+                "their xdist group did not hold them together (tests/sessions.py)"
+            )
         waited = time.monotonic() - started
         if waited - last_said >= every:
             say(f"waiting for the machine's real node: another test session holds it ({holder})")

@@ -142,3 +142,18 @@ def test_xdist_keeps_a_group_added_at_collection_on_one_worker(tmp_path: Path) -
     assert len(passed) == 8, result.stdout
     assert {fields[0] for fields in passed} in ({"[gw0]"}, {"[gw1]"}), result.stdout
     assert all(fields[-1].endswith("@together") for fields in passed), result.stdout
+
+
+def test_a_worker_of_the_same_run_holding_the_real_node_is_an_error_not_a_wait(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lock = tmp_path / "real-node.lock"
+    monkeypatch.setattr(sessions, "REAL_NODE_LOCK", lock)
+    monkeypatch.setenv(sessions.TEST_RUN, "run-1")
+    holder = holding("lock", lock)  # inherits the run's id, as a sibling worker would
+    try:
+        with pytest.raises(RuntimeError, match="the real node's tests of this run are in two workers"):
+            sessions.claim_real_node(say=lambda line: None, poll=0.05)
+    finally:
+        holder.kill()
+        holder.wait()
