@@ -51,6 +51,7 @@ from testbed import (  # noqa: E402
     REAL_NODE,
     REGISTRY,
     BackgroundBuilds,
+    Cluster,
     Image,
     Kubectl,
     component_binary,
@@ -354,6 +355,20 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     builds = session.config.stash.get(BACKGROUND_BUILDS, None)
     if builds is not None:
         builds.stop()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The controller of a parallel run, once its workers are gone: what a worker could not stop is
+    stopped. A run interrupted with Ctrl-C ends its workers after a few seconds, whatever their
+    fixtures were tearing down (a cluster, the real node, background builds); each worker's
+    directory is swept here, so that the interrupted run leaves nothing on the machine."""
+    if sessions.worker_dir(os.environ) is not None or not config.getoption("numprocesses", None):
+        return
+    if os.environ.get("TJ_KEEP_CLUSTER") == "1":
+        return
+    for directory in sorted((DEV / "workers").glob("gw*")):
+        BackgroundBuilds.stop_left_behind(directory / "background-builds.log")
+        Cluster(directory).script("down", check=False, quiet=True)  # a no-op when its worker stopped it
 
 
 __all__ = [

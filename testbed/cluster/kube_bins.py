@@ -11,14 +11,16 @@ build is one ToolError naming the component; the script has printed the end of i
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-from testbed.common import REPO, ToolError
+from testbed.common import REPO, ToolError, process_start_time, still_running
 
 SCRIPT: Final = REPO / "hack" / "kube-bins.sh"
 
@@ -81,21 +83,49 @@ class BackgroundBuilds:
                 stderr=output,
                 process_group=0,
             )
+        record = {"pid": self.process.pid, "start_time": process_start_time(self.process.pid)}
+        self.pid_file.write_text(json.dumps(record) + "\n")
+
+    @property
+    def pid_file(self) -> Path:
+        """Where the builds' process group is recorded while they run, for `stop_left_behind`."""
+        return self.log.with_suffix(".pid")
+
+    @classmethod
+    def stop_left_behind(cls, log: Path, timeout: float = 30.0) -> bool:
+        """Stops the builds that a BackgroundBuilds logging to `log` started and could not stop (its
+        process was killed: a test run's worker ended by an interrupted run); whether any ran."""
+        builds = cls([], log)
+        try:
+            record = json.loads(builds.pid_file.read_text())
+        except (OSError, ValueError):
+            return False
+        builds.pid_file.unlink(missing_ok=True)
+        if not still_running(record):
+            return False
+        _stop_group(int(record["pid"]), timeout)
+        return True
 
     def stop(self, timeout: float = 30.0) -> None:
         process, self.process = self.process, None
         if process is None:
             return
-        signal_group(process.pid, signal.SIGTERM)
-        # The builds remove their half-built directories on SIGTERM: wait for every process of the
-        # group (the loop's shell first ends, the script and go after it), then kill what is left.
-        deadline = time.monotonic() + timeout
-        while process.poll() is None or signal_group(process.pid, 0):
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.1)
-        signal_group(process.pid, signal.SIGKILL)
+        _stop_group(process.pid, timeout, reap=process.poll)
         process.wait()
+        self.pid_file.unlink(missing_ok=True)
+
+
+def _stop_group(group: int, timeout: float, reap: Callable[[], int | None] | None = None) -> None:
+    """Ends a process group of builds: SIGTERM (they remove their half-built directories on it),
+    waits for every process of the group (the loop's shell first ends, the script and go after it;
+    `reap` collects the leader when it is our child), then kills what is left."""
+    signal_group(group, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while (reap is not None and reap() is None) or signal_group(group, 0):
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    signal_group(group, signal.SIGKILL)
 
 
 def signal_group(group: int, signum: int) -> bool:

@@ -8,16 +8,19 @@ whose bin/go logs each call, then runs the real one) shows whether Go ran at all
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import signal
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from testbed import Kubectl
-from testbed.cluster.kube_bins import BackgroundBuilds, component_binary, is_cached
+from testbed.cluster.kube_bins import BackgroundBuilds, component_binary, is_cached, signal_group
 from testbed.common import REPO, wait_until
 
 SCRIPT = REPO / "hack" / "kube-bins.sh"
@@ -264,6 +267,47 @@ def test_background_builds_run_at_the_lowest_priority_and_stop_leaving_nothing_h
     assert [path.name for path in root.iterdir() if path.name.startswith(".build-")] == []
     assert not is_cached("helm")
     builds.stop()  # a second stop does nothing
+
+
+# A process that starts the background builds and is then killed, as an interrupted run's worker is.
+STARTS_BUILDS = """
+import sys, time
+from pathlib import Path
+from testbed.cluster.kube_bins import BackgroundBuilds
+BackgroundBuilds(["helm"], Path(sys.argv[1])).start()
+print("started", flush=True)
+time.sleep(600)
+"""
+
+
+def test_builds_whose_starter_was_killed_are_stopped_from_their_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if shutil.which("go") is None:
+        pytest.skip("needs Go on PATH")
+    monkeypatch.setenv("TJ_CACHE_DIR", str(tmp_path / "cache"))
+    log = tmp_path / "background-builds.log"
+    starter = subprocess.Popen(
+        [sys.executable, "-c", STARTS_BUILDS, str(log)], cwd=REPO, stdout=subprocess.PIPE, text=True
+    )
+    assert starter.stdout is not None
+    assert starter.stdout.readline().strip() == "started"
+    group = json.loads(log.with_suffix(".pid").read_text())["pid"]
+    try:
+        wait_until("the cold build to start", lambda: "cold build of helm" in log.read_text(), timeout=120)
+        starter.kill()
+        starter.wait()
+        assert group_processes(group)  # the builds outlive their starter
+        assert BackgroundBuilds.stop_left_behind(log)
+    finally:
+        starter.kill()
+        starter.wait()
+        signal_group(group, signal.SIGKILL)
+    assert group_processes(group) == {}
+    root = tmp_path / "cache" / "components" / "helm"
+    assert [path.name for path in root.iterdir() if path.name.startswith(".build-")] == []
+    assert not log.with_suffix(".pid").exists()
+    assert not BackgroundBuilds.stop_left_behind(log)  # nothing recorded any more
 
 
 def test_an_already_cached_component_is_not_built_in_the_background(helm: Path, tmp_path: Path) -> None:
