@@ -95,6 +95,32 @@ def cluster() -> Iterator[Kubectl]:
             SESSION.down()
 
 
+def running_components() -> list[str]:
+    """The optional components the session's cluster runs (Kueue, the real node, the registry...), as
+    its state records them; none when it does not run."""
+    try:
+        recorded = SESSION.state().get("optional") or []
+    except FileNotFoundError:
+        return []
+    return [str(name) for name in recorded]
+
+
+@pytest.fixture(autouse=True)
+def session_components_kept(request: pytest.FixtureRequest) -> Iterator[None]:
+    """What the session's cluster runs before a cluster test, it runs after it. The session fixtures
+    add a component once (the real node, the registry on it, ...); a test that takes one away (make
+    demo takes the real node off, and with it what runs on it; a test of `remove`) and puts back
+    less, or fails midway, would otherwise leave every later test of its worker without it."""
+    if "cluster" not in request.fixturenames:
+        yield
+        return
+    before = running_components()
+    yield
+    missing = [name for name in before if name not in running_components()]
+    if missing:
+        SESSION.up(*missing)
+
+
 def _namespace_name(node_name: str) -> str:
     slug = re.sub(r"[^a-z0-9]+", "-", node_name.lower()).strip("-")
     return f"t-{slug[:40].strip('-')}-{uuid.uuid4().hex[:6]}"

@@ -210,6 +210,7 @@ if [[ -n "$additions" ]]; then
   printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - ../%s\n%s\n' \
     "$source_dir" "$additions" >"$overlay_dir/kustomization.yaml"
   "$KUBECTL" kustomize "$overlay_dir" >"$rendered"
+  rm -rf "$overlay_dir"  # at once: rendering is all it is for
 else
   "$KUBECTL" kustomize "$REPO/$source_dir" >"$rendered"
 fi

@@ -50,6 +50,11 @@ class OperatorProcess:
     # ServiceMonitor does with the self-signed certificate).
     tls_context: ssl.SSLContext | None = None
 
+    def __post_init__(self) -> None:
+        # Two ports the kernel handed out one after the other may be the same one.
+        while self.health_port == self.port:
+            self.health_port = free_port()
+
     def start(self) -> OperatorProcess:
         # The harness's addresses come last, so that they win over any in `args` (a Deployment's).
         command = [
