@@ -33,6 +33,7 @@ from testbed.cluster.state import (
     RUN,
     WITH_CHOICES,
     read_versions,
+    record_started,
     say,
     write_state,
 )
@@ -160,11 +161,7 @@ def add(
             stop_processes({name: processes.pop(name)} if name in processes else {})
             write_state("processes", processes)
             raise
-        added = state.setdefault("optional", [])
-        added.append(name)
-        write_state("optional", added)
-        state.setdefault("versions", {})[version_key(name)] = read_versions(build_dir)["VERSION"]
-        write_state("versions", state["versions"])
+        record_started(state, name, {version_key(name): read_versions(build_dir)["VERSION"]})
 
 
 def add_real_node(state: dict[str, Any], images: tuple[str, ...] = nodeimages.IMAGES) -> None:

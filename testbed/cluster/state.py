@@ -93,6 +93,16 @@ def write_state(key: str, value: Any) -> None:
     STATE.write_text(json.dumps(state, indent=2))
 
 
+def record_started(state: dict[str, Any], name: str, versions: dict[str, str]) -> None:
+    """Records an optional component as running (state.json's `optional`, which `status`, `down` and the
+    next `up` go by) with the versions it was built at (`versions`)."""
+    added = state.setdefault("optional", [])
+    added.append(name)
+    write_state("optional", added)
+    state.setdefault("versions", {}).update(versions)
+    write_state("versions", state["versions"])
+
+
 def dead_components(state: dict[str, Any]) -> list[str]:
     """Components that should run but do not (crashed or killed); those stopped on purpose are not dead."""
     return [

@@ -48,6 +48,7 @@ from testbed.cluster.state import (
     RUN,
     read_state,
     read_versions,
+    record_started,
     say,
     write_state,
 )
@@ -131,11 +132,7 @@ def add(state: dict[str, Any], build_dir: Path) -> None:
         say(f"{NAME} did not start; undoing what was done (logs in {LOGS})")
         remove(state)
         raise
-    added = state.setdefault("optional", [])
-    added.append(NAME)
-    write_state("optional", added)
-    state.setdefault("versions", {})["KUBE_NETWORK_POLICIES_VERSION"] = read_versions(build_dir)["VERSION"]
-    write_state("versions", state["versions"])
+    record_started(state, NAME, {"KUBE_NETWORK_POLICIES_VERSION": read_versions(build_dir)["VERSION"]})
 
 
 def start(state: dict[str, Any], build_dir: Path, record: dict[str, Any]) -> None:

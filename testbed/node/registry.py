@@ -45,7 +45,7 @@ from typing import Any, Final
 from testbed.cluster import kube_bins
 from testbed.cluster.pki import issue
 from testbed.cluster.processes import spawn, stop_processes, wait_for
-from testbed.cluster.state import REGISTRY, RUN, read_state, read_versions, say, write_state
+from testbed.cluster.state import REGISTRY, RUN, read_state, read_versions, record_started, say, write_state
 from testbed.common import ToolError, http_get
 from testbed.node import nodeconfig, nodehost, realnode
 
@@ -186,11 +186,7 @@ def add(state: dict[str, Any], build_dir: Path) -> None:
         say(f"{NAME} did not start; undoing what was done")
         remove(state)
         raise
-    added = state.setdefault("optional", [])
-    added.append(NAME)
-    write_state("optional", added)
-    state.setdefault("versions", {})["REGISTRY_VERSION"] = read_versions(build_dir)["VERSION"]
-    write_state("versions", state["versions"])
+    record_started(state, NAME, {"REGISTRY_VERSION": read_versions(build_dir)["VERSION"]})
 
 
 def start(state: dict[str, Any], build_dir: Path) -> None:
