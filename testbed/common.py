@@ -13,6 +13,7 @@ is installed. The programs run as modules from the repository (`python -m testbe
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -63,13 +64,45 @@ class Say:
 # ------------------------------------------------------------------------------------------- ports
 
 
+# Where the kernel's ephemeral range is not known: Linux's default is 32768-60999.
+EPHEMERAL_RANGE_FILE: Final = Path("/proc/sys/net/ipv4/ip_local_port_range")
+LISTEN_PORTS_FROM: Final = 10000
+
+
+def listening_port_range(ephemeral_range: str | None = None) -> range:
+    """The ports to listen on: from LISTEN_PORTS_FROM up to the kernel's ephemeral range, whose ports
+    every outgoing connection takes its local port from. A port the kernel handed out there and a
+    test released can be taken by any connection (hundreds a second, with a few clusters and
+    operators running side by side) before the component meant for it binds it; below the range,
+    only another listener can take it. Empty when the range starts too low to leave room."""
+    try:
+        text = ephemeral_range if ephemeral_range is not None else EPHEMERAL_RANGE_FILE.read_text()
+        low = int(text.split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    return range(LISTEN_PORTS_FROM, max(low, LISTEN_PORTS_FROM))
+
+
 def free_ports(count: int) -> list[int]:
-    """Ports the kernel just handed out on 127.0.0.1; held open together so they are distinct."""
+    """Distinct ports free on 127.0.0.1 now, below the ephemeral range (`listening_port_range`),
+    chosen at random there (by the system's randomness: a test's seed does not make two processes
+    choose alike); from the kernel's own choice where that range is too small."""
+    candidates = listening_port_range()
+    chooser = random.SystemRandom()
     sockets: list[socket.socket] = []
     try:
-        for _ in range(count):
+        attempts = 0
+        while len(sockets) < count:
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind(("127.0.0.1", 0))
+            port = chooser.choice(candidates) if len(candidates) >= 100 * count else 0
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                sock.close()
+                attempts += 1
+                if attempts > 1000:
+                    raise
+                continue
             sockets.append(sock)
         return [int(sock.getsockname()[1]) for sock in sockets]
     finally:

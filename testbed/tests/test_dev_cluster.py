@@ -303,7 +303,7 @@ def test_fault_handling_on_a_second_cluster(scratch_dir: Path) -> None:
     state = read_state(scratch_dir)
     pids = {name: proc["pid"] for name, proc in state["processes"].items()}
     ports = list(state["ports"].values())
-    kubectl = Kubectl(REPO / ".dev" / "bin" / "kubectl", scratch_dir / "kubeconfig")
+    kubectl = Kubectl.from_dev_dir(scratch_dir)
     assert len(kubectl.items("nodes")) == 1
 
     # A dead component found by `up` leads to a clean restart with new processes.
@@ -315,7 +315,7 @@ def test_fault_handling_on_a_second_cluster(scratch_dir: Path) -> None:
     for old in pids.values():
         assert not pid_running(old)
     restarted = read_state(scratch_dir)
-    assert len(Kubectl(REPO / ".dev" / "bin" / "kubectl", scratch_dir / "kubeconfig").items("nodes")) == 1
+    assert len(Kubectl.from_dev_dir(scratch_dir).items("nodes")) == 1
 
     # `restart` brings one component back with the same flags and port; after the API server, the
     # controller manager and the scheduler are restarted too (not etcd, not kwok).
@@ -328,7 +328,7 @@ def test_fault_handling_on_a_second_cluster(scratch_dir: Path) -> None:
         assert pid_running(after[name]), name
     assert (after["etcd"], after["kwok"]) == (pids["etcd"], pids["kwok"])
     assert "restarted kube-scheduler after the API server" in result.stderr
-    assert len(Kubectl(REPO / ".dev" / "bin" / "kubectl", scratch_dir / "kubeconfig").items("nodes")) == 1
+    assert len(Kubectl.from_dev_dir(scratch_dir).items("nodes")) == 1
 
     # `stop` is an outage on purpose, not a crash: `status` exits 0 and says so, `up` leaves the
     # component stopped (another session's `up` must not end a test's outage), `start` brings it back.
@@ -343,7 +343,7 @@ def test_fault_handling_on_a_second_cluster(scratch_dir: Path) -> None:
     restarted = read_state(scratch_dir)
     assert "stopped" not in restarted["processes"]["kube-apiserver"]
     assert pid_running(restarted["processes"]["kube-apiserver"]["pid"])
-    assert len(Kubectl(REPO / ".dev" / "bin" / "kubectl", scratch_dir / "kubeconfig").items("nodes")) == 1
+    assert len(Kubectl.from_dev_dir(scratch_dir).items("nodes")) == 1
 
     # Two `up`s racing: both succeed, one cluster.
     results: list[subprocess.CompletedProcess[str]] = []

@@ -83,9 +83,17 @@ def test_an_interrupted_parallel_run_leaves_no_process_and_no_mount(tmp_path: Pa
     ]  # fmt: skip
     log = tmp_path / "run.log"
     with log.open("wb") as output:
-        # A session of its own: its process group is the run's alone, as a terminal's foreground job is.
+        # A session of its own: its process group is the run's alone, as a terminal's foreground job
+        # is; and Ctrl-C's signal not ignored, as in a terminal (a shell's background job, which this
+        # test may run in, ignores it, and what it starts inherits that).
         run = subprocess.Popen(
-            command, cwd=tmp_path, env=env, stdout=output, stderr=subprocess.STDOUT, start_new_session=True
+            command,
+            cwd=tmp_path,
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # noqa: PLW1509 - one call
         )
     try:
 
