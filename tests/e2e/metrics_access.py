@@ -9,11 +9,16 @@ binding is cluster-scoped, so it is removed when the test ends (the namespace's 
 
 from __future__ import annotations
 
+import base64
 import json
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Final
+
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
 from testbed import Kubectl, wait_for
 
@@ -78,3 +83,28 @@ def revoked_token(cluster: Kubectl, namespace: str, name: str = "gone") -> str:
         timeout=60,
     )
     return token
+
+
+def resigned(token: str, signing_key: Path, expires_in: int) -> str:
+    """`token` with `exp` `expires_in` seconds from now (negative: in the past; `iat` and `nbf` ten
+    minutes before it, or before now), signed again with the cluster's ServiceAccount signing key as the API server
+    signed it. A TokenRequest cannot be shorter than 10 minutes: this is the quick way to an expired
+    token that differs from an accepted one in its age alone."""
+    header, claims, _ = token.split(".")
+    payload = json.loads(_unb64(claims))
+    now = int(time.time())
+    issued = min(now, now + expires_in) - 600
+    payload.update(exp=now + expires_in, iat=issued, nbf=issued)
+    signed = f"{header}.{_b64(json.dumps(payload, separators=(',', ':')).encode())}"
+    key = serialization.load_pem_private_key(signing_key.read_bytes(), password=None)
+    assert isinstance(key, rsa.RSAPrivateKey)
+    signature = key.sign(signed.encode(), padding.PKCS1v15(), hashes.SHA256())
+    return f"{signed}.{_b64(signature)}"
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))

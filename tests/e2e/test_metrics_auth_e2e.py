@@ -4,7 +4,7 @@ connections that fills the metrics port's cap while the operator goes on reconci
 
 Why end to end: the unit tests (tests/unit/test_metrics_auth.py) script the API server's answers;
 here the answers are the real ones, for real ServiceAccounts: no token or one the API server does not
-accept (random, or its ServiceAccount deleted) is 401, an account without the shipped
+accept (random, expired, or its ServiceAccount deleted) is 401, an account without the shipped
 `trainingjob-operator-metrics-reader` ClusterRole 403, one bound to it 200, and the operator asks with
 the rights deploy/ grants it (its ServiceAccount's token, tests/e2e/operator_identity.py). The flood is
 what the issue asks to survive: connections that never send a byte, more than the cap, kept open as an
@@ -25,9 +25,10 @@ from typing import Any
 from controller.runtime.serving import METRICS_LIMITS
 from controller.runtime.servingcert import self_signed_pair
 from testbed import Kubectl, wait_for
+from tests.cluster import SESSION
 from tests.e2e.conftest import StartOperator
 from tests.e2e.jobs import job_manifest, wait_for_state
-from tests.e2e.metrics_access import account_token, metrics_reader, revoked_token, user_of
+from tests.e2e.metrics_access import account_token, metrics_reader, resigned, revoked_token, user_of
 from tests.e2e.operator import OperatorProcess
 
 
@@ -51,6 +52,11 @@ def test_the_api_server_decides_who_reads_metrics(
         status, body = operator.get("/metrics", token=reader)
         assert status == 200, body
         assert "leader_election_master_status" in body
+        # The reader's own token, expired: refused for its age alone (the same, signed again with an
+        # expiry ahead, is served).
+        signing_key = SESSION.pki / "sa.key"
+        assert operator.get("/metrics", token=resigned(reader, signing_key, 3600))[0] == 200
+        assert operator.get("/metrics", token=resigned(reader, signing_key, -3600)) == (401, "Unauthorized\n")
         # Every path of the metrics port is behind the filter; the probes are on their own port.
         assert operator.get("/readyz") == (200, "ok")
         assert operator.get("/metrics?name[]=workqueue_depth", token=reader)[0] == 200
