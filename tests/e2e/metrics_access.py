@@ -87,9 +87,9 @@ def revoked_token(cluster: Kubectl, namespace: str, name: str = "gone") -> str:
 
 def resigned(token: str, signing_key: Path, expires_in: int) -> str:
     """`token` with `exp` `expires_in` seconds from now (negative: in the past; `iat` and `nbf` ten
-    minutes before it, or before now), signed again with the cluster's ServiceAccount signing key as the API server
-    signed it. A TokenRequest cannot be shorter than 10 minutes: this is the quick way to an expired
-    token that differs from an accepted one in its age alone."""
+    minutes before it, or before now), signed again with the cluster's ServiceAccount signing key as
+    the API server signed it. A TokenRequest cannot be shorter than 10 minutes: this is the quick way
+    to an expired token that differs from an accepted one in its age alone."""
     header, claims, _ = token.split(".")
     payload = json.loads(_unb64(claims))
     now = int(time.time())
