@@ -243,13 +243,19 @@ def group_processes(group: int) -> dict[int, int]:
     return found
 
 
-def test_background_builds_run_at_the_lowest_priority_and_stop_leaving_nothing_half_built(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def cold_cache_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The log of background builds into an empty cache of their own (helm is not cached there)."""
     if shutil.which("go") is None:
         pytest.skip("needs Go on PATH")
     monkeypatch.setenv("TJ_CACHE_DIR", str(tmp_path / "cache"))
-    log = tmp_path / "background-builds.log"
+    return tmp_path / "background-builds.log"
+
+
+def test_background_builds_run_at_the_lowest_priority_and_stop_leaving_nothing_half_built(
+    tmp_path: Path, cold_cache_log: Path
+) -> None:
+    log = cold_cache_log
     builds = BackgroundBuilds(["helm"], log)
     assert builds.components == ["helm"]  # not cached in this cache
     builds.start()
@@ -281,12 +287,9 @@ time.sleep(600)
 
 
 def test_builds_whose_starter_was_killed_are_stopped_from_their_record(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, cold_cache_log: Path
 ) -> None:
-    if shutil.which("go") is None:
-        pytest.skip("needs Go on PATH")
-    monkeypatch.setenv("TJ_CACHE_DIR", str(tmp_path / "cache"))
-    log = tmp_path / "background-builds.log"
+    log = cold_cache_log
     starter = subprocess.Popen(
         [sys.executable, "-c", STARTS_BUILDS, str(log)], cwd=REPO, stdout=subprocess.PIPE, text=True
     )
