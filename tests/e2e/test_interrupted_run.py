@@ -46,8 +46,8 @@ def slow_to_tear_down():
 def test_waits_on_its_cluster(cluster):
     cluster.run("get", "namespaces")
     Path(__file__).with_suffix(".started").touch()
-    deadline = time.monotonic() + 900
-    while not Path(__file__).with_suffix(".ended").exists() and time.monotonic() < deadline:
+    deadline = time.monotonic() + 900  # until the interrupt comes
+    while time.monotonic() < deadline:
         time.sleep(0.5)
 """
 
