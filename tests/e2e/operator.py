@@ -51,7 +51,7 @@ class OperatorProcess:
     tls_context: ssl.SSLContext | None = None
 
     def __post_init__(self) -> None:
-        # Two ports the kernel handed out one after the other may be the same one.
+        # Two ports chosen one after the other (each free when chosen) may be the same one.
         while self.health_port == self.port:
             self.health_port = free_port()
 
