@@ -140,3 +140,20 @@ def test_a_missing_resume_point_exits_2(tmp_path: Path, api: FakeApi) -> None:
     run = run_pods(job, tmp_path, api, attempt=1, resume_from=missing)
     assert run.codes == [2]
     assert f"configuration error: RESUME_FROM={missing} does not exist" in run.logs[0]
+
+
+def test_a_fail_file_fails_the_rank_mid_epoch_once(tmp_path: Path, api: FakeApi) -> None:
+    """TRAIN_FAIL_FILE (the recovery bench's failure): the rank that finds the file removes it and
+    exits 1 after its current step; the next run, without the file, trains to the end."""
+    trigger = tmp_path / "fail-now"
+    trigger.touch()
+    env = {"TRAIN_SIMULATE": "1", "TRAIN_STEPS_PER_EPOCH": "3", "TRAIN_FAIL_FILE": str(trigger)}
+    job = training_job(tmp_path / "checkpoints", {"numWorkers": 1, "hyperparameters": {"epochs": 2}}, env)
+    failed = run_pods(job, tmp_path, api, attempt=0, resume_from=None)
+    assert failed.codes == [1], failed.logs
+    assert f"FailedOnPurpose: TRAIN_FAIL_FILE {trigger} appeared during step 1" in failed.logs[0]
+    assert epochs_logged(failed.logs[0], 0) == []
+    assert not trigger.exists()
+    again = run_pods(job, tmp_path, api, attempt=1, resume_from=None)
+    assert again.codes == [0], again.logs
+    assert epochs_logged(again.logs[0], 0) == ["epoch 1/2", "epoch 2/2"]

@@ -36,8 +36,10 @@ Knobs besides the operator's variables (set them in spec.env): TRAIN_STEPS_PER_E
 TRAIN_STEP_SECONDS (0: extra time per step, to watch progress in a demo), TRAIN_SAVE_SECONDS (0: extra
 time each checkpoint takes to write, to see a save outlast the grace period), TRAIN_SEED (0),
 TRAIN_FAIL_AT_EPOCH (exit 1 right after completing that epoch, unless this run resumed past it: tests
-restarts), TRAIN_SIMULATE=1 (the simulation even with torch), TRAIN_PROGRESS_INTERVAL (seconds between
-progress reports, default 5), TRAIN_DIST_TIMEOUT (seconds to wait for peers, default 1800).
+restarts), TRAIN_FAIL_FILE (a path: when it appears, the rank removes it and exits 1 after its current
+step; the recovery bench fails a rank mid-epoch with it), TRAIN_SIMULATE=1 (the simulation even with
+torch), TRAIN_PROGRESS_INTERVAL (seconds between progress reports, default 5), TRAIN_DIST_TIMEOUT
+(seconds to wait for peers, default 1800).
 
 SIGTERM (the pod is being deleted: docs/progress.md, "When the pod is told to stop"): before training
 starts, the run ends at once; while it trains, every rank finishes the step it is in, they agree on it,

@@ -29,6 +29,10 @@ class Terminated(Exception):
     """SIGTERM: the operator is stopping or restarting the gang."""
 
 
+class FailedOnPurpose(Exception):
+    """TRAIN_FAIL_FILE appeared: the rank fails mid-epoch (exit 1), when a test or bench says so."""
+
+
 # ---------------------------------------------------------------------------------------------------
 # Configuration
 
@@ -107,6 +111,9 @@ class Config:
     # Set by the local-rank launcher when RESUME_FROM is its private copy: the path to report instead.
     resume_origin: str | None
     fail_at_epoch: int | None
+    # TRAIN_FAIL_FILE: a path; when it appears (`kubectl exec ... touch`), the rank removes it and fails
+    # after the step it is in, so a bench can fail one rank mid-epoch as often and when it wants.
+    fail_file: str | None
     step_seconds: float
     save_seconds: float
     progress_interval: float
@@ -176,6 +183,7 @@ class Config:
             resume_from=progress.resume_path(env),
             resume_origin=env.get("TRAIN_RESUME_ORIGIN", "").strip() or None,
             fail_at_epoch=_int(env, "TRAIN_FAIL_AT_EPOCH", None, minimum=1),
+            fail_file=env.get("TRAIN_FAIL_FILE", "").strip() or None,
             step_seconds=_float(env, "TRAIN_STEP_SECONDS", 0.0),
             save_seconds=_float(env, "TRAIN_SAVE_SECONDS", 0.0),
             progress_interval=_float(env, "TRAIN_PROGRESS_INTERVAL", progress.DEFAULT_MIN_INTERVAL),

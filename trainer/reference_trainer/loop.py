@@ -11,14 +11,16 @@ the next attempt continues from that step instead of from the last epoch's check
 from __future__ import annotations
 
 import logging
+import os
 import signal
 from types import FrameType
 
 import trainingjob_progress as progress
 
 from .checkpoints import resume_point, save_checkpoint, should_checkpoint, writes_checkpoints
-from .config import EXIT_FAILED, EXIT_TERMINATED, Config, Terminated
+from .config import EXIT_FAILED, EXIT_TERMINATED, Config, FailedOnPurpose, Terminated
 from .engines import Engine
+from .tracking import NO_TRACKING, Tracking
 
 log = logging.getLogger("train")
 
@@ -54,9 +56,16 @@ class Stop:
         self.requested = True
 
 
-def train(config: Config, engine: Engine, reporter: progress.Reporter, stop: Stop | None = None) -> int:
+def train(
+    config: Config,
+    engine: Engine,
+    reporter: progress.Reporter,
+    stop: Stop | None = None,
+    tracking: Tracking = NO_TRACKING,
+) -> int:
     stop = stop or Stop()
     epoch, step, resumed = engine.resume(resume_point(config))
+    tracking.start()
     if resumed is not None and config.resume_origin:
         resumed = config.resume_origin
     if resumed is not None:
@@ -88,6 +97,8 @@ def train(config: Config, engine: Engine, reporter: progress.Reporter, stop: Sto
                 # completed step is still whole here.
                 log.warning("a peer left while stopping: saving the %d completed steps", step, exc_info=True)
                 stopping = True
+            if config.fail_file and _appeared(config.fail_file):
+                raise FailedOnPurpose(f"TRAIN_FAIL_FILE {config.fail_file} appeared during step {step}")
             if stopping:
                 return _stop_here(config, engine, reporter, epoch=index, step=step, trained=step > start)
         # An epoch whose every step was trained before a stop has no loss of its own in this run.
@@ -113,11 +124,22 @@ def train(config: Config, engine: Engine, reporter: progress.Reporter, stop: Sto
             metrics=metrics,
             checkpoint=saved,
         )
+        tracking.log_epoch(metrics, epoch=completed, step=step)
         if config.fail_at_epoch == completed:
             log.error("TRAIN_FAIL_AT_EPOCH=%d: failing on purpose after epoch %d", completed, completed)
             return EXIT_FAILED
     log.info("training finished: %d epochs, %d steps", config.epochs, step)
+    tracking.log_model(engine, epoch=config.epochs, step=step)
     return 0
+
+
+def _appeared(path: str) -> bool:
+    """Whether the file at `path` exists, removing it: it fails this run only, not the next one."""
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def _step_within(config: Config, epoch: int, step: int) -> int:
