@@ -26,7 +26,7 @@ import yaml
 
 from crd.contract import DEFAULT_IMAGES
 from testbed.common import REPO, Say, ToolError
-from testbed.images import apt_sources, base, cache, dockerfile, operator, refs, trainer
+from testbed.images import apt_sources, base, cache, dockerfile, operator, previous, refs, trainer
 from testbed.images.archive import ArchiveWriter, RuntimeConfig, image_config, read_archive
 from testbed.images.builder import IMAGES, describe, key_inputs
 from testbed.images.closure import closure, record_digest
@@ -192,6 +192,27 @@ def test_the_operator_key_changes_with_each_input_and_only_then(context: Context
     assert key("operator", context) != first
     (repo / "setup.cfg").write_text(setup)
     assert key("operator", context) == first
+
+
+def test_the_previous_operator_is_its_pinned_commit_on_the_base(context: Context) -> None:
+    """Its key is the commit's and the base's: this tree's files are not its inputs. The commit is in
+    the repository's history (a full clone's), under the reference the upgrade test pushes."""
+    first = key(previous.NAME, context)
+    cli = context.repo / "controller" / "cli.py"
+    cli.write_text(cli.read_text() + "# a changed line\n")
+    assert key(previous.NAME, context) == first
+    (context.ca_dir / "extra.crt").write_text(
+        "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"
+    )
+    assert key(previous.NAME, context) != first, "it is built on the base"
+    found = subprocess.run(
+        ["git", "-C", str(REPO), "cat-file", "-t", previous.PREVIOUS_COMMIT],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert found.stdout.strip() == "commit", found.stderr
+    assert previous.references(context) == (f"trainingjob-operator:previous-{previous.PREVIOUS_COMMIT[:7]}",)
 
 
 def test_the_base_key_covers_the_ca_certificates_and_the_mirror(context: Context) -> None:
