@@ -29,6 +29,7 @@ from testbed.cluster.podstatus import now_rfc3339
 from testbed.common import free_port, http_get, http_ok, listening_addresses, pid_running
 from testbed.images import Image
 from testbed.images import ensure as ensure_image
+from testbed.images.previous import PREVIOUS_COMMIT as PREVIOUS_OPERATOR_COMMIT
 from testbed.images.trainer import trainer_image
 from testbed.node.placement import (
     NETWORK_POLICIES,
@@ -46,6 +47,7 @@ from testbed.node.placement import (
 __all__ = [
     "BUILDS",
     "NETWORK_POLICIES",
+    "PREVIOUS_OPERATOR_COMMIT",
     "PYTHON_IMAGE",
     "REAL_NODE",
     "REGISTRY",
