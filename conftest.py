@@ -195,6 +195,14 @@ def coscheduling(cluster: Kubectl) -> Kubectl:
 
 
 @pytest.fixture(scope="session")
+def volcano(cluster: Kubectl) -> Kubectl:
+    """The session's cluster with Volcano's CRDs, its scheduler running as `volcano` and its queue
+    controller (testbed/addons/volcano.py)."""
+    require_optional("volcano")
+    return cluster
+
+
+@pytest.fixture(scope="session")
 def real_node(cluster: Kubectl) -> Kubectl:
     """The session's cluster with its real node (kubelet, containerd, CNI, CoreDNS; testbed/cluster/
     realnode.py) running, added by the first test that asks for it. Where the machine cannot run one
@@ -266,6 +274,7 @@ FIXTURE_MARKERS = {
     "kubeflow_operator": pytest.mark.components,
     "kueue": pytest.mark.components,
     "coscheduling": pytest.mark.components,
+    "volcano": pytest.mark.components,
     "node_images": pytest.mark.components,
     "real_node": pytest.mark.real_node,
     "network_policies": pytest.mark.components,
@@ -335,6 +344,7 @@ FIXTURE_BUILDS = {
     "helm": "helm",
     "coscheduling": BUILDS["coscheduling"],
     "kueue": BUILDS["kueue"],
+    "volcano": BUILDS["volcano"],
     "kubeflow_operator": BUILDS["training-operator"],
     "network_policies": BUILDS["network-policies"],
     "registry": BUILDS["registry"],
@@ -411,4 +421,5 @@ __all__ = [
     "node_images",
     "real_node",
     "registry",
+    "volcano",
 ]

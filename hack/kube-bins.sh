@@ -88,6 +88,19 @@ component_scheduler_plugins() {
 
 ldflags_scheduler_plugins() { echo " -X k8s.io/component-base/version.gitVersion=$SCHEDULER_PLUGINS_VERSION"; }
 
+# Volcano's scheduler and controller manager (testbed/addons/volcano.py), with its CRDs. Its go.mod
+# replaces the Kubernetes staging modules, so both are built inside one copy of the module; each binary
+# is named after its package (`scheduler`, `controller-manager`). Its admission webhooks are not built:
+# the PodGroups the operator creates name their queue, so the only PodGroup webhook (which fills in a
+# missing queue) has nothing to do, and none of the others concerns PodGroups or plain pods.
+component_volcano() {
+  MODULE=volcano.sh/volcano VERSION=$VOLCANO_VERSION PACKAGES=(cmd/scheduler cmd/controller-manager)
+  HOW=in-module RECIPE=1 VERSION_ARGS=(--version)
+  ASSETS=(config/crd/volcano/bases)
+}
+
+ldflags_volcano() { echo " -X volcano.sh/volcano/pkg/version.Version=$VOLCANO_VERSION -X volcano.sh/volcano/pkg/version.GitSHA="; }
+
 # Kubeflow's training-operator v1 (the peer of `make bench-peer`), with its CRDs. Its webhook server
 # listens on every interface and no flag chooses the address, so it is built inside a copy of the
 # module with one change: main.go gives webhook.Options the host 127.0.0.1 (patch_training_operator).
@@ -484,7 +497,14 @@ build_component() {
       chmod -R u+w "$work/src"
       cd "$work/src"
       if declare -F "patch_${name//-/_}" >/dev/null; then run_step "$name" "$log" "patch_${name//-/_}"; fi
-      run_step "$name" "$log" go build -trimpath -tags "$TAGS" -ldflags "-s -w$ldflags" -o "$tmp/bin/$name" "./$PACKAGE"
+      if ((${#PACKAGES[@]} == 1)); then
+        run_step "$name" "$log" go build -trimpath -tags "$TAGS" -ldflags "-s -w$ldflags" -o "$tmp/bin/$name" "./$PACKAGE"
+      else
+        local pkg
+        for pkg in "${PACKAGES[@]}"; do
+          run_step "$name" "$log" go build -trimpath -tags "$TAGS" -ldflags "-s -w$ldflags" -o "$tmp/bin/" "./$pkg"
+        done
+      fi
       ;;
     kubernetes)
       local packages=() pkg
@@ -500,13 +520,15 @@ build_component() {
     cp -r "$source/$asset" "$tmp/bin/$asset"
     chmod -R u+w "$tmp/bin/$asset"
   done
-  local reported
+  local reported checked=$tmp/bin/$name
+  # Several binaries, each named after its package: the first package's is checked.
+  if [[ ! -e $checked ]] && ((${#PACKAGES[@]} > 1)); then checked=$tmp/bin/$(basename "${PACKAGES[0]}"); fi
   if declare -F "version_${name//-/_}" >/dev/null; then
     say "$name: version_${name//-/_} $name"
-    reported=$("version_${name//-/_}" "$tmp/bin/$name" "$work" 2>&1 || true)
+    reported=$("version_${name//-/_}" "$checked" "$work" 2>&1 || true)
   else
     say "$name: $name ${VERSION_ARGS[*]}"
-    reported=$(cd "$work" && env -i PATH=/usr/bin:/bin HOME="$work" timeout 60 "$tmp/bin/$name" "${VERSION_ARGS[@]}" 2>&1 || true)
+    reported=$(cd "$work" && env -i PATH=/usr/bin:/bin HOME="$work" timeout 60 "$checked" "${VERSION_ARGS[@]}" 2>&1 || true)
   fi
   echo "$reported" >>"$log"
   if ! grep -qF -- "$VERSION" <<<"$reported"; then

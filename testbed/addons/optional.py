@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Final
 
-from testbed.addons import coscheduling, kueue
+from testbed.addons import coscheduling, kueue, volcano
 from testbed.cluster import kube_bins
 from testbed.cluster.pki import issue, self_signed_context
 from testbed.cluster.processes import kubectl, spawn, stop_processes, wait_for
@@ -46,6 +46,7 @@ BUILDS: Final = {
     kueue.NAME: kueue.BUILD,
     netpolicies.NAME: netpolicies.BUILD,
     registry.NAME: registry.BUILD,
+    volcano.NAME: volcano.BUILD,
 }
 # Kubeflow's training-operator: built for the bench's side-by-side runs (testbed/harness/bench), never
 # added to the dev cluster.
@@ -95,6 +96,8 @@ def crd_files(name: str, build_dir: Path) -> list[Path]:
         return []
     if name == kueue.NAME:
         return sorted((build_dir / kueue.CRD_DIR).glob("*.yaml"))
+    if name == volcano.NAME:
+        return sorted((build_dir / volcano.CRD_DIR).glob("*.yaml"))
     return [build_dir / path for path in coscheduling.CRD_FILES]
 
 
@@ -153,12 +156,15 @@ def add(
         try:
             if name == kueue.NAME:
                 start_kueue(state, build_dir)
+            elif name == volcano.NAME:
+                start_volcano(state, build_dir)
             else:
                 start_coscheduling(state, build_dir)
         except BaseException:
             # Not left behind as a dead component, which would make the next `up` rebuild the cluster.
             say(f"{name} did not start; stopping it (log {LOGS / name}.log)")
-            stop_processes({name: processes.pop(name)} if name in processes else {})
+            started = (name, volcano.CONTROLLERS) if name == volcano.NAME else (name,)
+            stop_processes({n: processes.pop(n) for n in started if n in processes})
             write_state("processes", processes)
             raise
         record_started(state, name, {version_key(name): read_versions(build_dir)["VERSION"]})
@@ -197,6 +203,30 @@ def start_coscheduling(state: dict[str, Any], build_dir: Path) -> None:
     spawn(coscheduling.NAME, build_dir / coscheduling.BUILD, args, state["processes"])
     wait_ready(state, coscheduling.NAME)
     say(f"coscheduling: scheduler-plugins runs as scheduler {coscheduling.SCHEDULER_NAME!r}")
+
+
+def start_volcano(state: dict[str, Any], build_dir: Path) -> None:
+    """Volcano's scheduler, then its queue controller (testbed/addons/volcano.py)."""
+    scheduler_health, scheduler_metrics, controllers_health = free_ports(3)
+    record_ports(
+        state,
+        {
+            volcano.NAME: scheduler_health,
+            f"{volcano.NAME}-metrics": scheduler_metrics,
+            volcano.CONTROLLERS: controllers_health,
+        },
+    )
+    directory = RUN / volcano.NAME
+    directory.mkdir(parents=True, exist_ok=True)
+    conf = directory / "scheduler.conf"
+    conf.write_text(volcano.SCHEDULER_CONF)
+    args = volcano.scheduler_args(healthz_port=scheduler_health, metrics_port=scheduler_metrics, conf=conf)
+    spawn(volcano.NAME, build_dir / volcano.SCHEDULER_BINARY, args, state["processes"])
+    wait_ready(state, volcano.NAME)
+    args = volcano.controllers_args(healthz_port=controllers_health)
+    spawn(volcano.CONTROLLERS, build_dir / volcano.CONTROLLERS_BINARY, args, state["processes"])
+    wait_ready(state, volcano.CONTROLLERS)
+    say(f"volcano: its scheduler runs as {volcano.SCHEDULER_NAME!r}, with its queue controller")
 
 
 def start_kueue(state: dict[str, Any], build_dir: Path) -> None:
@@ -268,6 +298,9 @@ def wait_ready(state: dict[str, Any], name: str) -> None:
     if name == kueue.NAME:
         url = f"http://127.0.0.1:{state['ports']['kueue-health']}/readyz"
         wait_for(f"{name} {url}", lambda: http_ok(url), processes)
+    elif name in (volcano.NAME, volcano.CONTROLLERS):
+        url = volcano.health_url(state, name)
+        wait_for(f"{name} /healthz", lambda: http_ok(url), processes)
     else:
         url = f"https://127.0.0.1:{state['ports'][name]}/healthz"
         wait_for(f"{name} /healthz", lambda: http_ok(url, self_signed_context()), processes)

@@ -28,7 +28,7 @@ from testbed.cluster.state import (
     LOGS,
     NETWORK_POLICY_COMPONENTS,
     NODE_COMPONENTS,
-    OPTIONAL_COMPONENTS,
+    OPTIONAL_PROCESSES,
     REAL_NODE,
     REGISTRY,
     WITH_CHOICES,
@@ -41,7 +41,7 @@ from testbed.cluster.state import (
 from testbed.common import DEV, ToolError, reader_gone, still_running
 from testbed.node import netpolicies, nodeimages, realnode, registry
 
-ALL_COMPONENTS = (*COMPONENTS, *OPTIONAL_COMPONENTS, *NODE_COMPONENTS, *NETWORK_POLICY_COMPONENTS, REGISTRY)
+ALL_COMPONENTS = (*COMPONENTS, *OPTIONAL_PROCESSES, *NODE_COMPONENTS, *NETWORK_POLICY_COMPONENTS, REGISTRY)
 
 
 def status() -> int:

@@ -19,7 +19,7 @@ from testbed.cluster.state import (
     EXTRA_NAME,
     LOGS,
     NODE_COMPONENTS,
-    OPTIONAL_COMPONENTS,
+    OPTIONAL_PROCESSES,
     cluster_lock,
     read_state,
     say,
@@ -33,7 +33,7 @@ def run_extra(name: str, command: list[str], wait_http: str | None, timeout: flo
     optionally waits until `wait_http` answers 200."""
     if (
         name in COMPONENTS
-        or name in OPTIONAL_COMPONENTS
+        or name in OPTIONAL_PROCESSES
         or name in NODE_COMPONENTS
         or not EXTRA_NAME.match(name)
     ):

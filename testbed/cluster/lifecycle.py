@@ -35,7 +35,8 @@ from testbed.cluster.state import (
     NETWORK_POLICIES,
     NETWORK_POLICY_COMPONENTS,
     NODE_COMPONENTS,
-    OPTIONAL_COMPONENTS,
+    OPTIONAL_PROCESSES,
+    OPTIONAL_SIDE_PROCESSES,
     REAL_NODE,
     REGISTRY,
     RUN,
@@ -238,7 +239,8 @@ def remove_optional(name: str) -> None:
         if name == REAL_NODE:
             realnode.remove(state)
         elif name not in (NETWORK_POLICIES, REGISTRY):
-            stop_processes({name: state["processes"].pop(name)})
+            names = (name, *OPTIONAL_SIDE_PROCESSES.get(name, ()))
+            stop_processes({n: state["processes"].pop(n) for n in names if n in state["processes"]})
             state["optional"].remove(name)
             write_state("processes", state["processes"])
             write_state("optional", state["optional"])
@@ -278,7 +280,7 @@ def after_api_server_start(state: dict[str, Any], component: str) -> None:
     outage stalled the tests after it. kwok needs no restart: it picks pods up at once."""
     if component != "kube-apiserver":
         return
-    for dependent in ("kube-controller-manager", "kube-scheduler", *OPTIONAL_COMPONENTS, NETWORK_POLICIES):
+    for dependent in ("kube-controller-manager", "kube-scheduler", *OPTIONAL_PROCESSES, NETWORK_POLICIES):
         process = state["processes"].get(dependent)
         if not process or process.get("stopped"):
             continue
@@ -343,7 +345,7 @@ def start_component_locked(state: dict[str, Any], component: str) -> None:
         # does once at start (and exits if that fails): an outage right after a restart must not kill it.
         url = f"https://127.0.0.1:{state['ports'][component]}/healthz"
         wait_for(f"{component} /healthz", lambda: http_ok(url, self_signed_context()), processes)
-    elif component in OPTIONAL_COMPONENTS:
+    elif component in OPTIONAL_PROCESSES:
         optional.wait_ready(state, component)
     elif component in NODE_COMPONENTS:
         realnode.wait_ready(state, component)

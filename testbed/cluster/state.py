@@ -31,7 +31,10 @@ LOCK: Final = DEV / "cluster.lock"
 
 COMPONENTS: Final = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 # Components added on request (`up --with`, testbed/addons/optional.py); processes like the others.
-OPTIONAL_COMPONENTS: Final = ("coscheduling", "kueue")
+OPTIONAL_COMPONENTS: Final = ("coscheduling", "kueue", "volcano")
+# Their processes: one named after each, and Volcano's second, its queue controller (addons/volcano.py).
+OPTIONAL_SIDE_PROCESSES: Final = {"volcano": ("volcano-controllers",)}
+OPTIONAL_PROCESSES: Final = (*OPTIONAL_COMPONENTS, "volcano-controllers")
 # The real node (`up --with real-node`, testbed/node/realnode.py): its processes are components too.
 REAL_NODE: Final = "real-node"
 NODE_COMPONENTS: Final = (

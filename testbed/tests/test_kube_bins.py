@@ -206,12 +206,14 @@ def test_components_are_asked_for_by_name(tmp_path: Path) -> None:
         f"registry github.com/distribution/distribution/v3 {pinned('REGISTRY_VERSION')}",
         f"scheduler-plugins sigs.k8s.io/scheduler-plugins {pinned('SCHEDULER_PLUGINS_VERSION')}",
         f"training-operator github.com/kubeflow/training-operator {pinned('TRAINING_OPERATOR_VERSION')}",
+        f"volcano volcano.sh/volcano {pinned('VOLCANO_VERSION')}",
     ]
     unknown = kube_bins("ensure", "no-such-component", env=dict(os.environ, TJ_CACHE_DIR=str(tmp_path)))
     assert unknown.returncode == 2
     assert (
         "unknown component 'no-such-component'; one of: containerd coredns helm kube-network-policies "
-        "kubelet kueue local-path-provisioner registry scheduler-plugins training-operator" in unknown.stderr
+        "kubelet kueue local-path-provisioner registry scheduler-plugins training-operator "
+        "volcano" in unknown.stderr
     )
     assert not (tmp_path / "components").exists()
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from crd import contract
-from testbed.addons import coscheduling, kueue, optional
+from testbed.addons import coscheduling, kueue, optional, volcano
 from testbed.addons.optional import json_documents, parse_with
 from testbed.cluster import kube_bins
 from testbed.common import ToolError
@@ -134,8 +134,29 @@ def test_the_second_scheduler_is_the_one_the_operator_names() -> None:
 def test_with_names_known_components_once() -> None:
     assert parse_with("") == []
     assert parse_with("kueue, coscheduling,kueue") == ["kueue", "coscheduling"]
-    with pytest.raises(ToolError, match="unknown optional component 'volcano'; one of: coscheduling, kueue"):
-        parse_with("kueue,volcano")
+    assert parse_with("volcano,kueue") == ["volcano", "kueue"]
+    with pytest.raises(ToolError, match="unknown optional component 'yunikorn'; one of: coscheduling, kueue"):
+        parse_with("kueue,yunikorn")
+
+
+def test_volcano_listens_on_loopback_without_leader_election(tmp_path: Path) -> None:
+    conf = tmp_path / "scheduler.conf"
+    scheduler = volcano.scheduler_args(healthz_port=9001, metrics_port=9002, conf=conf)
+    controllers = volcano.controllers_args(healthz_port=9003)
+    for args in (scheduler, controllers):
+        addresses = [arg.split("=", 1)[1] for arg in args if arg.split("=")[0].endswith("-address")]
+        assert addresses
+        assert all(address.startswith("127.0.0.1:") for address in addresses)
+        assert "--leader-elect=false" in args
+        assert "--scheduler-name=volcano" in args
+    assert sorted(a for a in scheduler if a.split("=")[0].endswith("-address")) == [
+        "--healthz-address=127.0.0.1:9001",
+        "--listen-address=127.0.0.1:9002",
+    ]
+    assert f"--scheduler-conf={conf}" in scheduler
+    assert "--controllers=queue-controller" in controllers
+    assert "proportion" in volcano.SCHEDULER_CONF
+    assert "gang" in volcano.SCHEDULER_CONF
 
 
 def test_kueue_runs_with_a_private_etc(monkeypatch: pytest.MonkeyPatch) -> None:
