@@ -200,6 +200,12 @@ bench-peer: $(STAMP) ## this operator against Kubeflow's training-operator, each
 bench-status: $(STAMP) ## the API server's CPU per TrainingJob status write, with and without the CRD's rules (docs/bench.md)
 	$(VENV_PY) -m testbed.harness.bench.statuscost $(BENCH_ARGS)
 
+# Recovery: gang restarts timed on the real node (a rank failing, a rank evicted) and their cost at
+# scale on kwok (docs/bench.md, "Recovery"); RECOVERY_* variables or BENCH_ARGS (--failures, --sizes, ...).
+.PHONY: bench-recovery
+bench-recovery: $(STAMP) ## gang restarts timed on the real node and counted on kwok (docs/bench.md)
+	$(VENV_PY) -m testbed.harness.bench.recovery $(BENCH_ARGS)
+
 # The curve: bench-peer at each of BENCH_SIZES job counts, then its plots against the job count in
 # docs/bench/ (docs/bench.md). The 5,000-job runs take about an hour of a quiet machine's time.
 BENCH_SIZES ?= 500,2000,5000
