@@ -15,6 +15,7 @@ import yaml
 from crd import contract
 from crd.escalation import PRIVILEGED_RESOURCE, USE_VERB
 from crd.escalation_policy import POLICY_FILE_NAME as ESCALATION_POLICY_FILE
+from crd.evolution import SECTION as EVOLUTION_SECTION
 from crd.immutability import IMMUTABLE_FIELDS, POLICY_FILE_NAME
 from crd.openapi import Schema
 from crd.schema import custom_resource_definition, open_api_schema_of, printer_columns
@@ -216,6 +217,7 @@ def api_docs() -> str:
         "...`). [security.md](security.md) says what each setting gives, how to grant the verbs and how to "
         "relax it.",
         "",
+        *EVOLUTION_SECTION,
     ]
     return "\n".join(lines)
 
