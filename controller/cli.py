@@ -22,7 +22,7 @@ import yaml
 from controller import flags, planner
 from controller.manager import DISABLED, Manager, Options
 from controller.metrics import Metrics
-from controller.resources import from_kubeconfig
+from controller.resources import GANG_SCHEDULER_CHOICES, from_kubeconfig
 from controller.runtime.authfilter import DelegatingAuth
 from controller.runtime.client import KubeClient
 from controller.runtime.leaderelection import JITTER_FACTOR
@@ -180,6 +180,15 @@ def parser() -> flags.FlagParser:
         "one installed or removed while the operator runs is noticed",
         positive=True,
     )
+    add(
+        "--gang-scheduler",
+        type=flags.checked(gang_scheduler_choice, "gang scheduler"),
+        default="auto",
+        help="the gang scheduler whose PodGroups gang-scheduled jobs get: auto (scheduler-plugins' "
+        "coscheduling when the cluster serves its PodGroup API, else Volcano's), coscheduling or volcano "
+        "(that one only; while the cluster does not serve it, such jobs are scheduled pod by pod, with a "
+        "Warning Event) (default auto)",
+    )
     duration(
         "--progress-interval",
         5.0,
@@ -193,6 +202,12 @@ def parser() -> flags.FlagParser:
         help="DEBUG, INFO, WARNING or ERROR (default INFO)",
     )
     return parser
+
+
+def gang_scheduler_choice(text: str) -> str:
+    if text not in GANG_SCHEDULER_CHOICES:
+        raise ValueError(f"invalid gang scheduler {text!r}: one of {', '.join(GANG_SCHEDULER_CHOICES)}")
+    return text
 
 
 def listen_address(text: str) -> str:
@@ -380,6 +395,7 @@ def build(
         retry_period=args.retry_period,
         create_concurrency=args.create_concurrency,
         discovery_interval=args.discovery_interval,
+        gang_preference=GANG_SCHEDULER_CHOICES[args.gang_scheduler],
         settings=planner.Settings(
             force_delete_after=args.force_delete_after,
             progress_min_interval=args.progress_interval,

@@ -2,7 +2,8 @@
 watches that follow them, so that a gang scheduler or Kueue installed (or removed) while the operator
 runs is noticed without a restart.
 
-The optional APIs are a gang scheduler's PodGroups (scheduler-plugins' coscheduling, or Volcano) and
+The optional APIs are a gang scheduler's PodGroups (scheduler-plugins' coscheduling, or Volcano: the
+first served of --gang-scheduler's choices; with Volcano, its Queues too) and
 Kueue's (Workloads, ResourceFlavors, WorkloadPriorityClasses). The operator asks the API server's
 discovery endpoints, which every authenticated client may read, so this needs no RBAC. When an API
 appears, its informers start on threads of their own, with their own stop event; their stores join
@@ -20,13 +21,16 @@ import threading
 from collections.abc import Sequence
 from typing import Final
 
+from builders.podgroup import GangScheduler
 from controller.kueue_watches import KueueWatch
 from controller.reconciler import Reconciler
-from controller.resources import POD_GROUPS, WORKLOADS, Apis, discover
+from controller.resources import GANG_SCHEDULER_CHOICES, POD_GROUPS, WORKLOADS, Apis, discover
 from controller.runtime.client import KubeClient
 from controller.runtime.informer import Informer
 from controller.runtime.serving import Probes
+from controller.volcano_watches import VolcanoQueueWatch
 from controller.watches import Watches
+from crd import contract
 
 logger = logging.getLogger(__name__)
 
@@ -77,8 +81,10 @@ class Discovery:
         probes: Probes,
         *,
         interval: float,
+        gang_preference: tuple[GangScheduler, ...] = GANG_SCHEDULER_CHOICES["auto"],
     ) -> None:
         self._client = client
+        self._gang_preference = gang_preference
         self._watches = watches
         self._reconciler = reconciler
         self._probes = probes
@@ -91,7 +97,7 @@ class Discovery:
     def refresh(self) -> bool:
         """Asks discovery once and follows any change; returns whether something changed."""
         with self._lock:
-            apis = discover(self._client, self.apis)
+            apis = discover(self._client, self.apis, self._gang_preference)
             if apis == self.apis:
                 return False
             if apis.gang_scheduler != self.apis.gang_scheduler:
@@ -133,6 +139,7 @@ class Discovery:
                 "the %s PodGroup API is no longer served; gang scheduling off", self.apis.gang_scheduler
             )
             self._reconciler.gang_scheduler = None
+            self._reconciler.volcano = None
             self._watches.caches.owned.pop(PODGROUP_KIND, None)
             self._end(self._gang)
             self._gang = None
@@ -140,9 +147,14 @@ class Discovery:
         if scheduler is not None:
             logger.info("gang scheduling available through %s PodGroups", scheduler)
             informer = self._watches.watch_owned(POD_GROUPS[scheduler], optional=True)
-            self._gang = self._begin(OptionalWatch(f"{scheduler} PodGroups", [informer]))
+            informers = [informer]
+            queues = VolcanoQueueWatch(self._watches) if scheduler == contract.GANG_VOLCANO else None
+            if queues is not None:
+                informers.append(queues.informer)
+            self._gang = self._begin(OptionalWatch(f"{scheduler} PodGroups", informers))
             self._watches.caches.owned[PODGROUP_KIND] = informer.store
             self._reconciler.gang_scheduler = scheduler
+            self._reconciler.volcano = queues
 
     def _follow_kueue(self, apis: Apis) -> None:
         if not apis.kueue:

@@ -19,11 +19,13 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from builders.podgroup import GangScheduler
 from controller import planner
 from controller.discovery import Discovery
 from controller.guards_watch import GuardsWatch
 from controller.metrics import Metrics
 from controller.reconciler import Reconciler, Result
+from controller.resources import GANG_SCHEDULER_CHOICES
 from controller.runtime.authfilter import DelegatingAuth
 from controller.runtime.client import KubeClient
 from controller.runtime.clock import Clock, RealClock
@@ -78,6 +80,8 @@ class Options:
     resync_period: float = 600.0
     # How often the cluster is asked again which optional APIs (PodGroups, Kueue) it serves.
     discovery_interval: float = 30.0
+    # --gang-scheduler: the gang schedulers to use, in order of preference (controller/resources.py).
+    gang_preference: tuple[GangScheduler, ...] = GANG_SCHEDULER_CHOICES["auto"]
     settings: planner.Settings = field(default_factory=planner.Settings)
 
 
@@ -262,7 +266,12 @@ class Manager:
                 host, port, metrics.registry, certificate=metrics_certificate, auth=metrics_auth
             )
         self.discovery = Discovery(
-            client, self.watches, self.reconciler, self.probes, interval=options.discovery_interval
+            client,
+            self.watches,
+            self.reconciler,
+            self.probes,
+            interval=options.discovery_interval,
+            gang_preference=options.gang_preference,
         )
 
     # ---------------------------------------------------------------------------------------- run

@@ -44,6 +44,7 @@ from controller.runtime.expectations import Expectations
 from controller.runtime.store import BY_OWNER_UID, object_key
 from controller.runtime.trackers import StatusWrites
 from controller.status import StatusWriter
+from controller.volcano_watches import VolcanoQueueWatch
 from controller.watches import BY_JOB, BY_SHARED, Caches
 
 logger = logging.getLogger(__name__)
@@ -89,6 +90,8 @@ class Reconciler:
         # Set by discovery (controller/discovery.py) as the cluster serves a gang scheduler's or
         # Kueue's API, and unset when it stops serving it.
         self.gang_scheduler: GangScheduler | None = None
+        # Volcano's Queues, watched while Volcano is the gang scheduler.
+        self.volcano: VolcanoQueueWatch | None = None
         self.kueue: KueueWatch | None = None
         # What the caches show of crd/'s admission policies (controller/guards_watch.py), set by the
         # manager; without it nothing is known, so the trainers' rights are neither granted nor taken back.
@@ -184,6 +187,7 @@ class Reconciler:
             nodes_known=nodes_known,
             now=self._clock.now(),
             gang_scheduler=self.gang_scheduler,
+            volcano_queues=volcano.queues() if (volcano := self.volcano) is not None else None,
             kueue=kueue.queueing() if (kueue := self.kueue) is not None else None,
             guards=self.guards(),
         )

@@ -116,6 +116,16 @@ POD_GROUPS: Final[Mapping[GangScheduler, Resource]] = {
     contract.GANG_COSCHEDULING: Resource("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup"),
     contract.GANG_VOLCANO: Resource("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup"),
 }
+# Volcano's Queues (cluster-scoped), watched while Volcano is the gang scheduler: a job's pods wait while
+# its queue does not exist or is not open (controller/volcano_watches.py).
+VOLCANO_QUEUES: Final = Resource("scheduling.volcano.sh", "v1beta1", "queues", "Queue", namespaced=False)
+# --gang-scheduler: which gang scheduler the operator uses when the cluster serves both PodGroup APIs,
+# or the only one it uses; auto prefers scheduler-plugins.
+GANG_SCHEDULER_CHOICES: Final[Mapping[str, tuple[GangScheduler, ...]]] = {
+    "auto": (contract.GANG_COSCHEDULING, contract.GANG_VOLCANO),
+    contract.GANG_COSCHEDULING: (contract.GANG_COSCHEDULING,),
+    contract.GANG_VOLCANO: (contract.GANG_VOLCANO,),
+}
 
 
 # Kueue (docs/shared-clusters.md): the job's Workload, and what its priority and its admission's
@@ -148,8 +158,9 @@ def resource_for(api_version: str, kind: str) -> Resource:
 
 @dataclass(frozen=True)
 class Apis:
-    """The optional APIs the cluster serves: a gang scheduler's PodGroups (scheduler-plugins preferred
-    to Volcano when both are), and Kueue's Workloads, ResourceFlavors and WorkloadPriorityClasses."""
+    """The optional APIs the cluster serves: a gang scheduler's PodGroups (the first of --gang-scheduler's
+    choices served: scheduler-plugins before Volcano by default), and Kueue's Workloads,
+    ResourceFlavors and WorkloadPriorityClasses."""
 
     gang_scheduler: GangScheduler | None = None
     kueue: bool = False
@@ -168,20 +179,29 @@ def _served(client: KubeClient, resources: tuple[Resource, ...]) -> bool | None:
     return all(resource.plural in names for resource in resources)
 
 
-def follow_answers(known: Apis, pod_groups: Mapping[GangScheduler, bool | None], kueue: bool | None) -> Apis:
+def follow_answers(
+    known: Apis,
+    pod_groups: Mapping[GangScheduler, bool | None],
+    kueue: bool | None,
+    preference: tuple[GangScheduler, ...] = GANG_SCHEDULER_CHOICES["auto"],
+) -> Apis:
     """The optional APIs served, from discovery's answers (None: no answer). A gang scheduler is chosen
-    only when every PodGroup API answered (scheduler-plugins first); whatever did not answer keeps its
-    `known` (last) value, since an unreachable API server is not an uninstalled API."""
+    only when every PodGroup API of `preference` answered (the first served of them); whatever did not
+    answer keeps its `known` (last) value, since an unreachable API server is not an uninstalled API."""
     gang_scheduler = known.gang_scheduler
-    if all(answer is not None for answer in pod_groups.values()):
-        gang_scheduler = next((scheduler for scheduler, served in pod_groups.items() if served), None)
+    if all(pod_groups.get(scheduler) is not None for scheduler in preference):
+        gang_scheduler = next((scheduler for scheduler in preference if pod_groups.get(scheduler)), None)
     return Apis(gang_scheduler, known.kueue if kueue is None else kueue)
 
 
-def discover(client: KubeClient, known: Apis = Apis()) -> Apis:
+def discover(
+    client: KubeClient,
+    known: Apis = Apis(),
+    preference: tuple[GangScheduler, ...] = GANG_SCHEDULER_CHOICES["auto"],
+) -> Apis:
     """Asks the API server's discovery which optional APIs it serves (follow_answers decides)."""
-    pod_groups = {scheduler: _served(client, (resource,)) for scheduler, resource in POD_GROUPS.items()}
-    return follow_answers(known, pod_groups, _served(client, KUEUE))
+    pod_groups = {scheduler: _served(client, (POD_GROUPS[scheduler],)) for scheduler in preference}
+    return follow_answers(known, pod_groups, _served(client, KUEUE), preference)
 
 
 def user_agent() -> str:

@@ -140,8 +140,16 @@ def scheduling() -> Schema:
             ),
             "gangScheduling": boolean(
                 "Schedule all workers together through a PodGroup when the cluster runs scheduler-plugins' "
-                "coscheduling or Volcano (detected from their CRDs); otherwise ignored.",
+                "coscheduling or Volcano (detected from their CRDs; the operator's --gang-scheduler picks "
+                "when both are); otherwise ignored.",
                 default=False,
+            ),
+            "queue": string(
+                "Volcano Queue of the job's PodGroup (gang scheduling with Volcano; ignored by "
+                "scheduler-plugins). Unset: Volcano's default queue. The job's pods wait while the "
+                "queue does not exist or is closed.",
+                max_length=NAME_LENGTH,
+                pattern=DNS_SUBDOMAIN_PATTERN,
             ),
             "scheduleTimeoutSeconds": integer(
                 "If not every worker is scheduled within this time, the operator deletes the pods, backs off "
@@ -150,6 +158,14 @@ def scheduling() -> Schema:
             ),
         },
         default_empty=True,
+        rules=[
+            rule(
+                "!has(self.queue) || self.gangScheduling",
+                message="scheduling.queue names the Volcano Queue of the job's PodGroup: it needs "
+                "scheduling.gangScheduling: true",
+                field_path=".queue",
+            )
+        ],
     )
 
 

@@ -115,6 +115,7 @@ class Scheduling(Section):
     scheduler_name: str | None
     gang_scheduling: bool
     schedule_timeout_seconds: int | None
+    queue: str | None
 
     @classmethod
     def read(cls, fields: Fields) -> Self:
@@ -126,6 +127,7 @@ class Scheduling(Section):
             scheduler_name=fields.optional_text("schedulerName") or None,
             gang_scheduling=fields.flag("gangScheduling"),
             schedule_timeout_seconds=fields.optional_integer("scheduleTimeoutSeconds"),
+            queue=fields.optional_text("queue") or None,
         )
 
 

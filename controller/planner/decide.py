@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 
 from builders.names import pod_name
 from controller.planner import conditions as cond
-from controller.planner import elastic, podstate, reports, roles
+from controller.planner import elastic, podstate, reports, roles, volcano
 from controller.planner.elastic import AddWorkers, Rejoined, Shrink
 from controller.planner.facts import Facts, attempt_of, state_of
 from controller.planner.failures import Cause, PodFailure, Verdict, verdict
@@ -325,6 +325,9 @@ def _create_missing(facts: Facts, status: Mapping[str, Any], gang: Gang, slots: 
     (facts.held_back, planner/guards.py)."""
     if facts.held_back is not None:
         return Wait(facts.held_back)
+    queue_hold = volcano.queue_hold(facts)
+    if queue_hold is not None:
+        return Wait(queue_hold[1])
     if facts.spec.elastic is not None and state_of(status) == State.RUNNING:
         added = elastic.add_workers(facts, gang)
         return added if added is not None else Wait(elastic.replacement_wait(facts, gang))

@@ -85,6 +85,9 @@ class Observed:
     nodes_known: bool = True
     # The gang scheduler the cluster runs (discovery); used for jobs that ask for gang scheduling.
     gang_scheduler: GangScheduler | None = None
+    # Volcano's Queues by name, while Volcano is the gang scheduler and its Queues are listed; None:
+    # not known (nothing is judged by them).
+    volcano_queues: Mapping[str, JsonDict] | None = None
     # What went wrong carrying out the plan made from this same observation.
     create_failures: Sequence[CreateFailure] = ()
     # Kueue, when the cluster serves its API (discovery); None: not installed.

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from builders.meta import selector_labels
-from controller.planner import guards, roles, texts, tracking
+from controller.planner import guards, roles, texts, tracking, volcano
 from controller.planner.admission import apply_queueing
 from controller.planner.change import Change, Moment, Step, moment
 from controller.planner.decide import AnyDecision, Finish, decide
@@ -93,9 +93,10 @@ def plan(observed: Observed, settings: Settings | None = None) -> Plan:
     final = show_scheduled(facts, final)
     final, rights_events = guards.show_progress_rights(facts, final)
     final, held_events = guards.show_held(facts, final)
+    final, queue_events = volcano.show_queue_hold(facts, final)
     gang = facts.gang(final)
     final = _derived(final, facts)
-    events = [*result.events, *rights_events, *held_events]
+    events = [*result.events, *rights_events, *held_events, *queue_events]
     if not status.get("state") and job.spec.scheduling.gang_scheduling and observed.gang_scheduler is None:
         events.append(
             Event(

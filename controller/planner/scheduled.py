@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from controller.planner import podstate
+from controller.planner import podstate, volcano
 from controller.planner.change import Change, moment
 from controller.planner.decide import unschedulable_summary
 from controller.planner.facts import Facts, attempt_of, state_of
@@ -42,8 +42,14 @@ def scheduling(facts: Facts, status: Mapping[str, Any]) -> tuple[bool, str, str]
         created = total - len(missing)
         return False, "PodsNotCreated", f"{created}/{total} pods of attempt {attempt} created"
     if gang.unscheduled:
+        # Volcano's explanation of the whole gang, when it gave one; else the pods' own.
+        waiting = volcano.pod_group_wait(facts)
         unschedulable = any(podstate.unschedulable_message(pod) for pod in gang.unscheduled)
-        return False, "Unschedulable" if unschedulable else "PodsPending", unschedulable_summary(gang)
+        reason, message = waiting or (
+            "Unschedulable" if unschedulable else "PodsPending",
+            unschedulable_summary(gang),
+        )
+        return False, reason, message
     bound = len(gang.ranks)
     return True, "AllPodsScheduled", f"{bound}/{bound} pods of attempt {attempt} are bound to nodes"
 

@@ -23,6 +23,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from builders.names import pod_name
+from builders.podgroup import GangScheduler
 from controller.planner import Delete, Event, Observed, Plan, Settings, plan, podstate
 from controller.planner.model import Guards, Queueing
 from controller.runtime.clock import rfc3339
@@ -321,6 +322,9 @@ class World(FakeCluster):
     conflicts: int = 0
     # crd/'s admission policies as the operator's watch shows them (tests/unit/test_guards.py).
     guards: Guards = field(default_factory=Guards)
+    # The gang scheduler discovery found, and Volcano's Queues by name (tests/unit/test_volcano_planner.py).
+    gang_scheduler: GangScheduler | None = None
+    volcano_queues: dict[str, JsonDict] | None = None
 
     # ------------------------------------------------------------------------------ reconciling
 
@@ -346,6 +350,8 @@ class World(FakeCluster):
             nodes_known=self.nodes_known,
             kueue=copy.deepcopy(self.kueue),
             guards=self.guards,
+            gang_scheduler=self.gang_scheduler,
+            volcano_queues=copy.deepcopy(self.volcano_queues),
         )
 
     def plan(self) -> Plan:

@@ -173,7 +173,12 @@ def test_volcano_pod_group_and_decoration() -> None:
     tj = defaulted({"spec.numWorkers": 4, "spec.scheduling.priority": "high"})
     group = build_pod_group(parse(tj), "volcano")
     assert group["apiVersion"] == "scheduling.volcano.sh/v1beta1"
-    assert group["spec"] == {"minMember": 4, "priorityClassName": "high"}
+    assert group["spec"] == {
+        "minMember": 4,
+        "queue": "default",
+        "minResources": {"nvidia.com/gpu": "4"},
+        "priorityClassName": "high",
+    }
     pod = build_pod(parse(tj), 1, attempt=0, resume_from=None, gang="volcano")
     assert pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "case-job"
     assert pod["spec"]["schedulerName"] == "volcano"

@@ -185,7 +185,7 @@ def test_every_operator_flag_names_an_environment_variable_in_help() -> None:
         names = [name for name, bound in parser.environment.items() if bound is action]
         assert len(names) == 1, action.option_strings
         assert f"[env {names[0]}]" in text
-    assert len(operator_flags(parser)) == 25
+    assert len(operator_flags(parser)) == 26
     assert parser.environment["--kubeconfig".lstrip("-").upper()].dest == "kubeconfig"
     assert parser.environment["LOG_LEVEL"].dest == "log_level"
     assert parser.environment["TRAININGJOB_OPERATOR_LEADER_ELECT"].dest == "leader_elect"

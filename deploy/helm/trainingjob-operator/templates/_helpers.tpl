@@ -107,7 +107,8 @@ wildcards, no Secrets (pods only name Secrets in their env, which the kubelet re
 
 {{/*
 Cluster-scoped reads: which nodes exist and what they can hold (GPUs), to explain unschedulable jobs;
-Kueue's ResourceFlavors and the priority classes of queued jobs; by name, the admission policies that
+Kueue's ResourceFlavors and the priority classes of queued jobs; Volcano's Queues (a job's pods wait
+while its queue is missing or closed); by name, the admission policies that
 bound what the operator hands out (the trainers' rights, the pods of jobs asking for more than a
 tenant's), watched for as long as the operator runs.
 */}}
@@ -118,6 +119,10 @@ tenant's), watched for as long as the operator runs.
 # Kueue's objects a Workload's placement and priority are read from (docs/shared-clusters.md).
 - apiGroups: ["kueue.x-k8s.io"]
   resources: ["resourceflavors", "workloadpriorityclasses"]
+  verbs: ["get", "list", "watch"]
+# Volcano's Queues: a job's pods wait while its queue is missing or closed (docs/shared-clusters.md).
+- apiGroups: ["scheduling.volcano.sh"]
+  resources: ["queues"]
   verbs: ["get", "list", "watch"]
 - apiGroups: ["scheduling.k8s.io"]
   resources: ["priorityclasses"]
