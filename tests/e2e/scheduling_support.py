@@ -41,23 +41,34 @@ def wait_unschedulable(
 
 
 POD_GROUP_CRD = "podgroups.scheduling.x-k8s.io"
+VOLCANO_POD_GROUP_CRD = "podgroups.scheduling.volcano.sh"
 
 
 @contextlib.contextmanager
 def pod_group_api_withdrawn(kubectl: Kubectl) -> Iterator[None]:
     """No PodGroup API served for the block, as on a cluster without a gang scheduler.
 
-    When the session's cluster runs the coscheduling component (an earlier test asked for it), its
-    PodGroup CRD is deleted for the block (with every PodGroup in the cluster: tests run one at a
-    time) and put back afterwards, and the second scheduler restarted so that its PodGroup informer
+    When the session's cluster runs the coscheduling component or Volcano (an earlier test asked for
+    it), its PodGroup CRD is deleted for the block (with every PodGroup in the cluster: tests run one
+    at a time) and put back afterwards, and the scheduler restarted so that its PodGroup informer
     starts afresh instead of sitting out its relist backoff."""
-    with optional_api_withdrawn(
-        kubectl,
-        "coscheduling",
-        POD_GROUP_CRD,
-        contract.COSCHEDULING_GROUP_VERSION,
-        {"podgroups"},
-        restart=True,
+    with (
+        optional_api_withdrawn(
+            kubectl,
+            "coscheduling",
+            POD_GROUP_CRD,
+            contract.COSCHEDULING_GROUP_VERSION,
+            {"podgroups"},
+            restart=True,
+        ),
+        optional_api_withdrawn(
+            kubectl,
+            "volcano",
+            VOLCANO_POD_GROUP_CRD,
+            contract.VOLCANO_GROUP_VERSION,
+            {"podgroups"},
+            restart=True,
+        ),
     ):
         yield
 

@@ -117,9 +117,11 @@ def applied(kubectl: Kubectl, namespace: str, text: str) -> Iterator[str]:
 def test_every_other_block_is_applied_by_the_test_of_its_section() -> None:
     from tests.e2e.test_network_policy_real_node import policy_blocks  # noqa: PLC0415 - it imports this module
     from tests.e2e.test_tenant_escalation import docs_blocks  # noqa: PLC0415 - it imports this module
+    from tests.e2e.test_volcano_e2e import docs_blocks as volcano_blocks  # noqa: PLC0415 - it imports this module
 
     claimed = set(docs_blocks())  # docs/security.md, what a tenant can do through a TrainingJob
     claimed |= set(policy_blocks())  # docs/security.md, network policy
+    claimed |= set(volcano_blocks())  # docs/shared-clusters.md, Volcano's Queue
     assert claimed
     assert {block.values[0] for block in OTHER_BLOCKS} <= claimed
 
@@ -162,9 +164,14 @@ def test_the_shared_clusters_page_happens_as_written(
     kueue: Kubectl, coscheduling: Kubectl, namespace: str, start_operator: StartOperator
 ) -> None:
     """The page's blocks applied in order, with the operator running: the sweep runs on the flavor's
-    nodes, the high-priority job preempts it, and the sweep waits, saying so."""
+    nodes, the high-priority job preempts it, and the sweep waits, saying so. The Volcano section's blocks
+    are tests/e2e/test_volcano_e2e.py's."""
+    from tests.e2e.test_volcano_e2e import is_volcanos  # noqa: PLC0415 - it imports this module
+
     kubectl = kueue
-    texts = yaml_blocks(SHARED_CLUSTERS.read_text(encoding="utf-8"))
+    texts = [
+        text for text in yaml_blocks(SHARED_CLUSTERS.read_text(encoding="utf-8")) if not is_volcanos(text)
+    ]
     start_operator()
     with contextlib.ExitStack() as stack:
         for text in texts:
