@@ -36,6 +36,7 @@ from testbed.harness.base import HarnessCluster, HarnessParser, run_to_end
 from testbed.harness.bench.operator import Operator
 from testbed.harness.bench.podtimeline import PodTimeline, all_running_again, new_run_reported
 from testbed.harness.bench.recoverygang import gang_restarts, load_average
+from testbed.node import nodehost
 from testbed.node.placement import REAL_NODE
 
 NAMESPACE: Final = "recovery"
@@ -186,6 +187,10 @@ def training_job() -> JsonDict:
     }
 
 
+class NodeBusy(Exception):
+    """Another checkout's real node runs: this machine has room for one."""
+
+
 class NodeRecovery:
     """The node part: one job on the real node, failed and evicted again and again, each recovery timed."""
 
@@ -200,11 +205,19 @@ class NodeRecovery:
             self.operator.check_alive()
 
     def run(self) -> JsonDict:
-        with real_node_lock():
-            try:
-                return self._measure()
-            finally:
-                self.stop()
+        deadline = time.monotonic() + 10 * self.options.timeout
+        while True:
+            with real_node_lock():
+                try:
+                    return self._measure()
+                except NodeBusy as busy:
+                    if time.monotonic() > deadline:
+                        raise ToolError(f"the real node stayed busy: {busy}") from None
+                finally:
+                    self.stop()
+            # Outside the lock: the session that owns that node may need it to finish.
+            say("a real node of another checkout runs: trying again in 30 s, the lock released")
+            time.sleep(30)
 
     def stop(self) -> None:
         if self.timeline is not None:
@@ -214,21 +227,21 @@ class NodeRecovery:
         self.harness.stop()
 
     def add_real_node(self) -> None:
-        """The node with the trainer image alone (the job runs nothing else). A node another checkout
-        left running (outside the lock) is waited for, up to ten times --timeout."""
-        deadline = time.monotonic() + 10 * self.options.timeout
-        while True:
-            up = ("up", "--with", "real-node", "--images", "trainer-torch")
-            result = self.harness.cluster.script(*up, check=False, quiet=True)
-            if result.returncode == 0:
-                return
-            output = (result.stdout or "") + (result.stderr or "")
-            if "a real node runs on this machine already" not in output or time.monotonic() > deadline:
-                raise ToolError(f"hack/dev-cluster.sh {' '.join(up)} failed: {output.strip()[-1500:]}")
-            say("a real node of another checkout runs (outside the lock): waiting until it is gone")
-            time.sleep(15)
+        """The node with the trainer image alone (the job runs nothing else). NodeBusy when another
+        checkout's node runs (left outside the lock): its session may be waiting for the lock."""
+        up = ("up", "--with", "real-node", "--images", "trainer-torch")
+        result = self.harness.cluster.script(*up, check=False, quiet=True)
+        if result.returncode == 0:
+            return
+        output = (result.stdout or "") + (result.stderr or "")
+        if "a real node runs on this machine already" in output:
+            raise NodeBusy(output.strip().splitlines()[-1])
+        raise ToolError(f"hack/dev-cluster.sh {' '.join(up)} failed: {output.strip()[-1500:]}")
 
     def _measure(self) -> JsonDict:
+        node_pids = nodehost.running_pids()
+        if node_pids:  # before starting a cluster for nothing
+            raise NodeBusy(f"processes {', '.join(str(pid) for pid in sorted(node_pids)[:5])}")
         client = self.harness.start(NAMESPACE)
         self.add_real_node()
         logs = self.options.dev_dir / "logs"
