@@ -1,11 +1,12 @@
 """Optional components on the dev cluster, added only when asked for: `up --with kueue,coscheduling`.
 
-Why: only some tests and demos need Kueue (testbed/addons/kueue.py) or the coscheduling scheduler
-(testbed/addons/coscheduling.py); building them costs minutes the first time and running them costs
-memory, so a cluster has them only when someone asks, on `up` or later on a running cluster (the
-test session asks for what its tests need). Each is built (or taken from the cache) by hack/kube-bins.sh
-before the cluster lock is taken, its CRDs come from the same module, and its process is one more
-component in state.json: `status` lists it, `restart|stop|start <name>` work on it, `down` stops it,
+Why: only some tests and demos need Kueue (testbed/addons/kueue.py), the coscheduling scheduler
+(testbed/addons/coscheduling.py) or Volcano (testbed/addons/volcano.py: two processes); building them
+costs minutes the first time and running them costs memory, so a cluster has them only when someone
+asks, on `up` or later on a running cluster (the test session asks for what its tests need). Each
+is built (or taken from the cache) by hack/kube-bins.sh before the cluster lock is taken, its CRDs
+come from the same module, and its process (each of Volcano's two) is one more component in
+state.json: `status` lists it, `restart|stop|start <name>` work on it, `down` stops it,
 and a restarted API server restarts it too (lifecycle.after_api_server_start). `state.json`'s
 `optional` remembers what was added, so a cluster rebuilt after a crash gets it back.
 

@@ -18,8 +18,8 @@ Standard library only: it runs before any project dependency is installed. Its m
 - kubectl and handle: the tests' kubectl, `wait_for`, and `Cluster`, a cluster by its directory;
 - __main__: the command line (hack/dev-cluster.sh).
 
-Components added on request (`up --with`) are testbed/addons' (Kueue, the coscheduling scheduler)
-and testbed/node's (the real node, its NetworkPolicy enforcer). See README.md beside this file.
+Components added on request (`up --with`) are testbed/addons' (Kueue, the coscheduling scheduler,
+Volcano) and testbed/node's (the real node, its NetworkPolicy enforcer). See README.md beside this file.
 
 `stop <component>` takes one component down on purpose (an API server outage for as long as a test
 needs) and `start <component>` brings it back with the same flags and port. A component stopped on
