@@ -102,8 +102,9 @@ def plan(observed: Observed, settings: Settings | None = None) -> Plan:
             Event(
                 "Warning",
                 "GangSchedulingUnavailable",
-                "scheduling.gangScheduling is set but neither scheduler-plugins' nor Volcano's PodGroup CRD "
-                "is installed; scheduling pods individually",
+                "scheduling.gangScheduling is set but the cluster serves no PodGroup API of a gang scheduler "
+                "the operator uses (scheduler-plugins' or Volcano's, as its --gang-scheduler allows); "
+                "scheduling pods individually",
             )
         )
     all_creates = [*creates, *result.creates]
