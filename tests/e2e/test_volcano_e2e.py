@@ -170,11 +170,22 @@ def test_three_gangs_on_eight_gpus_run_one_after_another_never_partly_bound(
                 manifest = job_manifest(name, numWorkers=4, gpusPerWorker=2, scheduling=scheduling)
                 kubectl.apply(manifest, "-n", namespace)
             order = []
-            for _ in names:
+            waiting: list[tuple[str, JsonDict]] = []
+            for index, _ in enumerate(names):
                 current = wait_for(
                     "one gang Running", lambda: running_one(kubectl, namespace, names), timeout=TIMEOUT
                 )
                 order.append(current)
+                if index == 0:  # a gang that waits: admitted into the queue, no room on the nodes
+                    other = next(name for name in names if name != current)
+                    status = wait_status(
+                        kubectl,
+                        namespace,
+                        other,
+                        "Scheduled False with Volcano's reason",
+                        lambda s: scheduled_reason(s) == "NotEnoughResources",
+                    )
+                    waiting.append((other, status))
                 finish(kubectl, namespace, current, 4)
             groups = [
                 kubectl.get_json("podgroups.scheduling.volcano.sh", name, "-n", namespace) for name in names
@@ -184,6 +195,12 @@ def test_three_gangs_on_eight_gpus_run_one_after_another_never_partly_bound(
             events = watch.stop()
 
     assert sorted(order) == sorted(names)
+    ((other, status),) = waiting
+    entry = condition(status, "Scheduled")
+    assert entry is not None
+    assert entry["message"].startswith(
+        f"PodGroup {other} is Inqueue in Volcano Queue default (enqueued, its pods not all placed): "
+    ), entry
     samples = gpu_holders(events)
     assert all(len(holders) <= 1 for holders in samples), [h for h in samples if len(h) > 1][:3]
     # Every gang was bound whole (its 4 pods together on the pool), one after the other.
