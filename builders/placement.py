@@ -4,8 +4,10 @@ Kueue admits a Workload into ResourceFlavors: each flavor stands for a kind of n
 `nodeLabels`) and may carry `tolerations` for those nodes' taints. A job integrated with Kueue must
 put them on the pods it starts, or the pods could land on nodes of another flavor, or on none. An
 admission check may add labels, annotations, a node selector and tolerations of its own (its
-`podSetUpdates`). `Placement` is the sum of both; `place` puts it on a built pod, after
-spec.podTemplate was merged, so that what admission decided wins.
+`podSetUpdates`). With topology-aware scheduling (spec.scheduling.topology) Kueue also assigns each
+pod a domain of its Topology (down to a node): the node labels of the domain of each slot, in the
+order of the pod set, are `slot_node_selectors`. `Placement` is the sum of all; `place` puts it on a
+built pod, after spec.podTemplate was merged, so that what admission decided wins.
 """
 
 from __future__ import annotations
@@ -26,6 +28,15 @@ class Placement:
     tolerations: tuple[Mapping[str, Any], ...] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
+    slot_node_selectors: tuple[Mapping[str, str], ...] = ()
+
+    def for_slot(self, slot: int) -> Placement:
+        """What goes on the pod of `slot`: the topology domain Kueue assigned to it added to the node
+        selector (a slot past the assignment gets the rest only)."""
+        if slot >= len(self.slot_node_selectors):
+            return self
+        selector = {**self.node_selector, **self.slot_node_selectors[slot]}
+        return Placement(selector, self.tolerations, self.labels, self.annotations)
 
 
 def place(pod: Mapping[str, Any], placement: Placement | None) -> JsonDict:

@@ -247,4 +247,4 @@ def build_pod(
     metadata["finalizers"] = [contract.TRACKING_FINALIZER]
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
     merged = with_trainer_user(job, merge_pod_template(pod, job.spec.pod_template))
-    return with_default_container(place(merged, placement))
+    return with_default_container(place(merged, placement.for_slot(slot) if placement is not None else None))

@@ -5,9 +5,11 @@ creates and owns (the model of Kueue's job integrations: batch Jobs, JobSets, Ku
 TrainingJob's Workload has one pod set, `workers`: every pod of the job (numWorkers, and a TensorFlow
 job's chief, parameter servers and evaluator, which share the workers' template), with the requests of
 the pods the operator builds, and the node selector, affinity and tolerations Kueue matches against its
-ResourceFlavors. Its priority is the value of the job's WorkloadPriorityClass (label
-kueue.x-k8s.io/priority-class), else of the pods' PriorityClass (resolved by the planner, which sees
-the classes). It is named as Kueue names the Workloads of its own integrations,
+ResourceFlavors, and with spec.scheduling.topology the pod set's `topologyRequest` (Kueue's TAS: the
+gang in one domain of a level, required or preferred). Its priority is the value of the job's
+WorkloadPriorityClass (label kueue.x-k8s.io/priority-class), else of the pods' PriorityClass
+(resolved by the planner, which sees the classes). It is named as Kueue names the Workloads of its
+own integrations,
 `trainingjob-<name>-<hash>`, the hash taken from the job's kind, group, name and UID, so a job
 deleted and created again under the same name never finds its predecessor's Workload.
 """
@@ -36,17 +38,18 @@ POD_FIELDS: Final = ("nodeSelector", "affinity", "tolerations", "runtimeClassNam
 
 @dataclass(frozen=True)
 class WorkloadPriority:
-    """Workload.spec's priority fields: the class's name and kind (None: no class), and its value."""
+    """Workload.spec's priority fields: the class's name and (group, kind) (None: no class), and its
+    value."""
 
     class_name: str | None
-    source: str | None
+    source: tuple[str, str] | None
     value: int
 
     def fields(self) -> JsonDict:
         fields: JsonDict = {"priority": self.value}
         if self.class_name and self.source:
-            fields["priorityClassName"] = self.class_name
-            fields["priorityClassSource"] = self.source
+            group, kind = self.source
+            fields["priorityClassRef"] = {"group": group, "kind": kind, "name": self.class_name}
         return fields
 
 
@@ -76,7 +79,11 @@ def pod_set(job: TrainingJob) -> JsonDict:
         if spec.get(key):
             template[key] = copy.deepcopy(spec[key])
     count = job.spec.replicas.size
-    return {"name": contract.WORKLOAD_POD_SET, "count": count, "template": {"spec": template}}
+    built: JsonDict = {"name": contract.WORKLOAD_POD_SET, "count": count, "template": {"spec": template}}
+    topology = job.spec.scheduling.topology
+    if topology is not None:
+        built["topologyRequest"] = {"required" if topology.required else "preferred": topology.level}
+    return built
 
 
 def build_workload(job: TrainingJob, priority: WorkloadPriority) -> JsonDict:

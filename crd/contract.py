@@ -347,7 +347,7 @@ OPERATOR_ANNOTATIONS: Final = (VOLCANO_GROUP_NAME_ANNOTATION,)
 # admits the Workload the operator creates for it; the Workload's priority comes from a
 # WorkloadPriorityClass label, else from the pods' PriorityClass.
 KUEUE_GROUP: Final = "kueue.x-k8s.io"
-KUEUE_VERSION: Final = "v1beta1"
+KUEUE_VERSION: Final = "v1beta2"
 KUEUE_API_VERSION: Final = f"{KUEUE_GROUP}/{KUEUE_VERSION}"
 QUEUE_NAME_LABEL: Final = f"{KUEUE_GROUP}/queue-name"
 WORKLOAD_PRIORITY_CLASS_LABEL: Final = f"{KUEUE_GROUP}/priority-class"
@@ -355,6 +355,18 @@ WORKLOAD_PRIORITY_CLASS_LABEL: Final = f"{KUEUE_GROUP}/priority-class"
 KUEUE_JOB_UID_LABEL: Final = f"{KUEUE_GROUP}/job-uid"
 # The one pod set of a TrainingJob's Workload: numWorkers identical worker pods.
 WORKLOAD_POD_SET: Final = "workers"
-# Workload.spec.priorityClassSource values.
-POD_PRIORITY_SOURCE: Final = "scheduling.k8s.io/priorityclass"
-WORKLOAD_PRIORITY_SOURCE: Final = "kueue.x-k8s.io/workloadpriorityclass"
+# Workload.spec.priorityClassRef: the (group, kind) of the class a Workload's priority comes from.
+POD_PRIORITY_CLASS_REF: Final = ("scheduling.k8s.io", "PriorityClass")
+WORKLOAD_PRIORITY_CLASS_REF: Final = (KUEUE_GROUP, "WorkloadPriorityClass")
+# Topology-aware scheduling (spec.scheduling.topology): the Workload's pod set asks Kueue for its gang
+# in one domain of a topology level; its pods carry the annotation Kueue reads on the pods of its own
+# integrations, by which Kueue counts them as the topology's (not as other usage of the nodes).
+PODSET_REQUIRED_TOPOLOGY_ANNOTATION: Final = f"{KUEUE_GROUP}/podset-required-topology"
+PODSET_PREFERRED_TOPOLOGY_ANNOTATION: Final = f"{KUEUE_GROUP}/podset-preferred-topology"
+
+
+class TopologyMode(StrEnum):
+    """spec.scheduling.topology.mode: the whole gang in one domain of the level, or as few as fit."""
+
+    REQUIRED = "Required"
+    PREFERRED = "Preferred"

@@ -44,6 +44,7 @@ from crd.schema_parts import (
 from crd.schema_podtemplate import pod_template, spec_rules
 from crd.schema_storage import checkpoint
 from crd.schema_tensorflow import tensorflow, tensorflow_rules
+from crd.schema_topology import topology
 
 # Why networking.backend mpi is named in the enum (it is torch.distributed's third backend) but refused.
 MPI_REFUSAL = (
@@ -156,6 +157,7 @@ def scheduling() -> Schema:
                 "and tries again (counted in status.restarts.scheduling). Unset: wait indefinitely.",
                 minimum=1,
             ),
+            "topology": topology(),
         },
         default_empty=True,
         rules=[

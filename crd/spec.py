@@ -104,6 +104,25 @@ class Checkpoint(Section):
 
 
 @dataclass(frozen=True)
+class Topology:
+    """spec.scheduling.topology: the gang in one domain of `level` (Required), or as few as fit."""
+
+    level: str
+    mode: str
+
+    @property
+    def required(self) -> bool:
+        return self.mode == contract.TopologyMode.REQUIRED
+
+    @classmethod
+    def read(cls, fields: Fields) -> Topology | None:
+        if not fields.raw:
+            return None
+        mode = fields.optional_text("mode") or contract.TopologyMode.REQUIRED.value
+        return cls(level=fields.text("level"), mode=mode)
+
+
+@dataclass(frozen=True)
 class Scheduling(Section):
     """spec.scheduling; affinity and tolerations are copied into the pods as written."""
 
@@ -116,11 +135,13 @@ class Scheduling(Section):
     gang_scheduling: bool
     schedule_timeout_seconds: int | None
     queue: str | None
+    topology: Topology | None
 
     @classmethod
     def read(cls, fields: Fields) -> Self:
         return cls(
             priority=fields.optional_text("priority") or None,
+            topology=Topology.read(fields.section("topology")),
             node_selector=fields.mapping("nodeSelector"),
             affinity=fields.mapping("affinity"),
             tolerations=fields.objects("tolerations"),

@@ -5,7 +5,8 @@ was it evicted and why, where was it admitted, what does it ask for). `WorkloadV
 The Workload's priority comes from classes Kueue does not resolve for a kind it does not know:
 `workload_priority` does, as Kueue's integrations do (a WorkloadPriorityClass label, else the pods'
 PriorityClass, else the cluster's default PriorityClass, else 0). `placement` turns an admission
-into the node labels and tolerations of the flavors it assigned (builders/placement.py).
+into the node labels and tolerations of the flavors it assigned, and with topology-aware scheduling
+the domain (node) of each pod (builders/placement.py).
 """
 
 from __future__ import annotations
@@ -182,13 +183,13 @@ def workload_priority(job: TrainingJob, kueue: Queueing) -> WorkloadPriority | s
             return (
                 f"WorkloadPriorityClass {wanted} (label {contract.WORKLOAD_PRIORITY_CLASS_LABEL}) not found"
             )
-        return WorkloadPriority(wanted, contract.WORKLOAD_PRIORITY_SOURCE, _value(found))
+        return WorkloadPriority(wanted, contract.WORKLOAD_PRIORITY_CLASS_REF, _value(found))
     pod_class = job.spec.scheduling.priority
     if pod_class:
         found = kueue.priority_classes.get(pod_class)
         if found is None:
             return f"PriorityClass {pod_class} (spec.scheduling.priority) not found"
-        return WorkloadPriority(pod_class, contract.POD_PRIORITY_SOURCE, _value(found))
+        return WorkloadPriority(pod_class, contract.POD_PRIORITY_CLASS_REF, _value(found))
     defaults = sorted(
         (_value(obj), name)
         for name, obj in kueue.priority_classes.items()
@@ -196,7 +197,7 @@ def workload_priority(job: TrainingJob, kueue: Queueing) -> WorkloadPriority | s
     )
     if defaults:
         value, name = defaults[0]
-        return WorkloadPriority(name, contract.POD_PRIORITY_SOURCE, value)
+        return WorkloadPriority(name, contract.POD_PRIORITY_CLASS_REF, value)
     return WorkloadPriority(None, None, 0)
 
 
@@ -221,7 +222,59 @@ def placement(workload: WorkloadView, kueue: Queueing) -> Placement | str:
         tolerations.extend(update.get("tolerations") or [])
         labels.update(update.get("labels") or {})
         annotations.update(update.get("annotations") or {})
-    return Placement(node_selector, tuple(tolerations), labels, annotations)
+    annotations.update(topology_annotations(workload.pod_set))
+    slots = slot_node_selectors(workload.assignment().get("topologyAssignment"))
+    return Placement(node_selector, tuple(tolerations), labels, annotations, slots)
+
+
+def topology_annotations(pod_set_: Mapping[str, Any]) -> dict[str, str]:
+    """The pod-set annotation of Kueue's TAS for the pod set's topology request (none without one):
+    on the pods, it makes Kueue count them as the Topology's own, not as other use of the nodes."""
+    request = pod_set_.get("topologyRequest") or {}
+    if request.get("required"):
+        return {contract.PODSET_REQUIRED_TOPOLOGY_ANNOTATION: str(request["required"])}
+    if request.get("preferred"):
+        return {contract.PODSET_PREFERRED_TOPOLOGY_ANNOTATION: str(request["preferred"])}
+    return {}
+
+
+def slot_node_selectors(assignment: Any) -> tuple[dict[str, str], ...]:
+    """The node labels of the topology domain of each pod of the pod set, in order, from Kueue's
+    topologyAssignment (v1beta2: `levels`, and `slices` of `domainCount` domains, each level's values
+    one `universal` value or `individual` roots between a prefix and a suffix, and the pods per
+    domain, `universal` or `individual`): a domain's pods take the next slots."""
+    if not isinstance(assignment, Mapping):
+        return ()
+    levels = [str(level) for level in assignment.get("levels") or []]
+    selectors: list[dict[str, str]] = []
+    for part in assignment.get("slices") or []:
+        if not isinstance(part, Mapping):
+            continue
+        domains = int(part.get("domainCount") or 0)
+        values = [_level_values(entry, domains) for entry in part.get("valuesPerLevel") or []]
+        counts = _pod_counts(part.get("podCounts") or {}, domains)
+        for index in range(domains):
+            selector = {
+                level: level_values[index] for level, level_values in zip(levels, values, strict=False)
+            }
+            selectors.extend(dict(selector) for _ in range(counts[index]))
+    return tuple(selectors)
+
+
+def _level_values(entry: Mapping[str, Any], domains: int) -> list[str]:
+    if entry.get("universal") is not None:
+        return [str(entry["universal"])] * domains
+    individual = entry.get("individual") or {}
+    prefix, suffix = str(individual.get("prefix") or ""), str(individual.get("suffix") or "")
+    roots = [f"{prefix}{root}{suffix}" for root in individual.get("roots") or []]
+    return (roots + [""] * domains)[:domains]
+
+
+def _pod_counts(counts: Mapping[str, Any], domains: int) -> list[int]:
+    if counts.get("universal") is not None:
+        return [int(counts["universal"])] * domains
+    individual = [int(count) for count in counts.get("individual") or []]
+    return (individual + [0] * domains)[:domains]
 
 
 def admitted_placement(

@@ -55,7 +55,25 @@ WARNING_REASONS: Final = frozenset(
         "Deactivated",
         "WorkloadFinished",
         "FlavorNotFound",
+        "TopologyLevelNotFound",
+        "TopologyNotSupported",
     }
+)
+# What Kueue says of a pod set whose topology request no flavor of the queue can serve, and the
+# reason the job waits for then (spec.scheduling.topology).
+TOPOLOGY_REFUSALS: Final = (
+    (
+        "does not contain the requested level",
+        "TopologyLevelNotFound",
+        "spec.scheduling.topology.level {level} is not a level of the Topology of any ResourceFlavor "
+        "of {where}",
+    ),
+    (
+        "does not support TopologyAwareScheduling",
+        "TopologyNotSupported",
+        "spec.scheduling.topology asks for topology-aware scheduling, but no ResourceFlavor of {where} has "
+        "a Topology",
+    ),
 )
 # Admitted=False reasons of Evict that are not evictions (the job asked for something else).
 NOT_EVICTIONS: Final = frozenset({"WorkloadChanged"})
@@ -237,4 +255,9 @@ def _workload_says(job: TrainingJob, workload: WorkloadView) -> tuple[str, str]:
             "AdmissionChecksPending",
             f"quota reserved in ClusterQueue {workload.cluster_queue}; admission checks: {pending}",
         )
+    topology = job.spec.scheduling.topology
+    for words, reason, what in TOPOLOGY_REFUSALS:
+        if topology is not None and words in kueue_says:
+            said = what.format(level=topology.level, where=f"LocalQueue {queue}'s ClusterQueue")
+            return reason, f"{said}; waiting: {kueue_says}"
     return str(reserved.get("reason") or "Pending"), f"waiting in LocalQueue {queue}: {kueue_says}"

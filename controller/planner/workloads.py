@@ -37,9 +37,9 @@ from crd.contract import FINISHED_STATES, State
 JsonDict = dict[str, Any]
 
 # The Workload spec fields the operator keeps equal to what it builds (Kueue owns spec.active).
-SPEC_FIELDS: Final = ("queueName", "podSets", "priority", "priorityClassName", "priorityClassSource")
+SPEC_FIELDS: Final = ("queueName", "podSets", "priority", "priorityClassRef")
 # Those that are unset when the job has no priority class (a merge patch removes them).
-PRIORITY_FIELDS: Final = ("priorityClassName", "priorityClassSource")
+PRIORITY_FIELDS: Final = ("priorityClassRef",)
 
 
 @dataclass

@@ -19,6 +19,10 @@ name. Here the manager is a process on 127.0.0.1, so:
 - `manageJobsWithoutQueueName` is off: only objects with the `kueue.x-k8s.io/queue-name` label are queued;
 - the on-demand visibility API (VisibilityOnDemand) is off: its server binds 0.0.0.0:8082 and writes
   certificates under /visibility, neither of which it lets one change;
+- Kueue v0.17 stores its API as kueue.x-k8s.io/v1beta2 (which the operator speaks) and still serves
+  v1beta1 for some kinds through a conversion webhook at /convert of its webhook server (Kueue's
+  release patches those CRDs, CONVERTED_CRDS, with it): here each is patched to
+  `https://127.0.0.1:<port>/convert` with the cluster's CA, once the manager serves;
 - the metrics server reads its certificate from the fixed path /etc/kueue/metrics/certs when
   internal cert management is off. The manager therefore runs in a private mount namespace whose /etc
   is a read-only overlay of a directory holding that certificate over the real /etc (`unshare`; with
@@ -48,14 +52,21 @@ CONFIGURATION_NAMES: Final = {
     "ValidatingWebhookConfiguration": "kueue-validating-webhook-configuration",
 }
 METRICS_CERT_DIR: Final = "kueue/metrics/certs"  # under /etc, fixed in Kueue's main
+# The CRDs whose versions Kueue's webhook converts (the webhook_in_* patches its release's CRD
+# kustomization applies); the others' versions have the same schema and need no conversion.
+CONVERTED_CRDS: Final = tuple(
+    f"{plural}.{GROUP}"
+    for plural in ("clusterqueues", "cohorts", "localqueues", "multikueueclusters", "workloads")
+)
+CONVERSION_PATH: Final = "/convert"
 
 
 def configuration(
     *, webhook_port: int, health_port: int, metrics_port: int, cert_dir: Path
 ) -> dict[str, Any]:
-    """Kueue's Configuration (config.kueue.x-k8s.io/v1beta1; JSON is YAML, which it reads)."""
+    """Kueue's Configuration (config.kueue.x-k8s.io/v1beta2; JSON is YAML, which it reads)."""
     return {
-        "apiVersion": "config.kueue.x-k8s.io/v1beta1",
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
         "kind": "Configuration",
         "namespace": NAMESPACE,
         "manageJobsWithoutQueueName": False,
@@ -117,6 +128,22 @@ def webhook_configurations(
             }
         )
     return configurations, skipped
+
+
+def conversion_patch(*, webhook_port: int, ca_bundle: bytes) -> dict[str, Any]:
+    """The merge patch that sends a CRD's conversions to the local manager's webhook."""
+    client = {
+        "url": f"https://127.0.0.1:{webhook_port}{CONVERSION_PATH}",
+        "caBundle": base64.b64encode(ca_bundle).decode(),
+    }
+    return {
+        "spec": {
+            "conversion": {
+                "strategy": "Webhook",
+                "webhook": {"clientConfig": client, "conversionReviewVersions": ["v1"]},
+            }
+        }
+    }
 
 
 def private_etc_command(layer: Path, binary: Path, args: list[str]) -> tuple[Path, list[str]]:

@@ -258,7 +258,17 @@ def start_kueue(state: dict[str, Any], build_dir: Path) -> None:
     binary, args = kueue.private_etc_command(layer, build_dir / kueue.BUILD, kueue.manager_args(config))
     spawn(kueue.NAME, binary, args, state["processes"])
     wait_ready(state, kueue.NAME)
-    install_webhooks(bin_dir, build_dir, webhook_port, (pki / "ca.crt").read_bytes())
+    ca_bundle = (pki / "ca.crt").read_bytes()
+    install_conversion(bin_dir, webhook_port, ca_bundle)
+    install_webhooks(bin_dir, build_dir, webhook_port, ca_bundle)
+
+
+def install_conversion(bin_dir: Path, webhook_port: int, ca_bundle: bytes) -> None:
+    """Points the CRDs whose versions Kueue converts at its webhook (a new port at every start)."""
+    patch = json.dumps(kueue.conversion_patch(webhook_port=webhook_port, ca_bundle=ca_bundle))
+    for crd in kueue.CONVERTED_CRDS:
+        kubectl(bin_dir, "patch", "crd", crd, "--type=merge", "-p", patch)
+    say(f"kueue: {len(kueue.CONVERTED_CRDS)} CRDs convert through https://127.0.0.1:{webhook_port}")
 
 
 def install_webhooks(bin_dir: Path, build_dir: Path, webhook_port: int, ca_bundle: bytes) -> None:

@@ -111,7 +111,22 @@ def test_kueue_listens_on_loopback_and_manages_only_queued_batch_jobs(tmp_path: 
     assert settings["integrations"] == {"frameworks": ["batch/job"]}
     assert settings["featureGates"] == {"VisibilityOnDemand": False}
     assert settings["leaderElection"] == {"leaderElect": False}
+    assert settings["apiVersion"] == "config.kueue.x-k8s.io/v1beta2"
     json.dumps(settings)  # written as JSON
+
+
+def test_kueue_converts_its_api_versions_through_the_local_webhook() -> None:
+    patch = kueue.conversion_patch(webhook_port=9443, ca_bundle=b"CA PEM")
+
+    conversion = patch["spec"]["conversion"]
+    assert conversion["strategy"] == "Webhook"
+    assert conversion["webhook"]["clientConfig"] == {
+        "url": "https://127.0.0.1:9443/convert",
+        "caBundle": base64.b64encode(b"CA PEM").decode(),
+    }
+    assert conversion["webhook"]["conversionReviewVersions"] == ["v1"]
+    assert "workloads.kueue.x-k8s.io" in kueue.CONVERTED_CRDS
+    assert "resourceflavors.kueue.x-k8s.io" not in kueue.CONVERTED_CRDS
 
 
 def test_the_second_scheduler_is_the_one_the_operator_names() -> None:

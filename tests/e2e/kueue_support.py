@@ -19,14 +19,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from crd import contract
-from testbed import Kubectl, wait_for
-from tests.e2e.jobs import job_manifest
-from tests.e2e.lifecycle_support import POOL_KEY, retried
+from testbed import Kubectl, end_pod, wait_for
+from tests.e2e.jobs import extra_nodes, job_manifest, pods_of
+from tests.e2e.lifecycle_support import POOL_KEY, retried, wait_state, wait_status
 
 JsonDict = dict[str, Any]
 GPU = contract.GPU_RESOURCE
 KUEUE = contract.KUEUE_API_VERSION
 LOCAL_QUEUE = "team"
+# The levels of the topology-aware tests' racks (tests/e2e/test_kueue_topology_e2e.py).
+BLOCK_LABEL = "topology.example.com/block"
+RACK_LABEL = "topology.example.com/rack"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 
 @dataclass(frozen=True)
@@ -54,11 +58,12 @@ def gpu_queue(
     node_labels: dict[str, str] | None = None,
     tolerations: list[JsonDict] | None = None,
     quota: dict[str, str] | None = None,
+    topology: str | None = None,
 ) -> Iterator[Queues]:
     """A flavor for the namespace's node pool (or the nodes of `node_labels`, whose taints
-    `tolerations` tolerate), a ClusterQueue with `gpus` GPUs of it (and `quota` of other resources
-    the jobs request, e.g. cpu and memory; preemption by priority within the queue) for that
-    namespace, and LocalQueue `team` there."""
+    `tolerations` tolerate; with the Topology named `topology`), a ClusterQueue with `gpus` GPUs of
+    it (and `quota` of other resources the jobs request, e.g. cpu and memory; preemption by priority
+    within the queue) for that namespace, and LocalQueue `team` there."""
     quotas = {GPU: gpus, **(quota or {})}
     name = f"tj-e2e-{namespace[-6:]}-{uuid.uuid4().hex[:4]}"
     flavor = {
@@ -68,6 +73,7 @@ def gpu_queue(
         "spec": {
             "nodeLabels": node_labels or {POOL_KEY: namespace},
             "tolerations": tolerations if tolerations is not None else [pool_toleration(namespace)],
+            **({"topologyName": topology} if topology else {}),
         },
     }
     cluster_queue = {
@@ -148,9 +154,55 @@ def queued_job(name: str, queue: str = LOCAL_QUEUE, *, priority: str | None = No
     return manifest
 
 
+@contextlib.contextmanager
+def racks(kubectl: Kubectl, namespace: str, count: int, nodes: int) -> Iterator[dict[str, str]]:
+    """`count` racks of `nodes` 8-GPU kwok nodes of the namespace's pool, in one block, and a Topology
+    of their block, rack and hostname levels: yields {node: rack}; the Topology's name is
+    `topology_name(namespace)`."""
+    name = topology_name(namespace)
+    topology = {
+        "apiVersion": KUEUE,
+        "kind": "Topology",
+        "metadata": {"name": name},
+        "spec": {"levels": [{"nodeLabel": level} for level in (BLOCK_LABEL, RACK_LABEL, HOSTNAME_LABEL)]},
+    }
+    taint = {"key": POOL_KEY, "value": namespace, "effect": "NoSchedule"}
+    with contextlib.ExitStack() as stack:
+        rack_of: dict[str, str] = {}
+        for index in range(count):
+            rack = f"rack-{index}"
+            labels = {POOL_KEY: namespace, BLOCK_LABEL: "block-0", RACK_LABEL: rack}
+            created = stack.enter_context(extra_nodes(kubectl, nodes, gpus=8, labels=labels, taint=taint))
+            rack_of.update(dict.fromkeys(created, rack))
+        kubectl.run("create", "-f", "-", stdin=json.dumps(topology))
+        try:
+            yield rack_of
+        finally:
+            for kind in ("trainingjobs", "pods"):
+                retried(
+                    f"{kind} in {namespace} deleted",
+                    functools.partial(
+                        kubectl.run, "delete", kind, "--all", "-n", namespace, "--wait=true", "--timeout=60s"
+                    ),
+                )
+            retried(
+                f"Topology {name} deleted",
+                functools.partial(
+                    kubectl.run, "delete", "topology", name, "--ignore-not-found", "--wait=false"
+                ),
+            )
+
+
+def topology_name(namespace: str) -> str:
+    return f"tj-e2e-{namespace[-6:]}"
+
+
 def workload_of(kubectl: Kubectl, namespace: str, job: str) -> JsonDict | None:
-    """The Workload the operator made for TrainingJob `job` (by its owner reference)."""
-    for workload in kubectl.items("workloads.kueue.x-k8s.io", "-n", namespace):
+    """The Workload the operator made for TrainingJob `job` (by its owner reference), in the API
+    version the operator writes."""
+    for workload in kubectl.items(
+        f"workloads.{contract.KUEUE_VERSION}.{contract.KUEUE_GROUP}", "-n", namespace
+    ):
         owners = workload["metadata"].get("ownerReferences") or []
         if any(owner["kind"] == contract.KIND and owner["name"] == job for owner in owners):
             return workload
@@ -162,3 +214,23 @@ def admitted_reason(status: JsonDict) -> str | None:
         if entry["type"] == "Admitted":
             return str(entry["reason"])
     return None
+
+
+def finish(kubectl: Kubectl, namespace: str, job: str) -> None:
+    """Every worker of `job` exits 0, as the kubelet reports it; the job Completes."""
+    for pod in pods_of(kubectl, namespace, job):
+        end_pod(kubectl, namespace, pod["metadata"]["name"])
+    wait_state(kubectl, namespace, job, "Completed")
+
+
+def waiting(kubectl: Kubectl, namespace: str, name: str, reason: str, fragment: str = "") -> JsonDict:
+    """Waits until the job is Queued with Admitted False for `reason` (and `fragment` in its message)."""
+    return wait_status(
+        kubectl,
+        namespace,
+        name,
+        f"Queued ({reason})",
+        lambda s: (
+            s.get("state") == "Queued" and admitted_reason(s) == reason and fragment in s.get("message", "")
+        ),
+    )

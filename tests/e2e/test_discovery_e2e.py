@@ -72,7 +72,7 @@ def test_kueue_installed_while_the_operator_runs_admits_the_job_that_waited_for_
 
     assert before["message"] == (
         "label kueue.x-k8s.io/queue-name=team asks for Kueue, but the cluster does not serve its API "
-        "(kueue.x-k8s.io/v1beta1 Workloads); waiting until Kueue is installed"
+        f"({contract.KUEUE_API_VERSION} Workloads); waiting until Kueue is installed"
     )
     assert [e["type"] for e in warnings if e["reason"] == "KueueNotInstalled"] == ["Warning"]
     assert workload is not None

@@ -128,7 +128,8 @@ def test_every_other_block_is_applied_by_the_test_of_its_section() -> None:
 
 def test_the_documents_have_yaml_blocks() -> None:
     assert len(BLOCKS) >= 3
-    assert len(KUEUE_BLOCKS) == 4  # docs/shared-clusters.md: flavor, ClusterQueue, LocalQueue, priorities
+    # docs/shared-clusters.md: flavor, ClusterQueue, LocalQueue, priorities, racks (Topology to LocalQueue)
+    assert len(KUEUE_BLOCKS) == 5
     assert yaml_blocks("text\n```yaml\na: 1\n```\n```\nnot: yaml\n```\n") == ["a: 1\n"]
 
 

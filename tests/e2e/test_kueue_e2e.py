@@ -1,4 +1,4 @@
-"""Queueing TrainingJobs with the real Kueue (v0.12.3, built by hack/ and added to the session's cluster
+"""Queueing TrainingJobs with the real Kueue (v0.17.0, built by hack/ and added to the session's cluster
 by the `kueue` fixture): quotas, waiting, admission into a flavor, preemption, quota released.
 
 Each test has its own capacity (two private 8-GPU nodes) and its own queues (tests/e2e/kueue_support.py):
@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from crd import contract
-from testbed import Kubectl, end_pod, wait_for
+from testbed import Kubectl, wait_for
 from tests.e2e.conftest import StartOperator
 from tests.e2e.jobs import (
     condition,
@@ -27,11 +27,12 @@ from tests.e2e.jobs import (
 )
 from tests.e2e.kueue_support import (
     LOCAL_QUEUE,
-    admitted_reason,
+    finish,
     gpu_queue,
     is_true,
     pool_toleration,
     queued_job,
+    waiting,
     workload_of,
     workload_priority_classes,
 )
@@ -48,26 +49,6 @@ from tests.e2e.lifecycle_support import (
 from tests.e2e.operator import OperatorProcess
 
 JsonDict = dict[str, Any]
-
-
-def finish(kubectl: Kubectl, namespace: str, job: str) -> None:
-    """Every worker of `job` exits 0, as the kubelet reports it; the job Completes."""
-    for pod in pods_of(kubectl, namespace, job):
-        end_pod(kubectl, namespace, pod["metadata"]["name"])
-    wait_state(kubectl, namespace, job, "Completed")
-
-
-def waiting(kubectl: Kubectl, namespace: str, name: str, reason: str, fragment: str = "") -> JsonDict:
-    """Waits until the job is Queued with Admitted False for `reason` (and `fragment` in its message)."""
-    return wait_status(
-        kubectl,
-        namespace,
-        name,
-        f"Queued ({reason})",
-        lambda s: (
-            s.get("state") == "Queued" and admitted_reason(s) == reason and fragment in s.get("message", "")
-        ),
-    )
 
 
 def touch(kubectl: Kubectl, operator: OperatorProcess, namespace: str, name: str, value: str) -> str:
@@ -200,8 +181,9 @@ def test_a_high_priority_job_preempts_a_low_one_which_resumes_from_its_checkpoin
         evictions = operator.metric("trainingjob_evictions_total", namespace=namespace, reason="Preempted")
 
     assert workload is not None
-    assert (workload["spec"]["priority"], workload["spec"]["priorityClassName"]) == (1000, classes["high"])
-    assert workload["spec"]["priorityClassSource"] == contract.WORKLOAD_PRIORITY_SOURCE
+    assert workload["spec"]["priority"] == 1000
+    group, kind = contract.WORKLOAD_PRIORITY_CLASS_REF
+    assert workload["spec"]["priorityClassRef"] == {"group": group, "kind": kind, "name": classes["high"]}
     # Preempted: pods gone, waiting again; neither a restart nor a failure.
     assert preempted["restartCount"] == 0
     assert preempted.get("restarts", {}) == {}

@@ -3,7 +3,7 @@
 `KueueWorld` holds the ResourceFlavors and priority classes the operator's caches would, and plays
 Kueue's scheduler and workload controller on the Workload the operator created: reserve quota and
 admit it into a flavor, keep it pending for quota or as inadmissible, evict it (preemption,
-deactivation). The conditions and admission written are the ones Kueue v0.12 writes (reasons,
+deactivation). The conditions and admission written are the ones Kueue v0.17 writes (reasons,
 messages, fields), so the planner is tested against the shapes it meets on a cluster.
 """
 
@@ -55,10 +55,9 @@ class KueueWorld(World):
     """A World whose cluster runs Kueue (`installed`) and whose job is queued in QUEUE."""
 
     def default(self, obj: JsonDict) -> None:
-        """A stored Workload gets its schema's defaults (an empty template metadata, an empty
-        priorityClassSource), which must not read as a difference."""
+        """A stored Workload gets its schema's defaults (an empty template metadata), which must not
+        read as a difference."""
         if obj["kind"] == "Workload":
-            obj["spec"].setdefault("priorityClassSource", "")
             for pod_set in obj["spec"].get("podSets") or []:
                 pod_set["template"].setdefault("metadata", {})
 
@@ -100,19 +99,26 @@ class KueueWorld(World):
         """Kueue's scheduler could not reserve quota (or the queue does not exist: Inadmissible)."""
         self._conditions(("QuotaReserved", "False", reason, message))
 
-    def admit(self, cluster_queue: str = CLUSTER_QUEUE, flavor_name: str = FLAVOR) -> None:
-        """Quota reserved and admitted (no admission checks): status.admission names the flavor."""
+    def admit(
+        self,
+        cluster_queue: str = CLUSTER_QUEUE,
+        flavor_name: str = FLAVOR,
+        topology: JsonDict | None = None,
+    ) -> None:
+        """Quota reserved and admitted (no admission checks): status.admission names the flavor (and
+        `topology`, the topologyAssignment of a flavor with a Topology)."""
         count = self.workload["spec"]["podSets"][0]["count"]
+        assignment: JsonDict = {
+            "name": contract.WORKLOAD_POD_SET,
+            "count": count,
+            "flavors": {contract.GPU_RESOURCE: flavor_name},
+            "resourceUsage": {contract.GPU_RESOURCE: str(count)},
+        }
+        if topology is not None:
+            assignment["topologyAssignment"] = topology
         self.workload.setdefault("status", {})["admission"] = {
             "clusterQueue": cluster_queue,
-            "podSetAssignments": [
-                {
-                    "name": contract.WORKLOAD_POD_SET,
-                    "count": count,
-                    "flavors": {contract.GPU_RESOURCE: flavor_name},
-                    "resourceUsage": {contract.GPU_RESOURCE: str(count)},
-                }
-            ],
+            "podSetAssignments": [assignment],
         }
         self._conditions(
             ("QuotaReserved", "True", "QuotaReserved", f"Quota reserved in ClusterQueue {cluster_queue}"),

@@ -143,12 +143,9 @@ def test_a_missing_workload_priority_class_is_reported_and_no_workload_is_made_u
         workload_priority_classes={"urgent": {"metadata": {"name": "urgent"}, "value": 900}},
     )
     (workload,) = workload_creates(w.step())
-    assert {
-        key: workload["spec"][key] for key in ("priority", "priorityClassName", "priorityClassSource")
-    } == {
+    assert {key: workload["spec"][key] for key in ("priority", "priorityClassRef")} == {
         "priority": 900,
-        "priorityClassName": "urgent",
-        "priorityClassSource": "kueue.x-k8s.io/workloadpriorityclass",
+        "priorityClassRef": {"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass", "name": "urgent"},
     }
 
 
@@ -161,13 +158,17 @@ def test_the_priority_comes_from_the_pods_priority_class_else_the_cluster_defaul
     assert w.kueue is not None
     w.kueue = Queueing(flavors=w.kueue.flavors, priority_classes=classes)
     (workload,) = workload_creates(w.step())
-    assert (workload["spec"]["priority"], workload["spec"]["priorityClassName"]) == (1000, "high")
-    assert workload["spec"]["priorityClassSource"] == "scheduling.k8s.io/priorityclass"
+    assert workload["spec"]["priority"] == 1000
+    assert workload["spec"]["priorityClassRef"] == {
+        "group": "scheduling.k8s.io",
+        "kind": "PriorityClass",
+        "name": "high",
+    }
 
     w = kueue_world()
     w.kueue = Queueing(flavors={FLAVOR: flavor()}, priority_classes=classes)
     (workload,) = workload_creates(w.step())
-    assert (workload["spec"]["priority"], workload["spec"]["priorityClassName"]) == (10, "normal")
+    assert (workload["spec"]["priority"], workload["spec"]["priorityClassRef"]["name"]) == (10, "normal")
 
     w = kueue_world({"spec.scheduling.priority": "missing"})
     w.step()
