@@ -3,8 +3,9 @@
 The job's Workload asks for its pod set in one domain of a level (required or preferred); Kueue's
 admission assigns each pod a domain (down to a node), which the operator puts on the pods it creates,
 in the order of the pod set, with the annotation by which Kueue counts them as the Topology's. A
-gang restart builds the same pods in the same places. A level no flavor's Topology has, or a queue
-without a Topology, makes the job wait with a reason naming the field.
+gang restart builds the same pods in the same places; a resized job asks again, in one domain. A
+level no flavor's Topology has, or a queue without a Topology, makes the job wait with a reason
+naming the field.
 """
 
 from __future__ import annotations
@@ -69,6 +70,38 @@ def test_each_pod_goes_to_the_domain_kueue_assigned_it_and_a_gang_restart_keeps_
         if len(restarted) == 2:
             break
     assert sorted(pod["spec"]["nodeSelector"][HOST] for pod in restarted) == ["node-a", "node-b"]
+
+
+def test_a_resized_job_asks_for_its_new_gang_in_one_domain_and_goes_where_the_new_admission_says() -> None:
+    w = kueue_world(REQUIRED)
+    w.step()
+    w.admit(topology=ASSIGNMENT)
+    w.step()
+    w.start()
+    w.step()
+    w.update_spec(numWorkers=3)
+    w.step()  # WorkloadChanged: the pods go
+    w.step()  # then the old Workload
+    (workload,) = workload_creates(w.step())
+    assert workload["spec"]["podSets"][0]["count"] == 3
+    assert workload["spec"]["podSets"][0]["topologyRequest"] == {"required": RACK}
+    three = {
+        "levels": [RACK, HOST],
+        "slices": [
+            {
+                "domainCount": 3,
+                "valuesPerLevel": [{"universal": "r2"}, {"individual": {"roots": ["n1", "n2", "n3"]}}],
+                "podCounts": {"universal": 1},
+            }
+        ],
+    }
+    w.admit(topology=three)
+    pods = sorted(pod_creates(w.step()), key=lambda pod: pod["metadata"]["name"])
+    assert [(pod["spec"]["nodeSelector"][RACK], pod["spec"]["nodeSelector"][HOST]) for pod in pods] == [
+        ("r2", "n1"),
+        ("r2", "n2"),
+        ("r2", "n3"),
+    ]
 
 
 def test_a_level_no_flavor_has_or_a_flavor_without_topology_is_named_by_the_field() -> None:
