@@ -27,6 +27,7 @@ import posixpath
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeAlias
 
+from builders.mpi import HOSTFILE_PATH, SSH_CONFIG
 from builders.names import master_service_name, pod_dns_name
 from builders.storage import CheckpointStorage, checkpoint_storage, resume_path
 from crd import contract
@@ -113,6 +114,10 @@ def topology_env(job: TrainingJob, slot: int) -> list[EnvVar]:
     world = [var("WORLD_SIZE", spec.world_size), var("RANK", slot * spec.processes_per_pod)]
     if spec.elastic is not None:
         world = []
+    elif spec.mpi is not None:
+        # mpirun gives each rank its own (OMPI_COMM_WORLD_RANK): a RANK per pod would be wrong for all
+        # but one process of a worker.
+        world = world[:1]
     return [
         var("MASTER_ADDR", master_service_name(job)),
         var("MASTER_PORT", spec.networking.master_port),
@@ -198,7 +203,26 @@ def jax_env(job: TrainingJob, index: int) -> list[EnvVar]:
     ]
 
 
-FRAMEWORK_ENV = {"pytorch": pytorch_env, "tensorflow": tensorflow_env, "jax": jax_env}
+def mpi_env(job: TrainingJob, slot: int) -> list[EnvVar]:
+    """What mpirun in the launcher needs (builders/mpi.py makes the hostfile and the ssh_config), and
+    the operator's own names of the same, which Intel MPI's and MPICH's users pass on (docs/env.md)."""
+    mpi = job.spec.mpi
+    port = mpi.ssh_port if mpi is not None else 0
+    return [
+        var("TRAININGJOB_MPI_HOSTFILE", HOSTFILE_PATH),
+        var("TRAININGJOB_MPI_SSH_CONFIG", SSH_CONFIG),
+        var("TRAININGJOB_MPI_SSH_PORT", port),
+        var("TRAININGJOB_MPI_SLOTS", job.spec.processes_per_pod),
+        var("OMPI_MCA_orte_default_hostfile", HOSTFILE_PATH),
+        var("OMPI_MCA_plm_rsh_agent", "ssh"),
+        var("OMPI_MCA_plm_rsh_args", f"-F {SSH_CONFIG}"),
+        var("OMPI_MCA_orte_keep_fqdn_hostnames", "true"),
+        # Cross-memory attach needs ptrace rights the pods' dropped capabilities do not give.
+        var("OMPI_MCA_btl_vader_single_copy_mechanism", "none"),
+    ]
+
+
+FRAMEWORK_ENV = {"pytorch": pytorch_env, "mpi": mpi_env, "tensorflow": tensorflow_env, "jax": jax_env}
 
 
 def framework_env(job: TrainingJob, slot: int, attempt: int) -> list[EnvVar]:

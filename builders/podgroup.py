@@ -59,8 +59,12 @@ def pod_decoration(job: TrainingJob, gang: GangScheduler) -> PodDecoration:
 
 def build_pod_group(job: TrainingJob, gang: GangScheduler) -> dict[str, Any]:
     scheduling = job.spec.scheduling
-    # The training cluster must start together; an evaluator (outside it) is scheduled when it fits.
-    group_spec: dict[str, Any] = {"minMember": len(job.spec.replicas.training)}
+    # The training cluster must start together; an evaluator (outside it) is scheduled when it fits, and
+    # an MPI job's launcher, created once its workers are Ready, joins a group already placed (counted,
+    # it would hold the workers back for a pod that waits for them).
+    replicas = job.spec.replicas
+    members = [slot for slot in replicas.training if slot != replicas.launcher_slot]
+    group_spec: dict[str, Any] = {"minMember": len(members)}
     if gang == contract.GANG_COSCHEDULING:
         api_version = contract.COSCHEDULING_GROUP_VERSION
         if scheduling.schedule_timeout_seconds is not None:

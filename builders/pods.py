@@ -20,6 +20,7 @@ from typing import Any
 from builders.configmap import trainer_sources_projection
 from builders.env import distributed_env, termination_grace_seconds
 from builders.meta import object_meta
+from builders.mpi import with_mpi
 from builders.names import headless_service_name, pod_name, service_account_name
 from builders.placement import Placement, place
 from builders.podgroup import GangScheduler, pod_decoration
@@ -222,7 +223,7 @@ def build_pod(
     annotations = pod_annotations(job)
     # A stable DNS name for every pod of the training cluster (TF_CONFIG names them). The evaluator is not
     # in it, and its name, <job>-evaluator-0, may be longer than a hostname may be.
-    hostname = {"hostname": pod_name(job, slot)} if slot in job.spec.replicas.training else {}
+    hostname = {"hostname": pod_name(job, slot)} if slot in job.spec.replicas.hosts else {}
     pod_spec: dict[str, Any] = {
         **hostname,
         "subdomain": headless_service_name(job),
@@ -246,5 +247,7 @@ def build_pod(
     # Held until the pod's end is in the job's status (controller/planner/tracking.py).
     metadata["finalizers"] = [contract.TRACKING_FINALIZER]
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
+    if job.spec.mpi is not None:
+        pod = with_mpi(job, slot, pod)
     merged = with_trainer_user(job, merge_pod_template(pod, job.spec.pod_template))
     return with_default_container(place(merged, placement.for_slot(slot) if placement is not None else None))

@@ -104,7 +104,11 @@ def writes_only_where_anyone_may(pod: Mapping[str, Any]) -> bool:
 
 
 def runs_as_non_root(job: TrainingJob, pod: Mapping[str, Any]) -> bool:
-    """Whether the operator gives the trainer of `pod` (merged with the template) a non-root user."""
+    """Whether the operator gives the trainer of `pod` (merged with the template) a non-root user. An
+    MPI job's pods always (unless the template says): their SSH server can run without privileges
+    only as an ordinary user (builders/mpi.py)."""
+    if job.spec.mpi is not None:
+        return not template_states_identity(job)
     return (
         runs_reference_trainer_in_default_image(job)
         and not template_states_identity(job)

@@ -39,7 +39,7 @@ from controller.planner import CreateFailure, Delete, Plan
 from controller.planner.supporting import Patch
 from controller.planner.texts import event_message, objects_listed
 from controller.planner.tracking import Release
-from controller.resources import PODS, TRAININGJOBS, WORKLOADS, resource_for
+from controller.resources import CREATED_ONLY, PODS, TRAININGJOBS, WORKLOADS, resource_for
 from controller.runtime.client import KubeClient
 from controller.runtime.errors import (
     AlreadyExists,
@@ -211,8 +211,9 @@ class Writes:
         try:
             self._client.create(resource, _namespace(job), obj, answer=False)
         except AlreadyExists:
-            existing = self._client.get(resource, _namespace(job), name)
-            if _ours(job, obj, existing):
+            # The operator may not read CREATED_ONLY kinds: by its name, the MPI job's SSH key of an
+            # earlier attempt (one made by someone who may write the namespace's Secrets serves too).
+            if resource in CREATED_ONLY or _ours(job, obj, self._client.get(resource, _namespace(job), name)):
                 return False
             taken = f"{kind} {name} already exists and is not owned by this TrainingJob"
             return self._refused(job, kind, name, "blocked", taken, alone=True)

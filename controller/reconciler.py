@@ -41,6 +41,7 @@ from controller.runtime.clock import Clock
 from controller.runtime.errors import Conflict, NotFound
 from controller.runtime.events import EventRecorder
 from controller.runtime.expectations import Expectations
+from controller.runtime.sshkeys import new_ssh_key
 from controller.runtime.store import BY_OWNER_UID, object_key
 from controller.runtime.trackers import StatusWrites
 from controller.status import StatusWriter
@@ -190,6 +191,9 @@ class Reconciler:
             volcano_queues=volcano.queues() if (volcano := self.volcano) is not None else None,
             kueue=kueue.queueing() if (kueue := self.kueue) is not None else None,
             guards=self.guards(),
+            # Made for every reconcile of an MPI job (an Ed25519 key is cheap); used only when its pods
+            # are created (planner/transitions.py).
+            ssh_key=new_ssh_key(f"{job['metadata']['name']}-mpi") if _is_mpi(job) else None,
         )
 
     def _release_orphans(self, key: str, job: JsonDict | None) -> None:
@@ -280,3 +284,8 @@ class Reconciler:
         if any(failure.verdict == "invalid" for failure in failures):
             return Result(requeue_after=replanned.requeue_after)
         return Result(rate_limited=True)
+
+
+def _is_mpi(job: JsonDict) -> bool:
+    spec = job.get("spec")
+    return isinstance(spec, dict) and spec.get("framework") == "mpi"

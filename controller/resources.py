@@ -43,6 +43,7 @@ __all__ = [
     "ADMISSION_POLICY_BINDINGS",
     "CONFIGMAPS",
     "CRDS",
+    "CREATED_ONLY",
     "EVENTS",
     "GUARD_POLICIES",
     "LEASES",
@@ -146,7 +147,11 @@ KUEUE: Final = (WORKLOADS, RESOURCE_FLAVORS, WORKLOAD_PRIORITY_CLASSES)
 # What the metrics endpoint asks the API server of each requester (controller/runtime/authfilter.py):
 # who its token belongs to, and whether that user may get /metrics. Created only, cluster-scoped.
 REVIEWS: Final = (TOKENREVIEWS, SUBJECTACCESSREVIEWS)
-_BY_KIND: Final[Mapping[str, Resource]] = {resource.kind: resource for resource in (PODS, *OWNED, WORKLOADS)}
+# Secrets: an MPI job's SSH key, created only (never read, listed or watched: planner/transitions.py).
+CREATED_ONLY: Final = (SECRETS,)
+_BY_KIND: Final[Mapping[str, Resource]] = {
+    resource.kind: resource for resource in (PODS, *OWNED, *CREATED_ONLY, WORKLOADS)
+}
 
 
 def resource_for(api_version: str, kind: str) -> Resource:

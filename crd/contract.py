@@ -74,6 +74,8 @@ class ReplicaType(StrEnum):
     WORKER = "worker"
     PS = "ps"
     EVALUATOR = "evaluator"
+    # An MPI job's (framework mpi) pod that runs the user's command (mpirun), after its workers.
+    LAUNCHER = "launcher"
 
 
 MANAGED_SELECTOR: Final = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
@@ -118,6 +120,9 @@ TRACKING_FINALIZER: Final = f"{GROUP}/trainingjob-tracking"
 
 # Suffixes of the other per-job object names (see builders/names.py).
 CHECKPOINTS_SUFFIX: Final = "-checkpoints"
+# An MPI job's hostfile and scripts (ConfigMap) and its SSH key (Secret).
+MPI_CONFIG_SUFFIX: Final = "-mpi"
+MPI_SSH_SUFFIX: Final = "-mpi-ssh"
 
 # The objects one namespace's jobs share (builders/shared.py): the trainers' ServiceAccount and the
 # RoleBinding that grants it the ClusterRole TRAINER_CLUSTER_ROLE (crd/trainer-clusterrole.yaml), both
@@ -147,7 +152,9 @@ DIST_PORT_NAME: Final = "dist"
 METRICS_PORT_NAME: Final = "metrics"
 # Elastic jobs: the port of torchrun's c10d rendezvous store, hosted by replica 0's agent.
 RDZV_PORT_NAME: Final = "rdzv"
-OPERATOR_PORT_NAMES: Final = (DIST_PORT_NAME, METRICS_PORT_NAME, RDZV_PORT_NAME)
+# MPI jobs: the port of the SSH server the operator starts in each worker (builders/mpi.py).
+SSH_PORT_NAME: Final = "ssh"
+OPERATOR_PORT_NAMES: Final = (DIST_PORT_NAME, METRICS_PORT_NAME, RDZV_PORT_NAME, SSH_PORT_NAME)
 
 # The volumes the operator defines in every worker Pod (checkpoints and gcs-credentials only with
 # checkpoint storage that needs them, the token unless spec.podTemplate sets automountServiceAccountToken).
@@ -161,7 +168,16 @@ GCS_CREDENTIALS_VOLUME: Final = "gcs-credentials"
 # trainer container alone: the pod says automountServiceAccountToken false, so sidecars and init
 # containers get no token (docs/security.md, "Trainer pods").
 TOKEN_VOLUME: Final = "kube-api-access"  # noqa: S105 - a volume name, not a password
-OPERATOR_VOLUMES: Final = (CONFIG_VOLUME, SHM_VOLUME, CHECKPOINT_VOLUME, GCS_CREDENTIALS_VOLUME, TOKEN_VOLUME)
+# An MPI job's hostfile, SSH scripts (its ConfigMap) and SSH key (its Secret), in MPI_MOUNT_PATH.
+MPI_VOLUME: Final = "mpi"
+OPERATOR_VOLUMES: Final = (
+    CONFIG_VOLUME,
+    SHM_VOLUME,
+    CHECKPOINT_VOLUME,
+    GCS_CREDENTIALS_VOLUME,
+    TOKEN_VOLUME,
+    MPI_VOLUME,
+)
 TOKEN_MOUNT_PATH: Final = "/var/run/secrets/kubernetes.io/serviceaccount"  # noqa: S105 - a path
 TOKEN_FILE: Final = "token"  # noqa: S105 - a file name
 # The kubelet's own lifetime for the token it projects: the API server may extend a token requested with
@@ -190,9 +206,12 @@ SHM_MOUNT_PATH: Final = "/dev/shm"  # noqa: S108 - a mount point in the pod, not
 # The GCS service-account key Secret is mounted here; the Secret must hold the key under GCS_KEY_FILE.
 GCS_CREDENTIALS_MOUNT_PATH: Final = "/var/run/secrets/trainingjob/gcs"
 GCS_KEY_FILE: Final = "key.json"
+# MPI jobs: the hostfile, the operator's SSH scripts and the job's SSH key, read-only.
+MPI_MOUNT_PATH: Final = "/etc/trainingjob-mpi"
 # Mount paths the user's checkpoint.mountPath and the trainer's template mounts must not shadow.
 RESERVED_MOUNT_PATHS: Final = (
     CONFIG_MOUNT_PATH,
+    MPI_MOUNT_PATH,
     SHM_MOUNT_PATH,
     GCS_CREDENTIALS_MOUNT_PATH,
     TOKEN_MOUNT_PATH,
@@ -203,6 +222,8 @@ DEFAULT_IMAGES: Final = {
     "pytorch": "pytorch/pytorch:2.8.0-cuda12.8-cudnn9-runtime",
     "tensorflow": "tensorflow/tensorflow:2.19.0-gpu",
     "jax": "python:3.11-slim",
+    # Kubeflow MPI Operator's OpenMPI base image (Debian's OpenMPI and an SSH server).
+    "mpi": "mpioperator/openmpi:0.6.0",
 }
 FRAMEWORKS: Final = tuple(DEFAULT_IMAGES)
 
@@ -334,6 +355,12 @@ OVERRIDABLE_ENV_NAMES: Final = (
     "AWS_ENDPOINT_URL",
     "AWS_DEFAULT_REGION",
     "GOOGLE_APPLICATION_CREDENTIALS",
+    # OpenMPI's settings for mpirun in an MPI job's launcher (builders/mpi.py)
+    "OMPI_MCA_plm_rsh_agent",
+    "OMPI_MCA_plm_rsh_args",
+    "OMPI_MCA_orte_default_hostfile",
+    "OMPI_MCA_orte_keep_fqdn_hostnames",
+    "OMPI_MCA_btl_vader_single_copy_mechanism",
 )
 
 # Pod labels and annotations the operator sets, which spec.podTemplate.metadata may not: the keys

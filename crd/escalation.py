@@ -326,20 +326,23 @@ def _writable_mount_types(pod: _Pod) -> list[str]:
 
 
 def operator_sets_non_root(spec: JsonDict) -> bool:
-    """Whether the operator runs the trainer as a non-root user (builders/podsecurity.py): its reference
-    trainer in a framework's default image, no user or group in the template, and nothing writable
-    mounted whose owner it cannot know."""
+    """Whether the operator runs the trainer as a non-root user (builders/podsecurity.py): no user or
+    group in the template, and either an MPI job (whose SSH servers need an ordinary user) or its
+    reference trainer in a framework's default image with nothing writable mounted whose owner it
+    cannot know."""
     pod = _Pod(spec)
     image = spec.get("image")
     command = spec.get("command")
     trainer_context = (pod.trainer or {}).get("securityContext") or {}
-    return (
+    no_identity = not any(field in pod.context for field in contract.NON_ROOT_POD_FIELDS) and not any(
+        field in trainer_context for field in contract.NON_ROOT_CONTAINER_FIELDS
+    )
+    reference_trainer = (
         (image is None or image in contract.NON_ROOT_IMAGES)
         and (command is None or tuple(command) in contract.NON_ROOT_COMMANDS)
-        and not any(field in pod.context for field in contract.NON_ROOT_POD_FIELDS)
-        and not any(field in trainer_context for field in contract.NON_ROOT_CONTAINER_FIELDS)
         and all(kind in contract.NON_ROOT_VOLUME_TYPES for kind in _writable_mount_types(pod))
     )
+    return no_identity and (spec.get("framework") == "mpi" or reference_trainer)
 
 
 def _restricted_volumes(pod: _Pod) -> list[str]:
@@ -428,7 +431,8 @@ def _non_root(pod: _Pod) -> list[str]:
     if pod.context.get("runAsNonRoot") is not True and unset:
         found.append(
             f"{path}.runAsNonRoot must be true (unset on {', '.join(unset)}; the operator sets it only for "
-            "its reference trainer in a framework's default image, as it cannot know another image's user)"
+            "its reference trainer in a framework's default image and for MPI jobs, as it cannot know "
+            "another image's user)"
         )
     return found
 

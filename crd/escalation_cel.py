@@ -277,15 +277,21 @@ def operator_sets_non_root(scope: Scope) -> str:
         f"{volumes}.exists(v, v.name == m.name && {allowed}.exists(k, k in v))"
     )
     checkpoint = scope.var("CheckpointVolume")
-    return " &&\n".join(
+    reference_trainer = " &&\n".join(
         [
             f"(!has({spec}.image) || {spec}.image in {strings(contract.NON_ROOT_IMAGES)})",
             f"(!has({spec}.command) || {spec}.command in {commands})",
+            f"({checkpoint} == '' || {checkpoint} in {allowed})",
+            f"{scope.trainer}.all(t, t.?volumeMounts.orValue([]).all(m, {writable_ok}))",
+        ]
+    )
+    # An MPI job's pods run as an ordinary user whatever their image, command and mounts.
+    return " &&\n".join(
+        [
             f"!{strings(contract.NON_ROOT_POD_FIELDS)}.exists(f, f in {scope.context})",
             f"!{scope.trainer}.exists(t, {strings(contract.NON_ROOT_CONTAINER_FIELDS)}.exists(f, "
             "f in t.?securityContext.orValue({})))",
-            f"({checkpoint} == '' || {checkpoint} in {allowed})",
-            f"{scope.trainer}.all(t, t.?volumeMounts.orValue([]).all(m, {writable_ok}))",
+            f"({spec}.?framework.orValue('') == 'mpi' || (\n{reference_trainer}))",
         ]
     )
 
@@ -374,7 +380,8 @@ def _non_root(scope: Scope) -> str:
     implicit = (
         f"[{unset}].filter(u, {scope.context}.?runAsNonRoot.orValue(false) != true && u.size() > 0).map(u, "
         f"'{path}.runAsNonRoot must be true (unset on ' + u.join(', ') + '; the operator sets it only for "
-        "its reference trainer in a framework\\'s default image, as it cannot know another image\\'s user)')"
+        "its reference trainer in a framework\\'s default image and for MPI jobs, as it cannot know another "
+        "image\\'s user)')"
     )
     return concat([*pod, per_container, implicit])
 

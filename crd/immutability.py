@@ -70,6 +70,7 @@ IMMUTABLE_FIELDS: Final = (
     Immutable("podTemplate", presence=True),
     Immutable("elastic", presence=True),
     Immutable("tensorflow", presence=True),
+    Immutable("mpi", presence=True),
 )
 
 

@@ -19,6 +19,7 @@ from crd.evolution import SECTION as EVOLUTION_SECTION
 from crd.immutability import IMMUTABLE_FIELDS, POLICY_FILE_NAME
 from crd.openapi import Schema
 from crd.schema import custom_resource_definition, open_api_schema_of, printer_columns
+from crd.schema_mpi import ROLE_RULES as MPI_ROLE_RULES
 from crd.schema_tensorflow import ROLE_RULES
 
 CRD_FILE_NAME = f"{contract.CRD_NAME}.yaml"
@@ -174,6 +175,16 @@ def api_docs() -> str:
         "| Role | Pods | In TF_CONFIG's cluster | Its success | Its failure |",
         "|---|---|---|---|---|",
         *(f"| {' | '.join(_cell(text) for text in row)} |" for row in ROLE_RULES),
+        "",
+        "## Replica roles (framework mpi)",
+        "",
+        "An MPI job is Kubeflow's MPIJob (v2beta1): numWorkers workers that serve SSH, and a launcher that "
+        "runs spec.command (`mpirun ...`) against the hostfile (docs/env.md, MPI). What each role's end "
+        "does to the job:",
+        "",
+        "| Role | Pods | Rank | Its success | Its failure |",
+        "|---|---|---|---|---|",
+        *(f"| {' | '.join(_cell(text) for text in row)} |" for row in MPI_ROLE_RULES),
         "",
         "## status",
         "",

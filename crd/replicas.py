@@ -4,9 +4,10 @@ A job's pods are its workers (spec.numWorkers), and for a TensorFlow job with sp
 chief, parameter servers and an evaluator (Kubeflow TFJob's replica roles). Builders name and
 configure each pod by its role and its index within the role; the planner sees the pods as one gang
 in which every pod has a slot. The slot order is fixed: the chief, the workers, the parameter servers,
-the evaluator. So slot 0 is the chief when there is one, else worker 0: the pod MASTER_ADDR names,
-that reports progress and whose success RankZero means. A job without TensorFlow roles has only
-workers, and a worker's slot is its index: everything about such a job is as it was before roles.
+the evaluator, an MPI job's launcher. So slot 0 is the chief when there is one, else worker 0: the pod
+MASTER_ADDR names, that reports progress and whose success RankZero means. A job without TensorFlow
+roles (or MPI's) has only workers, and a worker's slot is its index: everything about such a job is
+as it was before roles.
 
 Pure arithmetic over the typed spec, in one place, so the names, the environment, the Services and
 the planner cannot disagree about which pod is which.
@@ -37,6 +38,8 @@ class Replicas:
     workers: int = 1
     ps: int = 0
     evaluator: int = 0
+    # An MPI job's launcher (0 or 1), after the workers: worker 0 stays slot 0, where MPI's rank 0 runs.
+    launcher: int = 0
 
     def count(self, role: ReplicaType) -> int:
         return {
@@ -44,6 +47,7 @@ class Replicas:
             ReplicaType.WORKER: self.workers,
             ReplicaType.PS: self.ps,
             ReplicaType.EVALUATOR: self.evaluator,
+            ReplicaType.LAUNCHER: self.launcher,
         }[role]
 
     @cached_property
@@ -83,9 +87,21 @@ class Replicas:
 
     @property
     def training(self) -> tuple[int, ...]:
-        """The slots of the training cluster (every pod but the evaluator): they form TF_CONFIG's
-        cluster, and a gang breaks when one of them is lost."""
+        """The slots of the training cluster (every pod but the evaluator; an MPI job's launcher too): a
+        gang breaks when one of them is lost."""
+        return self.slots(ReplicaType.CHIEF, ReplicaType.WORKER, ReplicaType.PS, ReplicaType.LAUNCHER)
+
+    @property
+    def hosts(self) -> tuple[int, ...]:
+        """The slots whose pods get a stable DNS name (hostname and subdomain): TF_CONFIG's cluster, an
+        MPI job's workers (the hostfile). Not the evaluator nor the launcher, whose names may be longer
+        than a hostname may be."""
         return self.slots(ReplicaType.CHIEF, ReplicaType.WORKER, ReplicaType.PS)
+
+    @property
+    def launcher_slot(self) -> int | None:
+        """The slot of an MPI job's launcher (after the workers), None for other jobs."""
+        return self.slot(ReplicaType.LAUNCHER, 0)
 
     @property
     def cluster_roles(self) -> tuple[ReplicaType, ...]:

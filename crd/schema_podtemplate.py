@@ -292,6 +292,7 @@ def _known_volume(name: str) -> str:
         f"({name} == '{contract.TOKEN_VOLUME}' && {_token_volume_in_use()}) || "
         f"({name} == '{contract.CHECKPOINT_VOLUME}' && {checkpoint_volume_in_use()}) || "
         f"({name} == '{contract.GCS_CREDENTIALS_VOLUME}' && {_gcs_credentials_in_use()}) || "
+        f"({name} == '{contract.MPI_VOLUME}' && has(self.framework) && self.framework == 'mpi') || "
         f"(has({SPEC_TEMPLATE}.volumes) && {SPEC_TEMPLATE}.volumes.exists(v, v.name == {name}))"
     )
 
@@ -305,7 +306,7 @@ def _mounts_rule(kind: str) -> Rule:
             f"it in {TEMPLATE}.spec.volumes, or mount one of the operator's ({contract.CONFIG_VOLUME}, "
             f"{contract.SHM_VOLUME}; {contract.CHECKPOINT_VOLUME} with pvc or nfs checkpoint storage; "
             f"{contract.GCS_CREDENTIALS_VOLUME} with a GCS credentials Secret; {contract.TOKEN_VOLUME} "
-            "unless automountServiceAccountToken is set)"
+            f"unless automountServiceAccountToken is set; {contract.MPI_VOLUME} with framework mpi)"
         ),
         field_path=f".podTemplate.spec.{kind}",
     )

@@ -25,6 +25,7 @@ from crd.openapi import (
     string_map,
 )
 from crd.schema_elastic import elastic, elastic_rules
+from crd.schema_mpi import MPI_REFUSAL, mpi, mpi_rules
 from crd.schema_parts import (
     DNS_SUBDOMAIN_PATTERN,
     IDENTIFIER_PATTERN,
@@ -45,12 +46,6 @@ from crd.schema_podtemplate import pod_template, spec_rules
 from crd.schema_storage import checkpoint
 from crd.schema_tensorflow import tensorflow, tensorflow_rules
 from crd.schema_topology import topology
-
-# Why networking.backend mpi is named in the enum (it is torch.distributed's third backend) but refused.
-MPI_REFUSAL = (
-    "MPI jobs need a launcher (mpirun started from one pod, reaching the workers over SSH or PMIx) that "
-    "the operator does not create, and a torch built with MPI"
-)
 
 
 def resources() -> Schema:
@@ -229,7 +224,7 @@ def networking() -> Schema:
                 rules=[
                     rule(
                         "self != 'mpi'",
-                        message=f"networking.backend mpi is not supported yet: {MPI_REFUSAL}; use nccl "
+                        message=f"networking.backend mpi is not supported: {MPI_REFUSAL}; use nccl "
                         "(NVIDIA GPUs) or gloo",
                     )
                 ],
@@ -403,7 +398,8 @@ def spec() -> Schema:
             ),
             "framework": string(
                 "ML framework; selects the default image and the distributed environment (PET_*, TF_CONFIG "
-                "or JAX_*). Immutable.",
+                "or JAX_*; mpi: a launcher running spec.command, mpirun, over SSH to the workers, "
+                "see mpi). Immutable.",
                 max_length=16,
                 enum=list(contract.FRAMEWORKS),
                 default="pytorch",
@@ -467,6 +463,7 @@ def spec() -> Schema:
             "podTemplate": pod_template(),
             "elastic": elastic(),
             "tensorflow": tensorflow(),
+            "mpi": mpi(),
         },
         required=["model", "dataset", "numWorkers"],
         rules=[
@@ -483,5 +480,6 @@ def spec() -> Schema:
             *spec_rules(),
             *elastic_rules(),
             *tensorflow_rules(),
+            *mpi_rules(),
         ],
     )

@@ -28,6 +28,7 @@ from crd.spec_fields import Fields, Section, real_number
 
 JsonDict = dict[str, Any]
 TF = "tensorflow"
+MPI = "mpi"
 # A resource quantity as written in the spec: "32Gi", "8", or a plain number.
 Quantity = str | int | float
 
@@ -327,6 +328,24 @@ class Tensorflow(Section):
 
 
 @dataclass(frozen=True)
+class Mpi(Section):
+    """spec.mpi: an MPI job's settings (crd/schema_mpi.py); slots are resolved against the GPUs."""
+
+    SCHEMA_PATH: ClassVar = ("spec", "mpi")
+    slots_per_worker: int | None
+    implementation: str
+    ssh_port: int
+
+    @classmethod
+    def read(cls, fields: Fields) -> Self:
+        return cls(
+            slots_per_worker=fields.optional_integer("slotsPerWorker"),
+            implementation=fields.text("implementation"),
+            ssh_port=fields.integer("sshPort"),
+        )
+
+
+@dataclass(frozen=True)
 class Spec:
     model: str
     dataset: str
@@ -355,6 +374,8 @@ class Spec:
     elastic: Elastic | None = None
     # spec.tensorflow, or None for a job of workers only.
     tensorflow: Tensorflow | None = None
+    # spec.mpi with its defaults, for a job with framework mpi (even without the block); else None.
+    mpi: Mpi | None = None
 
     @classmethod
     def read(cls, fields: Fields) -> Spec:
@@ -387,17 +408,23 @@ class Spec:
                 if fields.raw.get("tensorflow") is None
                 else Tensorflow.read(fields.section("tensorflow"))
             ),
+            # An MPI job without the block has its defaults (the schema defaults only what is written).
+            mpi=Mpi.from_json(fields.mapping("mpi")) if fields.raw.get("framework") == MPI else None,
         )
 
     @property
     def processes_per_pod(self) -> int:
-        """One trainer process per GPU, or one per pod without GPUs."""
+        """One trainer process per GPU, or one per pod without GPUs; an MPI worker's slots."""
+        if self.mpi is not None and self.mpi.slots_per_worker is not None:
+            return self.mpi.slots_per_worker
         return max(self.gpus_per_worker, 1)
 
     @property
     def replicas(self) -> Replicas:
         """The job's pods by role: numWorkers workers, and spec.tensorflow's chief, ps and evaluator."""
         roles = self.tensorflow
+        if self.mpi is not None:
+            return Replicas(workers=self.num_workers, launcher=1)
         if roles is None:
             return Replicas(workers=self.num_workers)
         return Replicas(chief=roles.chief, workers=self.num_workers, ps=roles.ps, evaluator=roles.evaluator)
@@ -405,7 +432,10 @@ class Spec:
     @property
     def world_size(self) -> int:
         """Processes across the gang (WORLD_SIZE): torch.distributed counts processes, not pods; a job
-        with TensorFlow roles counts every role's pods."""
+        with TensorFlow roles counts every role's pods; an MPI job its workers' slots (the launcher
+        runs mpirun, not a rank)."""
+        if self.mpi is not None:
+            return self.num_workers * self.processes_per_pod
         return self.replicas.size * self.processes_per_pod
 
 

@@ -35,7 +35,7 @@ from typing import Any
 
 from crd import contract
 from crd.defaults import storage_in_use, with_defaults
-from crd.schema_spec import MPI_REFUSAL
+from crd.schema_mpi import MPI_REFUSAL
 
 NVIDIA_PREFIX = "nvidia.com/"
 OTHER_ACCELERATOR_PREFIXES = ("amd.com/gpu", "gpu.intel.com/", "habana.ai/", "aws.amazon.com/neuron")

@@ -185,12 +185,14 @@ class TrainingJob:
     @property
     def replicas(self) -> Replicas:
         """The job's pods by role (crd/replicas.py): a rank here is a slot, the chief's 0 when it has one."""
-        roles = (self.raw.get("spec") or {}).get("tensorflow") or {}
+        spec = self.raw.get("spec") or {}
+        roles = spec.get("tensorflow") or {}
         return Replicas(
             chief=_int(roles.get("chief")) or 0,
             workers=self.num_workers,
             ps=_int(roles.get("ps")) or 0,
             evaluator=_int(roles.get("evaluator")) or 0,
+            launcher=1 if spec.get("framework") == "mpi" else 0,
         )
 
     def pod_name(self, rank: int) -> str:

@@ -294,7 +294,7 @@ def _attempt(  # noqa: PLR0911 - one return per check of the state machine
     to_create = gang.to_create(status)
     if to_create:
         return _create_missing(facts, status, gang, to_create)
-    if not created:
+    if not created and gang.held_launcher is None:
         return MarkCreated()
     timeout = facts.spec.scheduling.schedule_timeout_seconds
     waited = scheduling_wait(facts, status, gang)
@@ -427,7 +427,10 @@ def _track(facts: Facts, status: Mapping[str, Any], gang: Gang, *, deferred: boo
             reason, text = waiting
             message = f"{running}/{total} pods running; {text}"
             return Track(State.INITIALIZING, "PodsScheduled", message, reason, warning=True)
-        return Track(State.INITIALIZING, "PodsScheduled", f"{running}/{total} pods running", "PodsStarting")
+        message = f"{running}/{total} pods running"
+        if gang.held_launcher is not None:
+            message += "; the launcher is created once every worker is Ready (its SSH server answers)"
+        return Track(State.INITIALIZING, "PodsScheduled", message, "PodsStarting")
     stalled = None
     if cond.is_true(status.get("conditions"), Condition.RUNNING) and not deferred:
         # A deferred report is progress too: lastProgressTime only lags behind the rate limit

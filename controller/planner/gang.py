@@ -1,10 +1,11 @@
 """A TrainingJob's pods seen as one gang: which ranks exist, which are stale, and how far they got.
 
-The planner never reasons about single pods: a rank restarted alone cannot rejoin the collective,
-so every decision is about the gang. This module turns the job's owned pods (from the cache) into
-a `Gang` once per reconcile. A rank is a slot of the job (crd/replicas.py): the worker of that index
-in a job of workers only; with TensorFlow roles, the chief, workers, parameter servers and evaluator
-in that order, each pod found by its role label and its index within the role. The evaluator is not
+The planner never reasons about single pods: a rank restarted alone cannot rejoin the collective, so
+every decision is about the gang. This module turns the job's owned pods (from the cache) into a `Gang`
+once per reconcile. A rank is a slot of the job (crd/replicas.py): the worker of that index in a job of
+workers only; with TensorFlow roles, the chief, workers, parameter servers and evaluator in that order
+(an MPI job's launcher after its workers), each pod found by its role label and its index within the
+role; the launcher is created only once the workers are Ready (`held_launcher`). The evaluator is not
 part of the training cluster: its failures are kept apart (`evaluator_failures`), because they neither
 fail nor restart the job (controller/planner/roles.py).
 """
@@ -63,19 +64,33 @@ class Gang:
 
     @property
     def missing_training(self) -> list[int]:
-        """Missing slots of the training cluster (every role but the evaluator)."""
+        """Missing slots of the training cluster (every role but the evaluator; not an MPI job's launcher
+        while it waits for the workers)."""
         training = set(self.replicas.training)
-        return [slot for slot in self.missing if slot in training]
+        held = self.held_launcher
+        return [slot for slot in self.missing if slot in training and slot != held]
+
+    @property
+    def held_launcher(self) -> int | None:
+        """An MPI job's launcher slot while the launcher waits to be created: until every worker is
+        Ready (its SSH server answers), so that mpirun never races the workers' SSH servers."""
+        launcher = self.replicas.launcher_slot
+        if launcher is None or launcher in self.ranks:
+            return None
+        workers = self.replicas.slots(ReplicaType.WORKER)
+        ready = all(slot in self.ranks and podstate.is_ready(self.ranks[slot]) for slot in workers)
+        return None if ready else launcher
 
     def to_create(self, status: Mapping[str, Any]) -> list[int]:
         """The missing slots the status's attempt still creates: all of them until its gang was created
         and formed; after that not the evaluator's (a lost evaluator is not replaced within an attempt,
         and a lost pod of the training cluster restarts the gang)."""
         created = cond.is_true(status.get("conditions"), Condition.CREATED)
+        missing = [slot for slot in self.missing if slot != self.held_launcher]
         if created and self.formed(int(status.get("attempt", 0))):
             evaluators = set(self.replicas.slots(ReplicaType.EVALUATOR))
-            return [slot for slot in self.missing if slot not in evaluators]
-        return self.missing
+            return [slot for slot in missing if slot not in evaluators]
+        return missing
 
     def count(self, *phases: str) -> int:
         """Ranks whose worker (its trainer container, podstate.worker_phase) is in one of `phases`."""

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
+from builders.mpi import SshKey
 from builders.podgroup import GangScheduler
 from controller.planner.supporting import Patch
 from controller.planner.tracking import Release
@@ -94,6 +95,8 @@ class Observed:
     kueue: Queueing | None = None
     # The admission policies the trainers' rights rest on (the reconciler always passes what it sees).
     guards: Guards = field(default_factory=Guards)
+    # A fresh SSH key pair for an MPI job's Secret, made by the reconciler (the planner makes no keys).
+    ssh_key: SshKey | None = None
 
 
 @dataclass(frozen=True)

@@ -122,6 +122,12 @@ def condition(pod: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
     return None
 
 
+def is_ready(pod: Mapping[str, Any]) -> bool:
+    """The kubelet's Ready condition: every container runs and passes its readiness probe."""
+    ready = condition(pod, "Ready")
+    return ready is not None and ready.get("status") == "True"
+
+
 def is_scheduled(pod: Mapping[str, Any]) -> bool:
     scheduled = condition(pod, "PodScheduled")
     return bool(node_name(pod)) or (scheduled is not None and scheduled.get("status") == "True")

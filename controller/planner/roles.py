@@ -11,6 +11,8 @@ on, and docs/api.md's table of the roles (crd/schema_tensorflow.py ROLE_RULES) s
   or in an elastic job worker 0, whose torchrun agent ends last;
 * a failure of the chief, a worker or a parameter server breaks the training cluster: the gang
   restarts under failurePolicy (decide.py, as for any failure: they are among `Gang.failures`);
+* an MPI job's launcher (crd/schema_mpi.py ROLE_RULES) runs mpirun: its success completes the job and
+  stops the workers, whose SSH servers serve until then; a worker's end decides nothing but a failure;
 * the evaluator is not part of the training cluster: its failure (or loss) is recorded, as condition
   EvaluatorFailed and a Warning Event, and neither fails nor restarts the job; an evaluator still
   running when the job completes is stopped.
@@ -48,9 +50,20 @@ def _succeeded(gang: Gang, slot: int) -> JsonDict | None:
     return pod if pod is not None and podstate.worker_phase(pod) == "Succeeded" else None
 
 
-def completion(spec: Spec, gang: Gang) -> Completion | None:
+def _launcher_completion(gang: Gang, slot: int) -> Completion | None:
+    """An MPI job: mpirun's exit is the job's; the workers' SSH servers never end by themselves."""
+    launcher = _succeeded(gang, slot)
+    if launcher is None:
+        return None
+    message = f"launcher {launcher['metadata']['name']} succeeded"
+    return Completion("LauncherSucceeded", message, tuple(gang.holding))
+
+
+def completion(spec: Spec, gang: Gang) -> Completion | None:  # noqa: PLR0911 - a return per rule
     """Whether the pods' ends complete the job (the success policy's metric targets aside)."""
     replicas = spec.replicas
+    if replicas.launcher_slot is not None:
+        return _launcher_completion(gang, replicas.launcher_slot)
     if replicas.chief:
         chief = _succeeded(gang, 0)
         if chief is None:

@@ -1,7 +1,8 @@
 """The objects a TrainingJob needs besides its pods, and what differs between them and the cluster.
 
-Headless and master Services, the checkpoint claim and the PodGroup, and the objects the
-namespace's jobs share (the trainers' ServiceAccount and RoleBinding, the trainer's sources) are
+Headless and master Services, an MPI job's hostfile (its Secret, whose key changes each time it is
+made, is created with the pods: planner/transitions.py), the checkpoint claim and the PodGroup, and the
+objects the namespace's jobs share (the trainers' ServiceAccount and RoleBinding, the trainer's sources) are
 built by `builders/`; `diff_objects` compares them with what the cache holds (the job's objects and
 the namespace's shared ones) and lists what to create or patch (the reconciler does the writing).
 Only the fields the operator owns are compared (a ConfigMap's data, a Service's ports and selector, a
@@ -16,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from builders import mpi
 from builders.names import pvc_name
 from builders.podgroup import GangScheduler, build_pod_group
 from builders.pvc import build_checkpoint_pvc, release_claim_patch
@@ -61,6 +63,8 @@ def desired_objects(
         build_headless_service(job),
         build_master_service(job),
     ]
+    if job.spec.mpi is not None:
+        objects.append(mpi.build_config_map(job))
     claim = build_checkpoint_pvc(job)
     if claim is not None:
         objects.append(claim)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from builders import mpi
 from builders.names import pod_name
 from builders.pods import build_pod
 from controller.planner import conditions as cond
@@ -235,7 +236,18 @@ def create_ranks(facts: Facts, status: Mapping[str, Any], decision: CreateRanks)
     change.clear(Condition.STALLED, "GangRestarted", f"attempt {attempt} started")
     change.clear(Condition.EVALUATOR_FAILED, "GangRestarted", f"attempt {attempt} started")
     change.move_to(State.PENDING, message, "Creating")
-    return change.step(creates=pods)
+    return change.step(creates=[*mpi_secret(facts), *pods])
+
+
+def mpi_secret(facts: Facts) -> list[JsonDict]:
+    """An MPI job's SSH key Secret, made with the key the reconciler generated for this reconcile and
+    created before the pods that mount it. Asked for with every creation of the job's pods (an existing
+    one, of an earlier attempt, stays as it is: the operator may create Secrets but never reads them),
+    so a deleted one is made again."""
+    key = facts.observed.ssh_key
+    if facts.spec.mpi is None or key is None:
+        return []
+    return [mpi.build_secret(facts.job, key)]
 
 
 def mark_created(facts: Facts, status: Mapping[str, Any]) -> Step:

@@ -64,6 +64,8 @@ TENSORFLOW_EXAMPLE = "trainingjob-tensorflow.yaml"
 RESTRICTED_EXAMPLE = "trainingjob-restricted.yaml"
 # Trained to Completed on the real node, below.
 TRAINED_EXAMPLES = ["trainingjob-resume.yaml", "trainingjob-byo.yaml"]
+# Applied on kwok by tests/e2e/test_mpi_e2e.py.
+MPI_EXAMPLE = "trainingjob-mpi.yaml"
 
 
 @pytest.fixture
@@ -89,17 +91,19 @@ def test_every_example_is_covered() -> None:
             RESTRICTED_EXAMPLE,
             *TRAINED_EXAMPLES,
             TENSORFLOW_EXAMPLE,
+            MPI_EXAMPLE,
         ]
     )
 
 
 def test_the_advanced_example_has_every_section_of_the_spec() -> None:
     """Its comment says so: every object of the spec (a new section must show up there too), but
-    elastic and tensorflow, which change how the whole job runs (a PyTorch job under torchrun; a
-    TensorFlow job's roles) and have examples of their own."""
+    elastic, tensorflow and mpi, which change how the whole job runs (a PyTorch job under torchrun; a
+    TensorFlow job's roles; an MPI launcher) and have examples of their own."""
     sections = {name for name, node in subschema("spec")["properties"].items() if node["type"] == "object"}
-    assert {"elastic", "tensorflow"} <= sections
-    assert sections - set(load(EXAMPLES / "trainingjob-advanced.yaml")["spec"]) == {"elastic", "tensorflow"}
+    own = {"elastic", "tensorflow", "mpi"}
+    assert own <= sections
+    assert sections - set(load(EXAMPLES / "trainingjob-advanced.yaml")["spec"]) == own
 
 
 def run_example(kubectl: Kubectl, namespace: str, operator: OperatorProcess, path: Path) -> None:

@@ -22,7 +22,8 @@ SIDECAR = {"name": "side", "image": "busybox:1.36"}
 INIT = {"name": "setup", "image": "busybox:1.36"}
 NON_ROOT = (
     f"{T}.securityContext.runAsNonRoot must be true (unset on {{}}; the operator sets it only for its "
-    "reference trainer in a framework's default image, as it cannot know another image's user)"
+    "reference trainer in a framework's default image and for MPI jobs, as it cannot know another image's "
+    "user)"
 )
 # What "restricted" asks of a container of the template that says nothing of its security.
 BARE = ("allowPrivilegeEscalation must be false", "capabilities.drop must include ALL")
@@ -335,6 +336,20 @@ CASES = [
             },
             spec__image="registry.example/trainer:1",
         ),
+    ),
+]
+
+
+# An MPI job runs as the operator's ordinary user whatever its image and command (builders/mpi.py).
+MPI = {"spec.framework": "mpi", "spec.image": "registry.example/mpi:1", "spec.command": ["mpirun", "a.out"]}
+CASES += [
+    EscalationCase("mpi-job", job(MPI)),
+    EscalationCase(
+        "mpi-job-template-user",
+        template(
+            {"securityContext": {"runAsUser": 0}}, **{key.replace(".", "__"): v for key, v in MPI.items()}
+        ),
+        restricted=[f"{T}.securityContext.runAsUser=0", NON_ROOT.format("trainer")],
     ),
 ]
 

@@ -37,6 +37,8 @@ OPERATOR_RULES: Final[tuple[tuple[str, str, tuple[str, ...]], ...]] = (
     ("", "configmaps", ("get", "list", "watch", "create", "delete", "patch")),
     ("", "serviceaccounts", ("create",)),
     ("", "persistentvolumeclaims", ("get", "list", "watch", "create", "patch")),
+    # An MPI job's SSH key: created only (controller/resources.py CREATED_ONLY).
+    ("", "secrets", ("create",)),
     ("", "events", ("create", "patch")),
     ("rbac.authorization.k8s.io", "rolebindings", ("create",)),
     ("scheduling.x-k8s.io", "podgroups", ("get", "list", "watch", "create", "delete", "patch")),
@@ -298,15 +300,20 @@ TRAINER_BIND: Final = {
 
 
 def rule_violations(rule: Manifest) -> list[str]:
-    """What is wrong with one PolicyRule: wildcards, Secrets, Roles, privilege-escalating verbs (but
-    `bind` on the trainers' ClusterRole alone), raw URLs."""
+    """What is wrong with one PolicyRule: wildcards, Secrets (but their creation alone), Roles,
+    privilege-escalating verbs (but `bind` on the trainers' ClusterRole alone), raw URLs."""
     problems = []
     for key in ("verbs", "resources", "apiGroups", "resourceNames"):
         values = rule.get(key) or []
         if any("*" in str(value) for value in values):
             problems.append(f"wildcard in {key}: {values}")
     resources = [str(resource) for resource in rule.get("resources") or []]
-    if any(resource == "secrets" or resource.startswith("secrets/") for resource in resources):
+    # Secrets may be created (an MPI job's SSH key), never read: a rule naming them grants create alone.
+    reads_secrets = set(rule.get("verbs") or []) != {"create"} or len(resources) != 1
+    if (
+        any(resource == "secrets" or resource.startswith("secrets/") for resource in resources)
+        and reads_secrets
+    ):
         problems.append(f"grants secrets: {resources}")
     if any(resource == "roles" or resource.startswith("roles/") for resource in resources):
         problems.append(f"grants rights on roles: {resources}")

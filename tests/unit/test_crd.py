@@ -156,7 +156,7 @@ def test_spec_bounds_and_defaults_match_the_api_reference() -> None:
     assert (props["numWorkers"]["minimum"], props["numWorkers"]["maximum"]) == (1, 100)
     assert (props["gpusPerWorker"]["minimum"], props["gpusPerWorker"]["maximum"]) == (0, 16)
     assert props["gpusPerWorker"]["default"] == 1
-    assert props["framework"]["enum"] == ["pytorch", "tensorflow", "jax"]
+    assert props["framework"]["enum"] == ["pytorch", "tensorflow", "jax", "mpi"]
     assert props["cleanPodPolicy"]["enum"] == ["All", "Running", "None"]
     hyper = props["hyperparameters"]["properties"]
     assert hyper["learningRate"]["exclusiveMinimum"] is True
@@ -170,7 +170,7 @@ def test_descriptions_state_defaults_and_bounds() -> None:
     props = SPEC["properties"]
     assert "Default: 1." in props["gpusPerWorker"]["description"]
     assert "At most 100." in props["numWorkers"]["description"]
-    assert "One of: pytorch, tensorflow, jax." in props["framework"]["description"]
+    assert "One of: pytorch, tensorflow, jax, mpi." in props["framework"]["description"]
 
 
 def test_immutable_fields() -> None:
@@ -194,6 +194,7 @@ def test_immutable_fields() -> None:
             "podTemplate",
             "elastic",
             "tensorflow",
+            "mpi",
         )
     }
     assert not [entry for _, entry in all_rules() if "oldSelf" in entry["rule"]]

@@ -104,6 +104,7 @@ def test_examples_are_the_readme_examples_the_restricted_and_the_byo_one() -> No
         "byo-training",
         "tf-parameter-servers",
         "jax-psum",
+        "mpi-allreduce",
         "spot-training",
     }
     for manifest in examples.values():

@@ -66,6 +66,10 @@ wildcards, no Secrets (pods only name Secrets in their env, which the kubelet re
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
   verbs: ["get", "list", "watch", "create", "patch"]
+# An MPI job's SSH key (<job>-mpi-ssh): created only, deleted with the job, never read.
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["create"]
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create", "patch"]
