@@ -282,6 +282,10 @@ def monitoring_env(job: TrainingJob, storage: CheckpointStorage | None) -> list[
         if monitoring.wandb_entity:
             env.append(var("WANDB_ENTITY", monitoring.wandb_entity))
         env.append(var("WANDB_RUN_GROUP", job.name))
+    if monitoring.mlflow_tracking_uri or monitoring.wandb_project:
+        # What the trainer tags its run with and finds it again by on a later attempt: one run per job,
+        # not per name (a job deleted and created again under its name gets a run of its own).
+        env.append(var("TRAININGJOB_UID", job.uid))
     return env
 
 

@@ -47,6 +47,10 @@ from crd.schema_storage import checkpoint
 from crd.schema_tensorflow import tensorflow, tensorflow_rules
 from crd.schema_topology import topology
 
+# An http or https URL with a host: what an MLflow client in a pod can log to. Anything else (no scheme,
+# a typo'd one, a bare path) would only fail inside the trainer, after the job was accepted.
+MLFLOW_URI_PATTERN = r"^https?://[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?(:[0-9]{1,5})?(/[^\s]*)?$"
+
 
 def resources() -> Schema:
     limit = 32
@@ -183,7 +187,11 @@ def monitoring() -> Schema:
                 max_length=PATH_LENGTH,
             ),
             "mlflowTrackingUri": string(
-                "MLflow tracking server (MLFLOW_TRACKING_URI).", max_length=URL_LENGTH
+                "MLflow tracking server (MLFLOW_TRACKING_URI), an http or https URL. With it the reference "
+                "trainer's rank 0 logs the job into one MLflow run across restarts, reported in "
+                "status.tracking.",
+                max_length=URL_LENGTH,
+                pattern=MLFLOW_URI_PATTERN,
             ),
             "mlflowExperiment": string(
                 "MLflow experiment (MLFLOW_EXPERIMENT_NAME); the job's name when unset.",

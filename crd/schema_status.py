@@ -18,6 +18,7 @@ from crd.openapi import Schema, array, integer, map_of, number, obj, string, str
 STATES = tuple(str(state) for state in State)
 MESSAGE_LENGTH = 32768
 REASON_LENGTH = 1024
+URL_LENGTH = 2048
 
 
 def _timestamp(description: str) -> Schema:
@@ -150,6 +151,23 @@ def status() -> Schema:
                         "reported, and the job resumes from latest. Cleared when a newer checkpoint is "
                         "reported.",
                         max_length=REASON_LENGTH,
+                    ),
+                },
+            ),
+            "tracking": obj(
+                "The experiment-tracking run rank 0 reported (spec.monitoring): one run for the whole job, "
+                "which every attempt continues.",
+                {
+                    "mlflowRunId": string("The job's MLflow run.", max_length=64),
+                    "mlflowExperimentId": string("The MLflow experiment the run is in.", max_length=64),
+                    "mlflowRunUrl": string(
+                        "The run's page on the tracking server (spec.monitoring.mlflowTrackingUri).",
+                        max_length=URL_LENGTH,
+                    ),
+                    "unavailable": string(
+                        "Why the trainer's last call to the tracking server failed; unset once one "
+                        "succeeds. Training goes on meanwhile.",
+                        max_length=MESSAGE_LENGTH,
                     ),
                 },
             ),

@@ -64,6 +64,11 @@ def describe(job: TrainingJob, ranks: Sequence[RankStatus], events: Sequence[Job
         lines.append(f"Failure:     {status.failure_reason}")
     if status.latest_checkpoint:
         lines.append(f"Checkpoint:  {status.latest_checkpoint}")
+    if status.mlflow_run_id:
+        url = f"  {status.mlflow_run_url}" if status.mlflow_run_url else ""
+        lines.append(f"MLflow run:  {status.mlflow_run_id}{url}")
+    if status.tracking_unavailable:
+        lines.append(f"Tracking:    unavailable ({status.tracking_unavailable}); training goes on")
     lines.append("Ranks:")
     lines += table(["RANK", "POD", "NODE", "PHASE", "EXIT CODE / WAITING"], rank_rows(ranks))
     if status.conditions:

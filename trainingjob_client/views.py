@@ -98,12 +98,18 @@ class JobStatus:
     conditions: tuple[Condition, ...] = ()
     latest_checkpoint: str | None = None
     duration: str | None = None
+    # status.tracking: the job's MLflow run (one across restarts), its page, and why the trainer's last
+    # call to the tracking server failed.
+    mlflow_run_id: str | None = None
+    mlflow_run_url: str | None = None
+    tracking_unavailable: str | None = None
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any] | None) -> JobStatus:
         raw = raw or {}
         workers = raw.get("workers") or {}
         metrics = raw.get("metrics") or {}
+        tracking: Mapping[str, Any] = raw["tracking"] if isinstance(raw.get("tracking"), dict) else {}
         return cls(
             state=raw.get("state") or None,
             message=_text(raw.get("message")),
@@ -127,6 +133,9 @@ class JobStatus:
             ),
             latest_checkpoint=(raw.get("checkpoint") or {}).get("latest") or None,
             duration=raw.get("duration") or None,
+            mlflow_run_id=_text(tracking.get("mlflowRunId")) or None,
+            mlflow_run_url=_text(tracking.get("mlflowRunUrl")) or None,
+            tracking_unavailable=_text(tracking.get("unavailable")) or None,
         )
 
     @property

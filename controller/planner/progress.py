@@ -19,10 +19,12 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from controller.runtime.clock import parse_time, rfc3339
 from crd.spec import Spec, SuccessPolicy
+
+EventType = Literal["Normal", "Warning"]
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,11 @@ class Report:
     checkpoint_time: str | None = None
     # When the reporter wrote it (its own clock): which of several pods' reports is the newest.
     time: str | None = None
+    # The experiment-tracking run the trainer logs into, and why its last call to the tracking server
+    # failed (absent once one succeeds).
+    mlflow_run_id: str | None = None
+    mlflow_experiment_id: str | None = None
+    tracking_error: str | None = None
 
 
 def _count(value: Any) -> int | None:
@@ -68,6 +75,7 @@ def parse_report(text: str | None) -> tuple[Report | None, str | None]:
     if isinstance(checkpoint, dict):
         checkpoint_time = checkpoint.get("time", checkpoint_time)
         checkpoint = checkpoint.get("path")
+    mlflow: dict[str, Any] = raw["mlflow"] if isinstance(raw.get("mlflow"), dict) else {}
     return Report(
         epoch=_count(raw.get("epoch")),
         total_epochs=_count(raw.get("totalEpochs")),
@@ -77,7 +85,49 @@ def parse_report(text: str | None) -> tuple[Report | None, str | None]:
         checkpoint=checkpoint[:1024] if isinstance(checkpoint, str) and checkpoint else None,
         checkpoint_time=checkpoint_time if isinstance(checkpoint_time, str) else None,
         time=_valid_time(raw["time"]) if isinstance(raw.get("time"), str) else None,
+        mlflow_run_id=_identifier(mlflow.get("runId")),
+        mlflow_experiment_id=_identifier(mlflow.get("experimentId")),
+        tracking_error=_text(raw.get("trackingError"), 1024),
     ), None
+
+
+def _identifier(value: Any) -> str | None:
+    """An MLflow run or experiment id: letters, digits, dashes and underscores, at most 64."""
+    if isinstance(value, str) and 0 < len(value) <= 64 and all(c.isalnum() or c in "-_" for c in value):
+        return value
+    return None
+
+
+def _text(value: Any, limit: int) -> str | None:
+    return value[:limit] if isinstance(value, str) and value else None
+
+
+def run_url(tracking_uri: str, experiment_id: str | None, run_id: str) -> str:
+    """The run's page in the MLflow UI served at the tracking URI."""
+    base = tracking_uri.rstrip("/")
+    if experiment_id:
+        return f"{base}/#/experiments/{experiment_id}/runs/{run_id}"
+    return f"{base}/#/runs/{run_id}"
+
+
+def tracking_status(previous: Any, report: Report, spec: Spec) -> dict[str, Any] | None:
+    """status.tracking after `report`: the run it names (with its URL), and `unavailable` while the
+    trainer's last call to the tracking server failed. A report that says nothing of tracking keeps
+    what status had."""
+    tracking = dict(previous) if isinstance(previous, dict) else {}
+    if report.mlflow_run_id is None and report.tracking_error is None:
+        return tracking or None
+    uri = spec.monitoring.mlflow_tracking_uri
+    if report.mlflow_run_id is not None and uri:
+        tracking["mlflowRunId"] = report.mlflow_run_id
+        tracking["mlflowRunUrl"] = run_url(uri, report.mlflow_experiment_id, report.mlflow_run_id)
+        if report.mlflow_experiment_id is not None:
+            tracking["mlflowExperimentId"] = report.mlflow_experiment_id
+    if report.tracking_error is not None:
+        tracking["unavailable"] = report.tracking_error
+    else:
+        tracking.pop("unavailable", None)
+    return tracking or None
 
 
 def percent(report: Report, planned_epochs: int | None) -> str | None:
@@ -128,6 +178,9 @@ def apply_report(
     limit deferred a change.
     """
     fields = _reported_fields(report, spec.hyperparameters.epochs)
+    tracking = tracking_status(status.get("tracking"), report, spec)
+    if tracking is not None:
+        fields["tracking"] = tracking
     checkpoint = dict(status.get("checkpoint") or {})
     new_checkpoint = report.checkpoint is not None and report.checkpoint != checkpoint.get("latest")
     if all(status.get(key) == value for key, value in fields.items()) and not new_checkpoint:
@@ -152,6 +205,37 @@ def apply_report(
             status.get("bestMetric"), report.metrics[success.metric], report.epoch, success
         )
     return ProgressUpdate(updated, True, None)
+
+
+def tracking_events(before: Any, after: Any) -> list[tuple[EventType, str, str]]:
+    """The Events a change of status.tracking makes: the job's MLflow run created, replaced (the one
+    it logged into was deleted in MLflow, or cannot be found), tracking unavailable, and back."""
+    old = before if isinstance(before, dict) else {}
+    new = after if isinstance(after, dict) else {}
+    events: list[tuple[EventType, str, str]] = []
+    run, previous_run = new.get("mlflowRunId"), old.get("mlflowRunId")
+    if run and not previous_run:
+        events.append(("Normal", "MLflowRunCreated", f"MLflow run {run}: {new.get('mlflowRunUrl', '')}"))
+    elif run and run != previous_run:
+        events.append(
+            (
+                "Warning",
+                "MLflowRunReplaced",
+                f"the trainer logs into a new MLflow run {run}: run {previous_run} was deleted in MLflow or "
+                f"could not be found ({new.get('mlflowRunUrl', '')})",
+            )
+        )
+    if new.get("unavailable") and not old.get("unavailable"):
+        events.append(
+            (
+                "Warning",
+                "TrackingUnavailable",
+                f"the trainer cannot reach the tracking server and trains on: {new['unavailable']}",
+            )
+        )
+    elif old.get("unavailable") and not new.get("unavailable"):
+        events.append(("Normal", "TrackingAvailable", "the trainer reaches the tracking server again"))
+    return events
 
 
 def _valid_time(text: str | None) -> str | None:

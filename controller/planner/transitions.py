@@ -41,6 +41,7 @@ from controller.planner.facts import Facts, attempt_of, state_of
 from controller.planner.failures import Cause, restart_delay
 from controller.planner.kueue import admitted_placement
 from controller.planner.model import Delete, Event
+from controller.planner.progress import tracking_events
 from controller.planner.reports import RecordProgress
 from controller.planner.texts import format_duration
 from controller.planner.timers import ceil_to_second, later, stuck_terminating, terminating_for
@@ -275,6 +276,9 @@ def record_progress(facts: Facts, status: Mapping[str, Any], decision: RecordPro
         change.note("Warning", "CheckpointInterrupted", decision.interrupted)
     if decision.update is not None and cond.is_true(status.get("conditions"), Condition.STALLED):
         change.set(Condition.STALLED, False, "ProgressResumed", "the trainer reports progress again")
+    if decision.update is not None:
+        for kind, reason, message in tracking_events(status.get("tracking"), change.status.get("tracking")):
+            change.note(kind, reason, message)
     return change.step()
 
 

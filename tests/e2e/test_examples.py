@@ -64,6 +64,8 @@ TENSORFLOW_EXAMPLE = "trainingjob-tensorflow.yaml"
 RESTRICTED_EXAMPLE = "trainingjob-restricted.yaml"
 # Trained to Completed on the real node, below.
 TRAINED_EXAMPLES = ["trainingjob-resume.yaml", "trainingjob-byo.yaml"]
+# Trained against the dev cluster's MLflow server on the real node by tests/e2e/test_mlflow_real_node.py.
+TRACKED_EXAMPLES = ["trainingjob-mlflow.yaml"]
 # Applied on kwok by tests/e2e/test_mpi_e2e.py.
 MPI_EXAMPLE = "trainingjob-mpi.yaml"
 
@@ -90,6 +92,7 @@ def test_every_example_is_covered() -> None:
             "trainingjob-advanced.yaml",
             RESTRICTED_EXAMPLE,
             *TRAINED_EXAMPLES,
+            *TRACKED_EXAMPLES,
             TENSORFLOW_EXAMPLE,
             MPI_EXAMPLE,
         ]

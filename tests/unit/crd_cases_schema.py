@@ -162,6 +162,21 @@ def schema_cases() -> list[InvalidCase]:
             "spec.monitoring.metricsPort",
             "schema",
         ),
+        # An MLflow URI the trainer could not log to: refused at admission, not found out in the pod.
+        *(
+            case(
+                f"mlflowTrackingUri-{label}",
+                {"spec.monitoring.mlflowTrackingUri": uri},
+                "spec.monitoring.mlflowTrackingUri",
+                "schema",
+            )
+            for label, uri in (
+                ("no-scheme", "mlflow.ml-infra:5000"),
+                ("other-scheme", "ftp://mlflow:5000"),
+                ("space", "http://mlflow :5000"),
+                ("no-host", "http:///experiments"),
+            )
+        ),
         case(
             "masterPort-privileged",
             {"spec.networking.masterPort": 80},

@@ -345,6 +345,7 @@ def test_seed_examples_build_the_expected_object_set() -> None:
         "trainingjob-restricted.yaml": base,
         "trainingjob-elastic.yaml": base,
         "trainingjob-jax.yaml": base,
+        "trainingjob-mlflow.yaml": sorted([*base, "PersistentVolumeClaim"]),
         "trainingjob-mpi.yaml": base,
         "trainingjob-preemptible.yaml": base,
         "trainingjob-tensorflow.yaml": sorted([*base, "PersistentVolumeClaim"]),

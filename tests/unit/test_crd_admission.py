@@ -106,6 +106,7 @@ def test_examples_are_the_readme_examples_the_restricted_and_the_byo_one() -> No
         "jax-psum",
         "mpi-allreduce",
         "spot-training",
+        "mnist-mlflow",
     }
     for manifest in examples.values():
         assert manifest["apiVersion"] == contract.API_VERSION

@@ -20,6 +20,7 @@ import trainingjob_progress as progress
 from .checkpoints import resume_point, save_checkpoint, should_checkpoint, writes_checkpoints
 from .config import EXIT_FAILED, EXIT_TERMINATED, Config, FailedOnPurpose, Terminated
 from .engines import Engine
+from .tracking import NO_TRACKING, Tracking
 
 log = logging.getLogger("train")
 
@@ -55,9 +56,16 @@ class Stop:
         self.requested = True
 
 
-def train(config: Config, engine: Engine, reporter: progress.Reporter, stop: Stop | None = None) -> int:
+def train(
+    config: Config,
+    engine: Engine,
+    reporter: progress.Reporter,
+    stop: Stop | None = None,
+    tracking: Tracking = NO_TRACKING,
+) -> int:
     stop = stop or Stop()
     epoch, step, resumed = engine.resume(resume_point(config))
+    tracking.start(step)
     if resumed is not None and config.resume_origin:
         resumed = config.resume_origin
     if resumed is not None:
@@ -116,10 +124,12 @@ def train(config: Config, engine: Engine, reporter: progress.Reporter, stop: Sto
             metrics=metrics,
             checkpoint=saved,
         )
+        tracking.log_epoch(metrics, epoch=completed, step=step)
         if config.fail_at_epoch == completed:
             log.error("TRAIN_FAIL_AT_EPOCH=%d: failing on purpose after epoch %d", completed, completed)
             return EXIT_FAILED
     log.info("training finished: %d epochs, %d steps", config.epochs, step)
+    tracking.log_model(engine, epoch=config.epochs, step=step)
     return 0
 
 

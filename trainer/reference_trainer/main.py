@@ -19,6 +19,7 @@ from .config import EXIT_CONFIG, EXIT_FAILED, EXIT_TERMINATED, Config, ConfigErr
 from .engines import Engine, make_engine
 from .launch import launch_local_ranks
 from .loop import Stop, train
+from .tracking import NO_TRACKING, Tracking, trackers
 
 TERMINATION_LOG: Final = "/dev/termination-log"
 
@@ -61,11 +62,13 @@ def run_process(config: Config) -> int:
     stop.install()
     reporter = progress.Reporter.from_env(min_interval=config.progress_interval)
     engine: Engine | None = None
+    tracking: Tracking = NO_TRACKING
     status = EXIT_FAILED
     try:
         engine = make_engine(config)
         log.info("training with %s (%s)", config.settings(), engine.framework)
-        status = train(config, engine, reporter, stop)
+        tracking = trackers(config, reporter, os.environ)
+        status = train(config, engine, reporter, stop, tracking)
         if status == EXIT_TERMINATED:
             return fail(
                 "terminated by SIGTERM: stopped after a step, its checkpoint saved and reported",
@@ -82,6 +85,7 @@ def run_process(config: Config) -> int:
         log.exception("training failed")
         return fail(f"training failed: {type(error).__name__}: {error}", EXIT_FAILED)
     finally:
+        tracking.finish(completed=status == 0)
         reporter.close()
         if engine is not None:
             try:

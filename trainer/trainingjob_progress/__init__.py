@@ -263,6 +263,22 @@ class Reporter:
         except Exception as error:  # report() must never break training
             self._once.warning(f"report:{type(error).__name__}:{error}", "progress report dropped: %s", error)
 
+    def tracking(
+        self,
+        *,
+        mlflow_run_id: str | None = None,
+        mlflow_experiment_id: str | None = None,
+        error: str | None = None,
+    ) -> None:
+        """Names the experiment-tracking run in every later report (the operator shows it in
+        status.tracking, and an Event when it changes), and why the last call to the tracking server
+        failed (`error`; None once one succeeds: training goes on either way). Sent with the next
+        report()."""
+        if self._enabled:
+            self._builder.set_tracking(
+                mlflow_run_id=mlflow_run_id, mlflow_experiment_id=mlflow_experiment_id, error=error
+            )
+
     def flush(self, timeout: float | None = None) -> bool:
         """Sends a pending report now (ignoring min_interval) and waits until nothing is pending or in
         flight. False if that took longer than `timeout` seconds."""

@@ -25,6 +25,20 @@ class ReportBuilder:
         self._lock = threading.Lock()
         self._checkpoint: str | None = None
         self._checkpoint_time: str | None = None
+        self._mlflow: dict[str, str] = {}
+        self._tracking_error: str | None = None
+
+    def set_tracking(
+        self, *, mlflow_run_id: str | None, mlflow_experiment_id: str | None, error: str | None
+    ) -> None:
+        """The experiment-tracking run every later report names, and why the last call to the
+        tracking server failed (None once one succeeds)."""
+        with self._lock:
+            if mlflow_run_id:
+                self._mlflow = {"runId": mlflow_run_id}
+                if mlflow_experiment_id:
+                    self._mlflow["experimentId"] = mlflow_experiment_id
+            self._tracking_error = error[:1024] if error else None
 
     def build(
         self,
@@ -69,6 +83,10 @@ class ReportBuilder:
                     self._checkpoint_time = rfc3339(now)
                 report["checkpoint"] = self._checkpoint
                 report["checkpointTime"] = self._checkpoint_time
+            if self._mlflow:
+                report["mlflow"] = dict(self._mlflow)
+            if self._tracking_error:
+                report["trackingError"] = self._tracking_error
         report["time"] = rfc3339(now)
         return report
 
