@@ -83,6 +83,13 @@ def _cel_cases() -> list[InvalidCase]:
     return [
         # The enum names it (torch.distributed's third backend); a rule refuses it and says why.
         case("backend-mpi", {"spec.networking.backend": "mpi"}, "spec.networking.backend", "cel"),
+        # A Volcano Queue is the queue of the job's PodGroup: without gang scheduling there is none.
+        case(
+            "volcano-queue-without-gang",
+            {"spec.scheduling.queue": "research"},
+            "spec.scheduling.queue",
+            "cel",
+        ),
         InvalidCase("name-too-long", job(name=LONG_NAME), "metadata.name", "cel"),
         InvalidCase("name-starts-with-digit", job(name="1-training"), "metadata.name", "cel"),
         InvalidCase("name-with-dot", job(name="bert.v2"), "metadata.name", "cel"),

@@ -24,6 +24,12 @@ def schema_cases() -> list[InvalidCase]:
         case("gpusPerWorker-above-16", {"spec.gpusPerWorker": 17}, "spec.gpusPerWorker", "schema"),
         case("gpusPerWorker-negative", {"spec.gpusPerWorker": -1}, "spec.gpusPerWorker", "schema"),
         case("framework-unknown", {"spec.framework": "mxnet"}, "spec.framework", "schema"),
+        case(
+            "volcano-queue-not-a-name",
+            {"spec.scheduling.gangScheduling": True, "spec.scheduling.queue": "Team A"},
+            "spec.scheduling.queue",
+            "schema",
+        ),
         case("suspend-string", {"spec.suspend": "yes"}, "spec.suspend", "schema"),
         case("cleanPodPolicy-unknown", {"spec.cleanPodPolicy": "Some"}, "spec.cleanPodPolicy", "schema"),
         case("ttl-negative", {"spec.ttlSecondsAfterFinished": -1}, "spec.ttlSecondsAfterFinished", "schema"),
