@@ -1,7 +1,8 @@
 """Gang scheduling with Volcano, decided without I/O: the PodGroup the operator builds (its queue and
 minResources), the Queue that holds a job's pods back while it is missing or closed
-(controller/planner/volcano.py), Volcano's reason on the Scheduled condition, and which gang
-scheduler discovery picks under --gang-scheduler."""
+(controller/planner/volcano.py), Volcano's reason on the Scheduled condition, which gang scheduler
+discovery picks under --gang-scheduler (and a value it refuses), and what the operator caches of a
+Queue (controller/volcano_watches.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from typing import Any
 import pytest
 
 from builders.podgroup import build_pod_group, times
+from controller import cli
 from controller.resources import GANG_SCHEDULER_CHOICES, Apis, follow_answers
+from controller.volcano_watches import gang_scheduled, queue_essentials
 from crd.spec import parse
 from tests.unit.builders_support import defaulted
 from tests.unit.lifecycle_world import World, world
@@ -175,3 +178,31 @@ def test_the_gang_scheduler_flag_picks_among_the_served_apis(
     choice: str, served: dict[Any, bool | None], found: str | None
 ) -> None:
     assert follow_answers(Apis(), served, False, GANG_SCHEDULER_CHOICES[choice]) == Apis(found)  # type: ignore[arg-type]
+
+
+def test_the_operator_keeps_only_a_queues_name_and_state_and_wakes_gang_scheduled_jobs() -> None:
+    stored = {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "Queue",
+        "metadata": {"name": "research", "resourceVersion": "7", "uid": "u", "generation": 1},
+        "spec": {"capability": {"nvidia.com/gpu": "8"}, "weight": 1},
+        "status": {"state": "Closed", "allocated": {"cpu": "0"}, "running": 1},
+    }
+    assert queue_essentials(stored) == {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "Queue",
+        "metadata": {"name": "research", "resourceVersion": "7"},
+        "status": {"state": "Closed"},
+    }
+    assert queue_essentials({"metadata": {"name": "new"}})["status"] == {"state": ""}
+    assert gang_scheduled({"spec": {"scheduling": {"gangScheduling": True}}})
+    assert not gang_scheduled({"spec": {}})
+
+
+def test_an_unknown_gang_scheduler_flag_is_refused_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.parser().parse_args(["--gang-scheduler=yunikorn"])
+    assert exited.value.code == 2
+    error = capsys.readouterr().err.strip()
+    assert error.splitlines() == [error]
+    assert "--gang-scheduler: invalid gang scheduler 'yunikorn': one of auto, coscheduling, volcano" in error
