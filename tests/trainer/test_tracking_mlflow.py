@@ -188,3 +188,28 @@ def test_tensorboard_events_of_every_attempt_read_back_with_each_step_once(tmp_p
     assert {"loss", "accuracy", "epoch"} <= set(events.Tags()["scalars"])
     ranked = {**env, "RANK": "1", "WORLD_SIZE": "2"}
     assert TensorBoardLog.from_env(Config.from_env(ranked), ranked) is None
+
+
+def test_metrics_a_restarting_server_missed_are_sent_before_the_attempt_ends(
+    store: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from reference_trainer import tracking  # noqa: PLC0415
+
+    monkeypatch.setattr(tracking, "FLUSH_RETRY_SECONDS", 0.0)
+    reports = Reports()
+    run = attempt(store, reports)
+    real = run.client.log_batch
+    down = {"calls": 2}
+
+    def restarting(*args: Any, **kwargs: Any) -> None:
+        if down["calls"]:
+            down["calls"] -= 1
+            raise ConnectionError("connection refused")
+        real(*args, **kwargs)
+
+    monkeypatch.setattr(run.client, "log_batch", restarting)
+    run.log_epoch({"accuracy": 0.5}, epoch=1, step=5)
+    assert "error" in reports.calls[-1]
+    run.finish(completed=False)  # a gang restart: the attempt ends, the server is back
+    assert steps(MlflowClient(store), str(run.run_id)) == [5]
+    assert "error" not in reports.calls[-1]

@@ -40,6 +40,9 @@ TAG_UID: Final = "trainingjob.uid"
 CLIENT_DEFAULTS: Final = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"}
 # Metrics of epochs that could not be logged, kept for the next try: at most this many.
 MAX_PENDING: Final = 1000
+# As an attempt ends with metrics the server missed, how long it keeps trying to send them.
+FLUSH_SECONDS: Final = 60.0
+FLUSH_RETRY_SECONDS: Final = 2.0
 
 
 class Saves(Protocol):
@@ -272,7 +275,13 @@ class MlflowRun:
             self._failed("could not log the model", error)
 
     def finish(self, *, completed: bool) -> None:
-        """Ends the run when training completed; an attempt that stops (a restart) leaves it running."""
+        """Sends what the server missed (a server restarting as the attempt ends) for FLUSH_SECONDS at
+        most, then ends the run when training completed; an attempt that stops (a restart) leaves it
+        running. A server never reached costs no wait."""
+        deadline = time.monotonic() + FLUSH_SECONDS
+        while self.pending and self.run_id is not None and time.monotonic() < deadline:
+            time.sleep(FLUSH_RETRY_SECONDS)
+            self._send()
         if not completed or self.run_id is None:
             return
         try:
