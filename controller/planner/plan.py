@@ -46,6 +46,7 @@ from controller.planner.transitions import (
 from controller.planner.workloads import workload_writes
 from controller.runtime import boundedjson
 from controller.runtime.clock import rfc3339
+from crd import contract
 from crd.contract import FINISHED_STATES, ReplicaType, State
 from crd.spec import parse
 from crd.spec_fields import SpecError
@@ -105,6 +106,15 @@ def plan(observed: Observed, settings: Settings | None = None) -> Plan:
                 "scheduling.gangScheduling is set but the cluster serves no PodGroup API of a gang scheduler "
                 "the operator uses (scheduler-plugins' or Volcano's, as its --gang-scheduler allows); "
                 "scheduling pods individually",
+            )
+        )
+    if not status.get("state") and job.spec.scheduling.topology is not None and job.queue_name is None:
+        events.append(
+            Event(
+                "Warning",
+                "TopologyIgnored",
+                f"spec.scheduling.topology is set but the job has no {contract.QUEUE_NAME_LABEL} label: "
+                "topology-aware placement is Kueue's; scheduling pods without it",
             )
         )
     all_creates = [*creates, *result.creates]

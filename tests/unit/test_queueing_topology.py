@@ -5,7 +5,7 @@ admission assigns each pod a domain (down to a node), which the operator puts on
 in the order of the pod set, with the annotation by which Kueue counts them as the Topology's. A
 gang restart builds the same pods in the same places; a resized job asks again, in one domain. A
 level no flavor's Topology has, or a queue without a Topology, makes the job wait with a reason
-naming the field.
+naming the field; a topology on a job Kueue does not queue is ignored with a Warning.
 """
 
 from __future__ import annotations
@@ -141,3 +141,15 @@ def test_an_assignment_is_read_slice_by_slice_and_domain_by_domain() -> None:
     }
     assert slot_node_selectors(spread) == ({RACK: "r1"}, {RACK: "r1"}, {RACK: "r2"}, {RACK: "r3"})
     assert slot_node_selectors(None) == ()
+
+
+def test_a_topology_on_a_job_kueue_does_not_queue_is_ignored_with_a_warning() -> None:
+    w = kueue_world(REQUIRED, queue=None)
+    result = w.step()
+    assert ("Warning", "TopologyIgnored") in event_reasons(result)
+    (event,) = [e for e in result.events if e.reason == "TopologyIgnored"]
+    assert event.message.startswith(
+        f"spec.scheduling.topology is set but the job has no {contract.QUEUE_NAME_LABEL}"
+    )
+    assert ("Warning", "TopologyIgnored") not in event_reasons(w.step())
+    assert ("Warning", "TopologyIgnored") not in event_reasons(kueue_world(REQUIRED).step())
