@@ -320,9 +320,9 @@ def test_an_optional_component_follows_the_cluster(scratch_dir: Path) -> None:
     dev_cluster("up", "--nodes", "1", dev_dir=scratch_dir)
     assert "optional:    none" in dev_cluster("status", dev_dir=scratch_dir).stdout
 
-    unknown = dev_cluster("up", "--with", "volcano", dev_dir=scratch_dir, check=False)
+    unknown = dev_cluster("up", "--with", "yunikorn", dev_dir=scratch_dir, check=False)
     assert unknown.returncode == 1
-    assert "unknown optional component 'volcano'; one of: coscheduling, kueue" in unknown.stderr
+    assert "unknown optional component 'yunikorn'; one of: coscheduling, kueue, volcano" in unknown.stderr
 
     # Added to the running cluster; a second `up --with` leaves it running.
     dev_cluster("up", "--with", "coscheduling", dev_dir=scratch_dir)
