@@ -18,12 +18,14 @@ def test_the_session_builds_what_its_tests_need_once_in_the_order_they_run() -> 
         ("kueue",),
         ("kubeflow_operator",),
         ("coscheduling",),
+        ("volcano", "cluster"),
     ]
     assert builds_in_order_of_need([components_needed(fixtures) for fixtures in tests]) == [
         "kueue",
         "helm",
         "training-operator",
         "scheduler-plugins",
+        "volcano",
     ]
     assert builds_in_order_of_need([components_needed(("cluster",)), components_needed(("real_node",))]) == []
 
