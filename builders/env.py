@@ -11,8 +11,9 @@ TensorFlow roles (spec.tensorflow) counts every role's pods in WORLD_SIZE and RA
 (crd/replicas.py: chief, workers, parameter servers, evaluator), so the chief is rank 0; its TF_CONFIG
 has a cluster of chief, workers and parameter servers and each pod's own task.
 
-Only the chosen framework's family (PET_* for pytorch, TF_CONFIG for tensorflow, JAX_* for jax) is
-injected: TF_CONFIG in particular changes the behaviour of any TensorFlow code in the process.
+Only the chosen framework's family (PET_* for pytorch, TF_CONFIG for tensorflow, JAX_* for jax,
+WORKER_ADDRS for xgboost, PADDLE_* for paddlepaddle) is injected: TF_CONFIG in particular changes the
+behaviour of any TensorFlow code in the process. An XGBoost job's master is slot 0, so rank 0.
 
 An elastic job (spec.elastic, pytorch only) gets torchrun's dynamic rendezvous instead of a fixed
 world: PET_NNODES=MIN:MAX, the c10d rendezvous on worker 0 behind the master Service, an id per gang
@@ -222,7 +223,49 @@ def mpi_env(job: TrainingJob, slot: int) -> list[EnvVar]:
     ]
 
 
-FRAMEWORK_ENV = {"pytorch": pytorch_env, "mpi": mpi_env, "tensorflow": tensorflow_env, "jax": jax_env}
+def xgboost_env(job: TrainingJob, slot: int) -> list[EnvVar]:
+    """Kubeflow XGBoostJob's contract besides MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK (the master
+    is slot 0, rank 0; worker i is rank i + 1): the workers' addresses, their port, and the pod's IP,
+    on which the master's tracker listens. xgboost reads none of these by itself (its collective API
+    takes the tracker's address as arguments: docs/env.md)."""
+    replicas = job.spec.replicas
+    workers = [pod_dns_name(job, worker) for worker in replicas.slots(contract.ReplicaType.WORKER)]
+    return [
+        field_ref("POD_IP", "status.podIP"),
+        var("WORKER_ADDRS", ",".join(workers)),
+        var("WORKER_PORT", job.spec.networking.master_port),
+    ]
+
+
+PADDLE_LOG_DIR = "/tmp/paddle-log"  # noqa: S108 - a log directory inside the container
+
+
+def paddle_env(job: TrainingJob, index: int) -> list[EnvVar]:
+    """What `python -m paddle.distributed.launch` reads from the environment (its args_envs.py), for
+    collective training as Kubeflow's PaddleJob starts it. The launcher's store (an HTTP key-value
+    server) starts on the pod whose POD_IP PADDLE_MASTER names: worker 0 gets its own IP (the kubelet
+    expands $(POD_IP)), the others the master Service, which resolves to worker 0."""
+    port = job.spec.networking.master_port
+    master = "$(POD_IP)" if index == 0 else master_service_name(job)
+    return [
+        field_ref("POD_IP", "status.podIP"),
+        var("PADDLE_MASTER", f"{master}:{port}"),
+        var("PADDLE_NNODES", job.spec.num_workers),
+        var("PADDLE_NPROC_PER_NODE", job.spec.processes_per_pod),
+        var("PADDLE_RANK", index),
+        var("PADDLE_JOB_ID", job.name),
+        var("PADDLE_LOG_DIR", PADDLE_LOG_DIR),
+    ]
+
+
+FRAMEWORK_ENV = {
+    "pytorch": pytorch_env,
+    "mpi": mpi_env,
+    "tensorflow": tensorflow_env,
+    "jax": jax_env,
+    "xgboost": xgboost_env,
+    "paddlepaddle": paddle_env,
+}
 
 
 def framework_env(job: TrainingJob, slot: int, attempt: int) -> list[EnvVar]:

@@ -68,9 +68,11 @@ REPLICA_TYPE_LABEL: Final = f"{GROUP}/replica-type"
 
 
 class ReplicaType(StrEnum):
-    """A pod's role, as TF_CONFIG names its task type; the order is the order of the job's pods."""
+    """A pod's role, as TF_CONFIG names its task type (and XGBoost's master, as Kubeflow's XGBoostJob
+    names it); the order is the order of the job's pods."""
 
     CHIEF = "chief"
+    MASTER = "master"
     WORKER = "worker"
     PS = "ps"
     EVALUATOR = "evaluator"
@@ -224,8 +226,20 @@ DEFAULT_IMAGES: Final = {
     "jax": "python:3.11-slim",
     # Kubeflow MPI Operator's OpenMPI base image (Debian's OpenMPI and an SSH server).
     "mpi": "mpioperator/openmpi:0.6.0",
+    # XGBoost publishes no image of its own: like jax's, a plain Python to build FROM.
+    "xgboost": "python:3.11-slim",
+    # PaddlePaddle's own CPU image.
+    "paddlepaddle": "paddlepaddle/paddle:3.0.0",
 }
 FRAMEWORKS: Final = tuple(DEFAULT_IMAGES)
+# Frameworks refused at admission, each with why and what to use instead (one line).
+RETIRED_FRAMEWORKS: Final = {
+    "mxnet": "Apache MXNet is retired upstream (moved to the Apache Attic in 2023, no releases since); "
+    "port the model to pytorch (or jax or tensorflow)",
+}
+# The frameworks whose job has a master pod (slot 0, rank 0) besides its numWorkers workers: XGBoost's,
+# which runs the tracker the workers join (Kubeflow's XGBoostJob).
+MASTER_FRAMEWORKS: Final = ("xgboost",)
 
 # The security settings of the pods the operator builds (builders/pods.py), each kept unless
 # spec.podTemplate sets the field: the "restricted" Pod Security Standard wherever it costs the trainer
@@ -248,7 +262,7 @@ RDMA_CAPABILITIES: Final = ("IPC_LOCK",)
 #   securityContext, NON_ROOT_CONTAINER_FIELDS in the trainer's): then it has all of it, none of these.
 NON_ROOT_USER: Final = 1000
 NON_ROOT_GROUP: Final = 1000
-NON_ROOT_IMAGES: Final = tuple(DEFAULT_IMAGES.values())
+NON_ROOT_IMAGES: Final = tuple(dict.fromkeys(DEFAULT_IMAGES.values()))
 NON_ROOT_COMMANDS: Final = (DEFAULT_COMMAND, ELASTIC_DEFAULT_COMMAND)
 # Volume types any user can use as the kubelet makes them: emptyDir is world-writable, the others read-only.
 NON_ROOT_VOLUME_TYPES: Final = ("emptyDir", "configMap", "secret", "projected", "downwardAPI", "image")
@@ -317,6 +331,15 @@ RESERVED_ENV_NAMES: Final = (
     "JAX_COORDINATOR_ADDRESS",
     "JAX_NUM_PROCESSES",
     "JAX_PROCESS_ID",
+    # XGBoost (Kubeflow XGBoostJob's names)
+    "WORKER_ADDRS",
+    "WORKER_PORT",
+    # PaddlePaddle (paddle.distributed.launch's settings)
+    "PADDLE_MASTER",
+    "PADDLE_NNODES",
+    "PADDLE_NPROC_PER_NODE",
+    "PADDLE_JOB_ID",
+    "PADDLE_RANK",
     # hyperparameters
     "LEARNING_RATE",
     "BATCH_SIZE",
@@ -340,6 +363,9 @@ RESERVED_ENV_PREFIXES: Final = ("HP_", "TRAININGJOB_")
 # replaces the operator's): NCCL/Gloo tuning knobs, Python, experiment trackers, cloud credentials.
 OVERRIDABLE_ENV_NAMES: Final = (
     "PYTHONUNBUFFERED",
+    # XGBoost's and PaddlePaddle's own address of the pod (downward API), and paddle's log directory.
+    "POD_IP",
+    "PADDLE_LOG_DIR",
     "TORCH_DISABLE_SHARE_RDZV_TCP_STORE",
     "NCCL_IB_DISABLE",
     "NCCL_SOCKET_IFNAME",

@@ -19,6 +19,7 @@ from crd.evolution import SECTION as EVOLUTION_SECTION
 from crd.immutability import IMMUTABLE_FIELDS, POLICY_FILE_NAME
 from crd.openapi import Schema
 from crd.schema import custom_resource_definition, open_api_schema_of, printer_columns
+from crd.schema_frameworks import PADDLE_ROLE_RULES, XGBOOST_ROLE_RULES
 from crd.schema_mpi import ROLE_RULES as MPI_ROLE_RULES
 from crd.schema_tensorflow import ROLE_RULES
 
@@ -176,16 +177,7 @@ def api_docs() -> str:
         "|---|---|---|---|---|",
         *(f"| {' | '.join(_cell(text) for text in row)} |" for row in ROLE_RULES),
         "",
-        "## Replica roles (framework mpi)",
-        "",
-        "An MPI job is Kubeflow's MPIJob (v2beta1): numWorkers workers that serve SSH, and a launcher that "
-        "runs spec.command (`mpirun ...`) against the hostfile (docs/env.md, MPI). What each role's end "
-        "does to the job:",
-        "",
-        "| Role | Pods | Rank | Its success | Its failure |",
-        "|---|---|---|---|---|",
-        *(f"| {' | '.join(_cell(text) for text in row)} |" for row in MPI_ROLE_RULES),
-        "",
+        *_framework_roles(),
         "## status",
         "",
         *_field_table(root["properties"]["status"], "status"),
@@ -231,6 +223,44 @@ def api_docs() -> str:
         *EVOLUTION_SECTION,
     ]
     return "\n".join(lines)
+
+
+def _framework_roles() -> Iterator[str]:
+    """The roles of XGBoost's and PaddlePaddle's jobs, and the frameworks refused as retired."""
+    for title, intro, rows in (
+        (
+            "mpi",
+            "An MPI job is Kubeflow's MPIJob (v2beta1): numWorkers workers that serve SSH, and a launcher "
+            "that runs spec.command (`mpirun ...`) against the hostfile (docs/env.md, MPI). The Rank column "
+            "says where mpirun puts the ranks. What each role's end does to the job:",
+            MPI_ROLE_RULES,
+        ),
+        (
+            "xgboost",
+            "An XGBoost job is Kubeflow's XGBoostJob: a master, rank 0, that runs the tracker, and the "
+            "numWorkers workers that join it (docs/env.md, XGBoost). What each role's end does to the job:",
+            XGBOOST_ROLE_RULES,
+        ),
+        (
+            "paddlepaddle",
+            "A PaddlePaddle job is Kubeflow's PaddleJob in collective mode: workers only, each started by "
+            "`python -m paddle.distributed.launch` (docs/env.md, PaddlePaddle):",
+            PADDLE_ROLE_RULES,
+        ),
+    ):
+        yield from (
+            f"## Replica roles (framework {title})",
+            "",
+            intro,
+            "",
+            "| Role | Pods | Rank | Its success | Its failure |",
+            "|---|---|---|---|---|",
+            *(f"| {' | '.join(_cell(text) for text in row)} |" for row in rows),
+            "",
+        )
+    yield from ("## Retired frameworks", "", "Refused at admission, with why and what to use instead:", "")
+    yield from (f"- `{name}`: {reason}." for name, reason in contract.RETIRED_FRAMEWORKS.items())
+    yield ""
 
 
 def _immutable_rows() -> Iterator[str]:

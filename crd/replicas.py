@@ -1,13 +1,14 @@
 """The pods a TrainingJob is made of, by replica role: which roles, how many of each, in which order.
 
 A job's pods are its workers (spec.numWorkers), and for a TensorFlow job with spec.tensorflow also a
-chief, parameter servers and an evaluator (Kubeflow TFJob's replica roles). Builders name and
-configure each pod by its role and its index within the role; the planner sees the pods as one gang
-in which every pod has a slot. The slot order is fixed: the chief, the workers, the parameter servers,
-the evaluator, an MPI job's launcher. So slot 0 is the chief when there is one, else worker 0: the pod
+chief, parameter servers and an evaluator (Kubeflow TFJob's replica roles); an XGBoost job also has a
+master (Kubeflow XGBoostJob's), which runs the tracker. Builders name and configure each pod by its role
+and its index within the role; the planner sees the pods as one gang in which every pod has a slot. The
+slot order is fixed: the chief, the master, the workers, the parameter servers, the evaluator, an MPI
+job's launcher. So slot 0 is the chief or the master when there is one, else worker 0: the pod
 MASTER_ADDR names, that reports progress and whose success RankZero means. A job without TensorFlow
-roles (or MPI's) has only workers, and a worker's slot is its index: everything about such a job is
-as it was before roles.
+roles has only workers, and a worker's slot is its index: everything about such a job is as it was
+before roles.
 
 Pure arithmetic over the typed spec, in one place, so the names, the environment, the Services and
 the planner cannot disagree about which pod is which.
@@ -35,6 +36,7 @@ class Replicas:
     """How many pods of each role a job has (spec.numWorkers workers; spec.tensorflow's roles)."""
 
     chief: int = 0
+    master: int = 0
     workers: int = 1
     ps: int = 0
     evaluator: int = 0
@@ -44,6 +46,7 @@ class Replicas:
     def count(self, role: ReplicaType) -> int:
         return {
             ReplicaType.CHIEF: self.chief,
+            ReplicaType.MASTER: self.master,
             ReplicaType.WORKER: self.workers,
             ReplicaType.PS: self.ps,
             ReplicaType.EVALUATOR: self.evaluator,
@@ -87,16 +90,18 @@ class Replicas:
 
     @property
     def training(self) -> tuple[int, ...]:
-        """The slots of the training cluster (every pod but the evaluator; an MPI job's launcher too): a
-        gang breaks when one of them is lost."""
-        return self.slots(ReplicaType.CHIEF, ReplicaType.WORKER, ReplicaType.PS, ReplicaType.LAUNCHER)
+        """The slots of the training cluster (every pod but the evaluator): they form TF_CONFIG's
+        cluster, and a gang breaks when one of them is lost."""
+        return self.slots(
+            ReplicaType.CHIEF, ReplicaType.MASTER, ReplicaType.WORKER, ReplicaType.PS, ReplicaType.LAUNCHER
+        )
 
     @property
     def hosts(self) -> tuple[int, ...]:
-        """The slots whose pods get a stable DNS name (hostname and subdomain): TF_CONFIG's cluster, an
-        MPI job's workers (the hostfile). Not the evaluator nor the launcher, whose names may be longer
-        than a hostname may be."""
-        return self.slots(ReplicaType.CHIEF, ReplicaType.WORKER, ReplicaType.PS)
+        """The slots whose pods get a stable DNS name (hostname and subdomain): TF_CONFIG's cluster,
+        XGBoost's master, an MPI job's workers (the hostfile). Not the evaluator nor the launcher, whose
+        names may be longer than a hostname may be."""
+        return self.slots(ReplicaType.CHIEF, ReplicaType.MASTER, ReplicaType.WORKER, ReplicaType.PS)
 
     @property
     def launcher_slot(self) -> int | None:

@@ -25,6 +25,7 @@ from crd.openapi import (
     string_map,
 )
 from crd.schema_elastic import elastic, elastic_rules
+from crd.schema_frameworks import framework_rules, retired_framework_rules
 from crd.schema_mpi import MPI_REFUSAL, mpi, mpi_rules
 from crd.schema_parts import (
     DNS_SUBDOMAIN_PATTERN,
@@ -407,10 +408,13 @@ def spec() -> Schema:
             "framework": string(
                 "ML framework; selects the default image and the distributed environment (PET_*, TF_CONFIG "
                 "or JAX_*; mpi: a launcher running spec.command, mpirun, over SSH to the workers, "
-                "see mpi). Immutable.",
+                "see mpi; xgboost: a master pod that runs the tracker besides the numWorkers workers, "
+                "MASTER_ADDR and WORKER_ADDRS; paddlepaddle: PADDLE_* for paddle.distributed.launch; "
+                "mxnet is refused, retired upstream). Immutable.",
                 max_length=16,
-                enum=list(contract.FRAMEWORKS),
+                enum=[*contract.FRAMEWORKS, *contract.RETIRED_FRAMEWORKS],
                 default="pytorch",
+                rules=retired_framework_rules(),
             ),
             "image": string(
                 "Trainer container image. Unset: "
@@ -488,6 +492,7 @@ def spec() -> Schema:
             *spec_rules(),
             *elastic_rules(),
             *tensorflow_rules(),
+            *framework_rules(),
             *mpi_rules(),
         ],
     )

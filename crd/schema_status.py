@@ -90,9 +90,12 @@ def pod_counts(description: str) -> Schema:
 
 def roles() -> Schema:
     return obj(
-        "The pods of the current attempt by role and phase, for a job with TensorFlow roles "
-        "(spec.tensorflow).",
-        {role: pod_counts(f"The {role} pods by phase.") for role in ("chief", "worker", "ps", "evaluator")},
+        "The pods of the current attempt by role and phase, for a job with roles besides its workers "
+        "(spec.tensorflow's, an xgboost job's master).",
+        {
+            role: pod_counts(f"The {role} pods by phase.")
+            for role in ("chief", "master", "worker", "ps", "evaluator")
+        },
     )
 
 

@@ -421,10 +421,13 @@ class Spec:
 
     @property
     def replicas(self) -> Replicas:
-        """The job's pods by role: numWorkers workers, and spec.tensorflow's chief, ps and evaluator."""
+        """The job's pods by role: numWorkers workers, and spec.tensorflow's chief, ps and evaluator, or
+        an XGBoost job's master."""
         roles = self.tensorflow
         if self.mpi is not None:
             return Replicas(workers=self.num_workers, launcher=1)
+        if self.framework in contract.MASTER_FRAMEWORKS:
+            return Replicas(master=1, workers=self.num_workers)
         if roles is None:
             return Replicas(workers=self.num_workers)
         return Replicas(chief=roles.chief, workers=self.num_workers, ps=roles.ps, evaluator=roles.evaluator)

@@ -20,7 +20,7 @@ from crd import contract
 from trainingjob_client.errors import InvalidManifest
 
 JsonDict = dict[str, Any]
-Framework = Literal["pytorch", "tensorflow", "jax", "mpi"]
+Framework = Literal["pytorch", "tensorflow", "jax", "xgboost", "paddlepaddle", "mpi"]
 
 
 class JobFields(TypedDict, total=False):

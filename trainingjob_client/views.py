@@ -198,6 +198,7 @@ class TrainingJob:
         roles = spec.get("tensorflow") or {}
         return Replicas(
             chief=_int(roles.get("chief")) or 0,
+            master=1 if spec.get("framework") in contract.MASTER_FRAMEWORKS else 0,
             workers=self.num_workers,
             ps=_int(roles.get("ps")) or 0,
             evaluator=_int(roles.get("evaluator")) or 0,

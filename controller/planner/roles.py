@@ -11,6 +11,9 @@ on, and docs/api.md's table of the roles (crd/schema_tensorflow.py ROLE_RULES) s
   or in an elastic job worker 0, whose torchrun agent ends last;
 * a failure of the chief, a worker or a parameter server breaks the training cluster: the gang
   restarts under failurePolicy (decide.py, as for any failure: they are among `Gang.failures`);
+* an XGBoost job's master (Kubeflow's XGBoostJob; crd/schema_frameworks.py XGBOOST_ROLE_RULES) is as a
+  chief: it runs the tracker and trains as rank 0, and its success completes the job (the workers end
+  with it, and one that has not is stopped); a worker's success alone decides nothing;
 * an MPI job's launcher (crd/schema_mpi.py ROLE_RULES) runs mpirun: its success completes the job and
   stops the workers, whose SSH servers serve until then; a worker's end decides nothing but a failure;
 * the evaluator is not part of the training cluster: its failure (or loss) is recorded, as condition
@@ -64,13 +67,14 @@ def completion(spec: Spec, gang: Gang) -> Completion | None:  # noqa: PLR0911 - 
     replicas = spec.replicas
     if replicas.launcher_slot is not None:
         return _launcher_completion(gang, replicas.launcher_slot)
-    if replicas.chief:
-        chief = _succeeded(gang, 0)
-        if chief is None:
+    if replicas.chief or replicas.master:
+        # Slot 0 is the chief (TensorFlow) or the master (XGBoost): its success is the job's.
+        leader = _succeeded(gang, 0)
+        if leader is None:
             return None
-        return Completion(
-            "ChiefSucceeded", f"chief {chief['metadata']['name']} succeeded", tuple(gang.holding)
-        )
+        role = replicas.at(0).type
+        reason = f"{str(role).capitalize()}Succeeded"
+        return Completion(reason, f"{role} {leader['metadata']['name']} succeeded", tuple(gang.holding))
     rank0 = _succeeded(gang, 0)
     if spec.success_policy.mode == "RankZero" and rank0 is not None:
         # The other workers are stopped whatever cleanPodPolicy says (it keeps finished pods only).

@@ -64,6 +64,9 @@ TENSORFLOW_EXAMPLE = "trainingjob-tensorflow.yaml"
 RESTRICTED_EXAMPLE = "trainingjob-restricted.yaml"
 # Trained to Completed on the real node, below.
 TRAINED_EXAMPLES = ["trainingjob-resume.yaml", "trainingjob-byo.yaml"]
+# Applied on kwok by tests/e2e/test_frameworks_admission_e2e.py and trained with the real frameworks on
+# the real node by tests/e2e/test_xgboost_paddle_real_node.py.
+FRAMEWORK_EXAMPLES = ["trainingjob-xgboost.yaml", "trainingjob-paddle.yaml"]
 # Trained against the dev cluster's MLflow server on the real node by tests/e2e/test_mlflow_real_node.py.
 TRACKED_EXAMPLES = ["trainingjob-mlflow.yaml"]
 # Applied on kwok by tests/e2e/test_mpi_e2e.py.
@@ -95,6 +98,7 @@ def test_every_example_is_covered() -> None:
             *TRACKED_EXAMPLES,
             TENSORFLOW_EXAMPLE,
             MPI_EXAMPLE,
+            *FRAMEWORK_EXAMPLES,
         ]
     )
 

@@ -28,6 +28,7 @@ from crd import contract
 from tests.unit.crd_case_model import InvalidCase, base_job, case, job, transition
 from tests.unit.crd_cases_elastic import elastic_invalid_cases, elastic_valid_manifests, elastic_valid_updates
 from tests.unit.crd_cases_embedded import embedded_type_cases, podtemplate_manifests
+from tests.unit.crd_cases_frameworks import frameworks_invalid_cases, frameworks_valid_manifests
 from tests.unit.crd_cases_mpi import mpi_invalid_cases, mpi_valid_manifests
 from tests.unit.crd_cases_schema import S3, schema_cases
 from tests.unit.crd_cases_tensorflow import (
@@ -325,6 +326,7 @@ def invalid_cases() -> list[InvalidCase]:
         *embedded_type_cases(),
         *elastic_invalid_cases(),
         *tensorflow_invalid_cases(),
+        *frameworks_invalid_cases(),
         *mpi_invalid_cases(),
     ]
 
@@ -424,6 +426,7 @@ def valid_manifests() -> dict[str, dict[str, Any]]:
         **podtemplate_manifests(),
         **elastic_valid_manifests(),
         **tensorflow_valid_manifests(),
+        **frameworks_valid_manifests(),
         **mpi_valid_manifests(),
     }
 

@@ -23,7 +23,7 @@ def schema_cases() -> list[InvalidCase]:
         case("dataset-missing", {"spec.dataset": DELETE}, "spec.dataset", "schema"),
         case("gpusPerWorker-above-16", {"spec.gpusPerWorker": 17}, "spec.gpusPerWorker", "schema"),
         case("gpusPerWorker-negative", {"spec.gpusPerWorker": -1}, "spec.gpusPerWorker", "schema"),
-        case("framework-unknown", {"spec.framework": "mxnet"}, "spec.framework", "schema"),
+        case("framework-unknown", {"spec.framework": "caffe"}, "spec.framework", "schema"),
         case(
             "volcano-queue-not-a-name",
             {"spec.scheduling.gangScheduling": True, "spec.scheduling.queue": "Team A"},

