@@ -9,7 +9,8 @@ VENV_PY := $(VENV)/bin/python
 # Three installs into the same virtualenv: the operator's runtime dependencies; those and torch (the
 # `train` extra, about 5 GB: what make demo needs, its trainer image is built from it); and the dev
 # tools, the testbed (testbed/pyproject.toml, with its harness's dependencies) and the frameworks'
-# extras for the tests: `train`, `tensorflow` (tensorflow-cpu) and `jax` (jax with its CPU jaxlib), and
+# extras for the tests: `train`, `tensorflow` (tensorflow-cpu), `jax` (jax with its CPU jaxlib), `xgboost`
+# (xgboost-cpu) and `paddle` (paddlepaddle's CPU wheel), and
 # `tracking` (MLflow's client, which the torch trainer image takes along).
 # Each is a superset of the one before, so the dev install satisfies the other two stamps too.
 RUNTIME_STAMP := $(VENV)/.installed-runtime
@@ -68,7 +69,7 @@ $(DEMO_STAMP): setup.cfg pyproject.toml
 
 $(STAMP): setup.cfg pyproject.toml testbed/pyproject.toml
 	$(make_venv)
-	$(VENV_PY) -m pip install --quiet -e '.[dev,train,tensorflow,jax,tracking]' -e './testbed[harness]'
+	$(VENV_PY) -m pip install --quiet -e '.[dev,train,tensorflow,jax,xgboost,paddle,tracking]' -e './testbed[harness]'
 	@touch $@ $(DEMO_STAMP) $(RUNTIME_STAMP)
 
 .PHONY: venv

@@ -35,7 +35,7 @@ from typing import Final
 from crd.contract import DEFAULT_IMAGES
 from crd.defaults import subschema
 from testbed.common import ToolError
-from testbed.images import base
+from testbed.images import base, debs
 from testbed.images.archive import open_member, read_archive
 from testbed.images.base import PYTHON_VERSION
 from testbed.images.keys import KeyInputs
@@ -56,12 +56,18 @@ class TrainerSpec:
     framework: str
     distributions: tuple[str, ...]
     tag_prefix: str
+    # Debian packages whose shared libraries the wheels link without shipping them (testbed/images/
+    # debs.py), in a layer of their own.
+    debian: tuple[str, ...] = ()
 
 
 TRAINERS: Final = (
     TrainerSpec("trainer-torch", "pytorch", ("torch",), "torch"),
     TrainerSpec("trainer-tensorflow", "tensorflow", ("tensorflow-cpu",), "tensorflow"),
     TrainerSpec("trainer-jax", "jax", ("jax",), "jax"),
+    TrainerSpec("trainer-xgboost", "xgboost", ("xgboost-cpu",), "xgboost"),
+    # libpaddle.so needs libgomp.so.1, which paddlepaddle/paddle has and the base's minimal Debian lacks.
+    TrainerSpec("trainer-paddle", "paddlepaddle", ("paddlepaddle",), "paddle", debian=("libgomp1",)),
 )
 
 
@@ -211,6 +217,7 @@ def closure_inputs(closure: Closure, into: KeyInputs) -> None:
 def inputs(spec: TrainerSpec, context: Context, keys: Mapping[str, str], into: KeyInputs) -> None:
     into.text("distributions", " ".join(spec.distributions))
     closure_inputs(installed_closure(context.trainer_venv(), spec.distributions), into)
+    debs.inputs(spec.debian, into)
 
 
 # ------------------------------------------------------------------------------------------- build
@@ -274,9 +281,14 @@ def build(spec: TrainerSpec, build: Build) -> dict[str, object]:
     listed = ", ".join(f"{d.name} {d.version}" for d in closure.distributions)
     build.say(f"{spec.name}: a layer of {len(closure.distributions)} distributions from {venv}: {listed}")
     layer = build.archive.add_layer(partial(_fill, closure=closure))
+    diff_ids = [*contents.config["rootfs"]["diff_ids"], layer.diff_id]
+    if spec.debian:
+        build.say(f"{spec.name}: a layer of Debian's {', '.join(spec.debian)}")
+        root = debs.unpack(spec.debian, build.work, build.steps)
+        diff_ids.append(build.archive.add_layer(partial(debs.fill, root=root)).diff_id)
     config = dict(contents.config)
     config["created"] = build.created
-    config["rootfs"] = {"type": "layers", "diff_ids": [*contents.config["rootfs"]["diff_ids"], layer.diff_id]}
+    config["rootfs"] = {"type": "layers", "diff_ids": diff_ids}
     created_by = f"{' '.join(spec.distributions)} and their dependencies from the test virtualenv"
     config["history"] = [
         *contents.config.get("history", []),

@@ -35,6 +35,8 @@ IMAGES: Final = (
     "trainer-torch",
     "trainer-tensorflow",
     "trainer-jax",
+    "trainer-xgboost",
+    "trainer-paddle",
 )
 ALL_IMAGES: Final = "all"
 IMAGE_KEY_LABEL: Final = "ml.example.com/image-key"

@@ -289,6 +289,17 @@ def test_the_nodes_images_always_include_its_own_and_all_leaves_out_a_missing_fr
     assert "without image trainer-jax: jax is not installed in" in said
     monkeypatch.setenv(
         "TJ_TRAINER_VENV",
-        str(fake_venv(tmp_path / "dev", "torch-2.9.1", "tensorflow_cpu-2.19.0", "jax-0.7.2")),
+        str(
+            fake_venv(
+                tmp_path / "dev",
+                *(
+                    "torch-2.9.1",
+                    "tensorflow_cpu-2.19.0",
+                    "jax-0.7.2",
+                    "xgboost_cpu-3.2.0",
+                    "paddlepaddle-3.3.1",
+                ),
+            )
+        ),
     )
     assert nodeimages.selected_images("all") == nodeimages.IMAGES
