@@ -99,13 +99,13 @@ fi
 WORKER_SCRIPT_TEXT: Final = f"""#!/bin/sh
 # An MPI worker (written by trainingjob-operator): an SSH server for the launcher's mpirun, run as
 # the pod's user on $TRAININGJOB_MPI_SSH_PORT with the job's key.
-{_PREPARE}sshd=$(command -v sshd || echo /usr/sbin/sshd)
+sshd=$(command -v sshd || echo /usr/sbin/sshd)
 if [ ! -x "$sshd" ]; then
   echo "MPI: no sshd in the image (OpenSSH's server, e.g. Debian's openssh-server):" \\
     "the launcher's mpirun cannot reach this worker" >&2
   exit 127
 fi
-cp {contract.MPI_MOUNT_PATH}/{SSH_DIR}/{AUTHORIZED_KEYS_FILE} "$dir/authorized_keys"
+{_PREPARE}cp {contract.MPI_MOUNT_PATH}/{SSH_DIR}/{AUTHORIZED_KEYS_FILE} "$dir/authorized_keys"
 chmod 600 "$dir/authorized_keys"
 session=""
 for name in $TRAININGJOB_MPI_SESSION_ENV; do

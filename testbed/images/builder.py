@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Final
 
 from testbed.common import Say, ToolError
-from testbed.images import base, busybox, cache, operator, pause, previous, trainer
+from testbed.images import base, busybox, cache, operator, pause, previous, trainer, trainer_mpi
 from testbed.images.archive import ArchiveWriter
 from testbed.images.keys import KeyInputs
 from testbed.images.recipe import SHARED_REVISION, Build, Context, Recipe
@@ -32,6 +32,7 @@ IMAGES: Final[Mapping[str, Recipe]] = {
         operator.RECIPE,
         previous.RECIPE,
         *(trainer.recipe(spec) for spec in trainer.TRAINERS),
+        trainer_mpi.RECIPE,
     )
 }
 
@@ -91,7 +92,12 @@ def unavailable(name: str, context: Context | None = None) -> str | None:
     virtualenv lacks), or None."""
     context = context or Context()
     specs = [spec for spec in trainer.TRAINERS if spec.name == recipe_of(name).name]
-    return trainer.not_installed(specs[0], context) if specs else None
+    if specs:
+        return trainer.not_installed(specs[0], context)
+    # An image built on a trainer (trainer-mpi on trainer-torch) needs what that one needs.
+    return next(
+        filter(None, (unavailable(dependency, context) for dependency in recipe_of(name).depends)), None
+    )
 
 
 def ensure(name: str, context: Context | None = None) -> cache.Image:

@@ -37,6 +37,7 @@ IMAGES: Final = (
     "trainer-jax",
     "trainer-xgboost",
     "trainer-paddle",
+    "trainer-mpi",
 )
 ALL_IMAGES: Final = "all"
 IMAGE_KEY_LABEL: Final = "ml.example.com/image-key"

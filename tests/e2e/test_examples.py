@@ -69,7 +69,8 @@ TRAINED_EXAMPLES = ["trainingjob-resume.yaml", "trainingjob-byo.yaml"]
 FRAMEWORK_EXAMPLES = ["trainingjob-xgboost.yaml", "trainingjob-paddle.yaml"]
 # Trained against the dev cluster's MLflow server on the real node by tests/e2e/test_mlflow_real_node.py.
 TRACKED_EXAMPLES = ["trainingjob-mlflow.yaml"]
-# Applied on kwok by tests/e2e/test_mpi_e2e.py.
+# Applied on kwok by tests/e2e/test_mpi_e2e.py and run with OpenMPI on the real node by
+# tests/e2e/test_mpi_real_node.py.
 MPI_EXAMPLE = "trainingjob-mpi.yaml"
 
 

@@ -5,8 +5,9 @@ stopping the workers, a launcher that cannot reach a worker failing the job with
 input refused naming the field (docs/api.md's table of the MPI roles, docs/env.md's MPI section).
 
 The nodes are kwok's (they mark a running pod Ready at once; the readiness that the planner waits for
-is tested in tests/unit/test_lifecycle_mpi.py); the test plays the kubelet with `end_pod`. Every
-admission case is tests/e2e/test_api.py's (tests/unit/crd_cases_mpi.py). The operator runs with the rights
+is tested in tests/unit/test_lifecycle_mpi.py); the test plays the kubelet with `end_pod`. The real
+OpenMPI runs the same example on the real node in tests/e2e/test_mpi_real_node.py; every admission
+case is tests/e2e/test_api.py's (tests/unit/crd_cases_mpi.py). The operator runs with the rights
 deploy/ grants it, which let it create Secrets and never read them.
 """
 
