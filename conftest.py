@@ -47,6 +47,7 @@ sessions.use_worker_dir()
 from crd import contract  # noqa: E402
 from testbed import (  # noqa: E402
     BUILDS,
+    MLFLOW,
     NETWORK_POLICIES,
     REAL_NODE,
     REGISTRY,
@@ -240,6 +241,15 @@ def registry(real_node: Kubectl) -> Kubectl:
 
 
 @pytest.fixture(scope="session")
+def mlflow_server(real_node: Kubectl) -> Kubectl:
+    """The session's cluster with MLflow's tracking server on its real node (testbed/addons/mlflow.py:
+    SQLite, artifacts served on a claim; `testbed.MLFLOW` says where), added by the first test that
+    asks for it; its image is built on first use (about 3.5 minutes cold, then cached)."""
+    require_optional(MLFLOW.name)
+    return real_node
+
+
+@pytest.fixture(scope="session")
 def helm() -> Path:
     """The helm binary built from Go modules (hack/kube-bins.sh ensure helm), built on first use."""
     return component_binary("helm")
@@ -279,6 +289,7 @@ FIXTURE_MARKERS = {
     "real_node": pytest.mark.real_node,
     "network_policies": pytest.mark.components,
     "registry": pytest.mark.components,
+    "mlflow_server": pytest.mark.components,
 }
 
 
@@ -416,6 +427,7 @@ __all__ = [
     "kubectl",
     "kubeflow_operator",
     "kueue",
+    "mlflow_server",
     "namespace",
     "network_policies",
     "node_images",

@@ -12,6 +12,7 @@ the testbed's own. Standard library only, like the control plane, so importing i
 before `python3 -m testbed.cluster` runs.
 """
 
+from testbed.addons.mlflow import MLFLOW
 from testbed.addons.optional import BUILDS_BY_NAME as BUILDS
 from testbed.cluster.handle import Cluster, throwaway_cluster
 from testbed.cluster.kube_bins import BackgroundBuilds, component_binary, is_cached
@@ -46,6 +47,7 @@ from testbed.node.placement import (
 
 __all__ = [
     "BUILDS",
+    "MLFLOW",
     "NETWORK_POLICIES",
     "PREVIOUS_OPERATOR_COMMIT",
     "PYTHON_IMAGE",

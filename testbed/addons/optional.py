@@ -22,12 +22,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Final
 
-from testbed.addons import coscheduling, kueue, volcano
+from testbed.addons import coscheduling, kueue, mlflow, volcano
 from testbed.cluster import kube_bins
 from testbed.cluster.pki import issue, self_signed_context
 from testbed.cluster.processes import kubectl, spawn, stop_processes, wait_for
 from testbed.cluster.state import (
     LOGS,
+    MLFLOW,
     NETWORK_POLICIES,
     REAL_NODE,
     REGISTRY,
@@ -57,15 +58,15 @@ BUILDS_BY_NAME: Final = {**BUILDS, KUBEFLOW_TRAINING_OPERATOR: KUBEFLOW_TRAINING
 
 
 def parse_with(text: str) -> list[str]:
-    """`--with a,b`: known names, in the order given, without repeats; network-policies and the
-    registry bring the real node, which they run on, before them."""
+    """`--with a,b`: known names, in the order given, without repeats; network-policies, the
+    registry and mlflow bring the real node, which they run on, before them."""
     names: list[str] = []
     for name in (part.strip() for part in text.split(",")):
         if not name or name in names:
             continue
         if name not in OPTIONAL:
             raise ToolError(f"unknown optional component {name!r}; one of: {', '.join(OPTIONAL)}")
-        if name in (NETWORK_POLICIES, REGISTRY) and REAL_NODE not in names:
+        if name in (NETWORK_POLICIES, REGISTRY, MLFLOW) and REAL_NODE not in names:
             names.append(REAL_NODE)
         names.append(name)
     return names
@@ -84,6 +85,8 @@ def build(names: list[str], node_images: tuple[str, ...] = nodeimages.IMAGES) ->
         built = {
             name: realnode.build_binaries()["kubelet"]
             if name == REAL_NODE
+            else mlflow.build()
+            if name == MLFLOW
             else kube_bins.ensure(BUILDS[name])
             for name in names
         }
@@ -93,7 +96,7 @@ def build(names: list[str], node_images: tuple[str, ...] = nodeimages.IMAGES) ->
 
 
 def crd_files(name: str, build_dir: Path) -> list[Path]:
-    if name in (REAL_NODE, NETWORK_POLICIES, REGISTRY):
+    if name in (REAL_NODE, NETWORK_POLICIES, REGISTRY, MLFLOW):
         return []
     if name == kueue.NAME:
         return sorted((build_dir / kueue.CRD_DIR).glob("*.yaml"))
@@ -148,6 +151,9 @@ def add(
             continue
         if name == REGISTRY:
             registry.add(state, build_dir)
+            continue
+        if name == MLFLOW:
+            mlflow.add(state)
             continue
         if not crds_installed:
             install_crds(bin_dir, name, build_dir)

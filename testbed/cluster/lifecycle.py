@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any, Final
 
-from testbed.addons import optional
+from testbed.addons import mlflow, optional
 from testbed.cluster import components, kube_bins
 from testbed.cluster.components import Ports
 from testbed.cluster.nodes import NodeShape, create_nodes, ready_nodes
@@ -32,6 +32,7 @@ from testbed.cluster.processes import kubectl, spawn, stop_processes, wait_for
 from testbed.cluster.state import (
     KUBECONFIG,
     KUBECTL_LINK,
+    MLFLOW,
     NETWORK_POLICIES,
     NETWORK_POLICY_COMPONENTS,
     NODE_COMPONENTS,
@@ -236,9 +237,11 @@ def remove_optional(name: str) -> None:
             netpolicies.remove(state)
         if name in (REAL_NODE, REGISTRY) and state.get("registry"):
             registry.remove(state)
+        if name in (REAL_NODE, MLFLOW) and MLFLOW in state.get("optional", []):
+            mlflow.remove(state)  # its pod runs on the node
         if name == REAL_NODE:
             realnode.remove(state)
-        elif name not in (NETWORK_POLICIES, REGISTRY):
+        elif name not in (NETWORK_POLICIES, REGISTRY, MLFLOW):
             names = (name, *OPTIONAL_SIDE_PROCESSES.get(name, ()))
             stop_processes({n: state["processes"].pop(n) for n in names if n in state["processes"]})
             state["optional"].remove(name)

@@ -52,8 +52,10 @@ NETWORK_POLICY_COMPONENTS: Final = ("api-endpoint", "network-policies")
 # The image registry the real node pulls from (`up --with registry`, testbed/node/registry.py): one
 # process, in the node's network namespace.
 REGISTRY: Final = "registry"
+# MLflow's tracking server (`up --with mlflow`, testbed/addons/mlflow.py): a Deployment on the real node.
+MLFLOW: Final = "mlflow"
 # What `up --with` takes.
-WITH_CHOICES: Final = (*OPTIONAL_COMPONENTS, REAL_NODE, NETWORK_POLICIES, REGISTRY)
+WITH_CHOICES: Final = (*OPTIONAL_COMPONENTS, REAL_NODE, NETWORK_POLICIES, REGISTRY, MLFLOW)
 # A component stopped on purpose longer ago than this was forgotten (its test was killed): `up` starts it.
 STOP_EXPIRY: Final = 300.0
 # Names of dev processes (`run <name>`): lower-case letters, digits and dashes.

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Final
 
 from testbed.common import Say, ToolError
-from testbed.images import base, busybox, cache, operator, pause, previous, trainer, trainer_mpi
+from testbed.images import base, busybox, cache, mlflow, operator, pause, previous, trainer, trainer_mpi
 from testbed.images.archive import ArchiveWriter
 from testbed.images.keys import KeyInputs
 from testbed.images.recipe import SHARED_REVISION, Build, Context, Recipe
@@ -32,6 +32,7 @@ IMAGES: Final[Mapping[str, Recipe]] = {
         operator.RECIPE,
         previous.RECIPE,
         *(trainer.recipe(spec) for spec in trainer.TRAINERS),
+        mlflow.RECIPE,
         trainer_mpi.RECIPE,
     )
 }

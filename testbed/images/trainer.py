@@ -56,13 +56,16 @@ class TrainerSpec:
     framework: str
     distributions: tuple[str, ...]
     tag_prefix: str
+    # Taken along when the virtualenv has them (the `tracking` extra): the experiment trackers' clients
+    # the reference trainer logs through (trainer/reference_trainer/tracking.py).
+    optional: tuple[str, ...] = ()
     # Debian packages whose shared libraries the wheels link without shipping them (testbed/images/
     # debs.py), in a layer of their own.
     debian: tuple[str, ...] = ()
 
 
 TRAINERS: Final = (
-    TrainerSpec("trainer-torch", "pytorch", ("torch",), "torch"),
+    TrainerSpec("trainer-torch", "pytorch", ("torch",), "torch", optional=("mlflow-skinny", "tensorboard")),
     TrainerSpec("trainer-tensorflow", "tensorflow", ("tensorflow-cpu",), "tensorflow"),
     TrainerSpec("trainer-jax", "jax", ("jax",), "jax"),
     TrainerSpec("trainer-xgboost", "xgboost", ("xgboost-cpu",), "xgboost"),
@@ -117,18 +120,30 @@ def installed_closure(venv: Path, roots: tuple[str, ...]) -> Closure:
     return _CLOSURES[memo_key]
 
 
+def is_installed(venv: Path, distribution: str) -> bool:
+    """Whether `distribution` is installed in `venv`: reads the .dist-info directories' names only."""
+    wanted = re.sub(r"[-_.]+", "-", distribution).lower()
+    for info in venv.glob("lib/python*/site-packages/*.dist-info"):
+        if re.sub(r"[-_.]+", "-", info.name.removesuffix(".dist-info").rsplit("-", 1)[0]).lower() == wanted:
+            return True
+    return False
+
+
 def not_installed(spec: TrainerSpec, context: Context) -> str | None:
     """Why the trainer cannot be built here (its framework is missing from the virtualenv, as in
-    `make demo`'s, which has torch alone), or None. Reads the .dist-info directories' names only."""
+    `make demo`'s, which has torch alone), or None."""
     try:
         venv = context.trainer_venv()
     except ToolError as error:
         return str(error)
-    wanted = re.sub(r"[-_.]+", "-", spec.distributions[0]).lower()
-    for info in venv.glob("lib/python*/site-packages/*.dist-info"):
-        if re.sub(r"[-_.]+", "-", info.name.removesuffix(".dist-info").rsplit("-", 1)[0]).lower() == wanted:
-            return None
+    if is_installed(venv, spec.distributions[0]):
+        return None
     return f"{spec.distributions[0]} is not installed in {venv}"
+
+
+def roots(spec: TrainerSpec, venv: Path) -> tuple[str, ...]:
+    """The distributions the image starts from: its own, and those of `optional` installed here."""
+    return (*spec.distributions, *(name for name in spec.optional if is_installed(venv, name)))
 
 
 # ------------------------------------------------------------------------------------- references
@@ -190,7 +205,8 @@ def public_images(framework: str, default_framework: str, example_texts: list[st
 
 
 def references(spec: TrainerSpec, context: Context) -> tuple[str, ...]:
-    closure = installed_closure(context.trainer_venv(), spec.distributions)
+    venv = context.trainer_venv()
+    closure = installed_closure(venv, roots(spec, venv))
     version = closure.distributions[0].version
     examples = [
         path.read_text(encoding="utf-8") for path in sorted((context.repo / "examples").glob("*.yaml"))
@@ -215,8 +231,9 @@ def closure_inputs(closure: Closure, into: KeyInputs) -> None:
 
 
 def inputs(spec: TrainerSpec, context: Context, keys: Mapping[str, str], into: KeyInputs) -> None:
-    into.text("distributions", " ".join(spec.distributions))
-    closure_inputs(installed_closure(context.trainer_venv(), spec.distributions), into)
+    venv = context.trainer_venv()
+    into.text("distributions", " ".join(roots(spec, venv)))
+    closure_inputs(installed_closure(venv, roots(spec, venv)), into)
     debs.inputs(spec.debian, into)
 
 
@@ -270,7 +287,7 @@ def _fill(layer: LayerWriter, closure: Closure) -> None:
 
 def build(spec: TrainerSpec, build: Build) -> dict[str, object]:
     venv = build.context.trainer_venv()
-    closure = installed_closure(venv, spec.distributions)
+    closure = installed_closure(venv, roots(spec, venv))
     if closure.python != PYTHON_VERSION:
         build.steps.fail(f"{venv} has Python {closure.python}; the base image has {PYTHON_VERSION}")
     base = build.dependencies["base"]
@@ -289,7 +306,7 @@ def build(spec: TrainerSpec, build: Build) -> dict[str, object]:
     config = dict(contents.config)
     config["created"] = build.created
     config["rootfs"] = {"type": "layers", "diff_ids": diff_ids}
-    created_by = f"{' '.join(spec.distributions)} and their dependencies from the test virtualenv"
+    created_by = f"{' '.join(roots(spec, venv))} and their dependencies from the test virtualenv"
     config["history"] = [
         *contents.config.get("history", []),
         {"created": build.created, "created_by": created_by},

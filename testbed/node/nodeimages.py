@@ -16,6 +16,7 @@ from typing import Final
 from testbed import images
 from testbed.cluster.state import say
 from testbed.common import ToolError
+from testbed.images import mlflow as mlflow_image
 from testbed.images import refs as images_refs
 
 # The node's `ctr` with its address and namespace: ctr(*args, timeout=...) -> its output.
@@ -40,6 +41,9 @@ IMAGES: Final = (
     "trainer-mpi",
 )
 ALL_IMAGES: Final = "all"
+# Images imported by an optional component of their own (`up --with mlflow`: its server), never by
+# `--images`: an import of the others leaves them alone, as the component's pods may still use them.
+ON_REQUEST_IMAGES: Final = (mlflow_image.NAME,)
 IMAGE_KEY_LABEL: Final = "ml.example.com/image-key"
 # containerd's CRI reports an image with this label as pinned, and the kubelet never collects those.
 PINNED_LABEL: Final = "io.cri-containerd.pinned=pinned"
@@ -85,6 +89,8 @@ def import_images(ctr: Ctr, names: tuple[str, ...] = IMAGES) -> None:
     }
     wanted = {path: built[name].key for name, image_paths in paths.items() for path in image_paths}
     held = imported_keys(ctr)
+    others = {images_refs.repository_path(ref) for ref in on_request_references(names)}
+    held = {ref: key for ref, key in held.items() if not any(ref.endswith("/" + path) for path in others)}
     for reference in stale_images(held, wanted, every_image=set(names) == set(IMAGES)):
         say(f"real node: removing {reference}, which this tree does not build as it is")
         ctr("images", "rm", "--sync", reference, timeout=IMPORT_TIMEOUT)
@@ -103,6 +109,11 @@ def import_images(ctr: Ctr, names: tuple[str, ...] = IMAGES) -> None:
         if not imported:
             took = time.monotonic() - began
             say(f"real node: imported {name} ({', '.join(image.references)}) in {took:.1f}s")
+
+
+def on_request_references(names: tuple[str, ...]) -> list[str]:
+    """The references of the on-request images not among `names`: what an import of `names` keeps."""
+    return [mlflow_image.reference()] if mlflow_image.NAME not in names else []
 
 
 def stale_images(held: dict[str, str], wanted: dict[str, str], *, every_image: bool = True) -> list[str]:
