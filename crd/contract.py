@@ -225,7 +225,7 @@ DEFAULT_IMAGES: Final = {
     "tensorflow": "tensorflow/tensorflow:2.19.0-gpu",
     "jax": "python:3.11-slim",
     # Kubeflow MPI Operator's OpenMPI base image (Debian's OpenMPI and an SSH server).
-    "mpi": "mpioperator/openmpi:0.6.0",
+    "mpi": "mpioperator/openmpi:v0.6.0",
     # XGBoost publishes no image of its own: like jax's, a plain Python to build FROM.
     "xgboost": "python:3.11-slim",
     # PaddlePaddle's own CPU image.

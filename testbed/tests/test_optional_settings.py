@@ -283,7 +283,15 @@ def test_the_nodes_images_always_include_its_own_and_all_leaves_out_a_missing_fr
         nodeimages.selected_images("torch")
     # make demo's virtualenv: torch without TensorFlow or JAX.
     monkeypatch.setenv("TJ_TRAINER_VENV", str(fake_venv(tmp_path / "venv", "torch-2.9.1", "PyYAML-6.0.2")))
-    assert nodeimages.selected_images("all") == ("pause", "busybox", "base", "operator", "trainer-torch")
+    # trainer-mpi is trainer-torch plus Debian's packages: it needs nothing more from the virtualenv.
+    assert nodeimages.selected_images("all") == (
+        "pause",
+        "busybox",
+        "base",
+        "operator",
+        "trainer-torch",
+        "trainer-mpi",
+    )
     said = capsys.readouterr().err
     assert "without image trainer-tensorflow: tensorflow-cpu is not installed in" in said
     assert "without image trainer-jax: jax is not installed in" in said
