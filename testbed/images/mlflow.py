@@ -21,7 +21,6 @@ from collections.abc import Mapping
 from typing import Final
 
 from testbed.common import REPO, ToolError
-from testbed.images.archive import open_member, read_archive
 from testbed.images.base import PYTHON_VERSION
 from testbed.images.keys import KeyInputs
 from testbed.images.recipe import Build, Context, Recipe
@@ -89,20 +88,9 @@ def build(build: Build) -> dict[str, object]:
             requirement,
         ],
     )
-    base = build.dependencies["base"]
-    contents = read_archive(base.archive)
-    for member, diff_id in zip(contents.layer_members, contents.config["rootfs"]["diff_ids"], strict=True):
-        with open_member(base.archive, member) as source:
-            build.archive.copy_layer(source, diff_id)
+    base = build.copy_layers_of("base")
     layer = build.archive.add_layer(lambda writer: writer.add_tree(root))
-    config = dict(contents.config)
-    config["created"] = build.created
-    config["rootfs"] = {"type": "layers", "diff_ids": [*contents.config["rootfs"]["diff_ids"], layer.diff_id]}
-    config["history"] = [
-        *contents.config.get("history", []),
-        {"created": build.created, "created_by": f"pip install {requirement}"},
-    ]
-    return config
+    return build.config_on_top(base, [layer.diff_id], f"pip install {requirement}")
 
 
 RECIPE: Final = Recipe(

@@ -19,7 +19,7 @@ from typing import Final
 
 from testbed.common import REPO, Say, ToolError
 from testbed.images.apt_sources import APT_DIR
-from testbed.images.archive import ArchiveWriter
+from testbed.images.archive import ArchiveContents, ArchiveWriter, open_member, read_archive
 from testbed.images.cache import Image
 from testbed.images.keys import KeyInputs
 from testbed.images.steps import Steps
@@ -67,6 +67,29 @@ class Build:
     dependencies: Mapping[str, Image]
     say: Say
     created: str = field(default_factory=lambda: datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
+
+    def copy_layers_of(self, parent: str) -> ArchiveContents:
+        """Writes the layers of the dependency `parent` into this image, first: the image is built on
+        top of it. Returns the parent's contents, for `config_on_top`."""
+        archive = self.dependencies[parent].archive
+        contents = read_archive(archive)
+        diff_ids = contents.config["rootfs"]["diff_ids"]
+        for member, diff_id in zip(contents.layer_members, diff_ids, strict=True):
+            with open_member(archive, member) as source:
+                self.archive.copy_layer(source, diff_id)
+        return contents
+
+    def config_on_top(self, parent: ArchiveContents, added: list[str], created_by: str) -> dict[str, object]:
+        """The parent's config with the layers this build `added` (their diff IDs) and one history
+        entry for them."""
+        config = dict(parent.config)
+        config["created"] = self.created
+        config["rootfs"] = {"type": "layers", "diff_ids": [*parent.config["rootfs"]["diff_ids"], *added]}
+        config["history"] = [
+            *parent.config.get("history", []),
+            {"created": self.created, "created_by": created_by},
+        ]
+        return config
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,6 @@ from crd.contract import DEFAULT_IMAGES
 from crd.defaults import subschema
 from testbed.common import ToolError
 from testbed.images import base, debs
-from testbed.images.archive import open_member, read_archive
 from testbed.images.base import PYTHON_VERSION
 from testbed.images.keys import KeyInputs
 from testbed.images.layers import LayerWriter
@@ -290,28 +289,16 @@ def build(spec: TrainerSpec, build: Build) -> dict[str, object]:
     closure = installed_closure(venv, roots(spec, venv))
     if closure.python != PYTHON_VERSION:
         build.steps.fail(f"{venv} has Python {closure.python}; the base image has {PYTHON_VERSION}")
-    base = build.dependencies["base"]
-    contents = read_archive(base.archive)
-    for member, diff_id in zip(contents.layer_members, contents.config["rootfs"]["diff_ids"], strict=True):
-        with open_member(base.archive, member) as source:
-            build.archive.copy_layer(source, diff_id)
+    base = build.copy_layers_of("base")
     listed = ", ".join(f"{d.name} {d.version}" for d in closure.distributions)
     build.say(f"{spec.name}: a layer of {len(closure.distributions)} distributions from {venv}: {listed}")
-    layer = build.archive.add_layer(partial(_fill, closure=closure))
-    diff_ids = [*contents.config["rootfs"]["diff_ids"], layer.diff_id]
+    added = [build.archive.add_layer(partial(_fill, closure=closure)).diff_id]
     if spec.debian:
         build.say(f"{spec.name}: a layer of Debian's {', '.join(spec.debian)}")
         root = debs.unpack(spec.debian, build.work, build.steps)
-        diff_ids.append(build.archive.add_layer(partial(debs.fill, root=root)).diff_id)
-    config = dict(contents.config)
-    config["created"] = build.created
-    config["rootfs"] = {"type": "layers", "diff_ids": diff_ids}
+        added.append(build.archive.add_layer(partial(debs.fill, root=root)).diff_id)
     created_by = f"{' '.join(roots(spec, venv))} and their dependencies from the test virtualenv"
-    config["history"] = [
-        *contents.config.get("history", []),
-        {"created": build.created, "created_by": created_by},
-    ]
-    return config
+    return build.config_on_top(base, added, created_by)
 
 
 def recipe(spec: TrainerSpec) -> Recipe:

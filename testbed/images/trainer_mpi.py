@@ -27,7 +27,7 @@ from typing import Final
 
 from crd.contract import DEFAULT_IMAGES, NON_ROOT_GROUP, NON_ROOT_USER
 from testbed.images import apt_sources, base
-from testbed.images.archive import open_member, read_archive
+from testbed.images.archive import open_member
 from testbed.images.keys import KeyInputs
 from testbed.images.recipe import Build, Context, Recipe
 from testbed.images.steps import unmount_all
@@ -157,24 +157,14 @@ def build(build: Build) -> dict[str, object]:
     base.slim(rootfs)
 
     torch = build.dependencies["trainer-torch"]
-    contents = read_archive(torch.archive)
+    contents = build.copy_layers_of(torch.name)
     before = base_entries(torch.archive, contents.layer_members[0])
     paths = changed(rootfs, before)
     build.say(f"{NAME}: {len(paths)} files beyond the base image's")
     staged = build.work / "layer"
     stage(rootfs, paths, staged)
-    for member, diff_id in zip(contents.layer_members, contents.config["rootfs"]["diff_ids"], strict=True):
-        with open_member(torch.archive, member) as source:
-            build.archive.copy_layer(source, diff_id)
     layer = build.archive.add_layer(lambda writer: writer.add_tree(staged))
-    config = dict(contents.config)
-    config["created"] = build.created
-    config["rootfs"] = {"type": "layers", "diff_ids": [*contents.config["rootfs"]["diff_ids"], layer.diff_id]}
-    config["history"] = [
-        *contents.config.get("history", []),
-        {"created": build.created, "created_by": f"Debian's {' '.join(PACKAGES)}; user {USER}"},
-    ]
-    return config
+    return build.config_on_top(contents, [layer.diff_id], f"Debian's {' '.join(PACKAGES)}; user {USER}")
 
 
 RECIPE: Final = Recipe(
