@@ -52,6 +52,7 @@ TRAINER_FILES: Final = (
     PROGRESS_HELPER_FILE,
     "trainingjob_progress/base.py",
     "trainingjob_progress/checkpoints.py",
+    "trainingjob_progress/peers.py",
     "trainingjob_progress/report.py",
     "trainingjob_progress/sender.py",
     "trainingjob_progress/stop.py",

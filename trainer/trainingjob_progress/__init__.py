@@ -19,9 +19,10 @@ Standard library only, Python 3.9 or later (training images bring their own Pyth
 ships it next to the reference trainer in every namespace's trainer ConfigMap (mounted at
 /etc/trainingjob), and custom training code can import it from there or copy the package's folder
 (trainingjob_progress/, every module of it). This file is the helper's whole public surface: the
-Reporter, the checkpoint helpers re-exported from the module checkpoints, and what to do when the pod
-is told to stop (stop). The Reporter puts together the report's content (report), the background
-sender (sender) and the PATCH of the pod (transport); base holds what they share.
+Reporter, the checkpoint helpers re-exported from the module checkpoints, what to do when the pod
+is told to stop (stop), and waiting until a peer's name resolves (peers). The Reporter puts together
+the report's content (report), the background sender (sender) and the PATCH of the pod (transport);
+base holds what they share.
 
     from trainingjob_progress import Reporter
 
@@ -64,6 +65,7 @@ from .checkpoints import (
     resolve_checkpoint,
     resume_path,
 )
+from .peers import DEFAULT_NAME_TIMEOUT, wait_for_name
 from .report import ReportBuilder
 from .sender import Sender
 from .stop import EXIT_TERMINATED, GRACE_PERIOD_ENV, grace_period_seconds, stop_on_sigterm
@@ -74,6 +76,7 @@ __all__ = [
     "CA_FILE_ENV",
     "DEFAULT_ANNOTATION",
     "DEFAULT_MIN_INTERVAL",
+    "DEFAULT_NAME_TIMEOUT",
     "DEFAULT_TIMEOUT",
     "EXIT_TERMINATED",
     "GPU_UTILIZATION",
@@ -94,6 +97,7 @@ __all__ = [
     "resolve_checkpoint",
     "resume_path",
     "stop_on_sigterm",
+    "wait_for_name",
 ]
 
 
