@@ -2,7 +2,8 @@
 
 Pure functions from the client's views to lines, so the layout is tested without a cluster. The
 per-rank table is what `kubectl describe tj` cannot show: which pod holds which rank, on which node,
-in which phase, and the exit code or waiting reason of its trainer container.
+in which phase, and the exit code or waiting reason of its trainer container. An MPI job's launcher has
+a row but no rank: mpirun gives the ranks to the workers' slots, and the launcher runs none of them.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from trainingjob_client.progressbar import postfix
 from trainingjob_client.views import JobEvent, RankStatus, TrainingJob, why_not_running
 
 EVENTS_SHOWN = 10
+LAUNCHER_RANK = "launcher"  # what the RANK column shows for an MPI job's launcher
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]], indent: str = "  ") -> list[str]:
@@ -25,10 +27,11 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]], indent: str = " 
     return lines
 
 
-def rank_rows(ranks: Sequence[RankStatus]) -> list[list[str]]:
+def rank_rows(ranks: Sequence[RankStatus], launcher_slot: int | None = None) -> list[list[str]]:
+    """One row per pod; the RANK of an MPI job's launcher (in `launcher_slot`) reads `launcher`."""
     return [
         [
-            str(rank.rank),
+            LAUNCHER_RANK if rank.rank == launcher_slot else str(rank.rank),
             rank.pod or "(no pod)",
             rank.node or "-",
             rank.phase or "-",
@@ -70,7 +73,9 @@ def describe(job: TrainingJob, ranks: Sequence[RankStatus], events: Sequence[Job
     if status.tracking_unavailable:
         lines.append(f"Tracking:    unavailable ({status.tracking_unavailable}); training goes on")
     lines.append("Ranks:")
-    lines += table(["RANK", "POD", "NODE", "PHASE", "EXIT CODE / WAITING"], rank_rows(ranks))
+    lines += table(
+        ["RANK", "POD", "NODE", "PHASE", "EXIT CODE / WAITING"], rank_rows(ranks, job.replicas.launcher_slot)
+    )
     if status.conditions:
         lines.append("Conditions:")
         rows = [[c.type, c.status, c.reason or "-", c.message or "-"] for c in status.conditions]

@@ -252,6 +252,30 @@ def test_describe_shows_a_row_per_rank_and_why_the_job_is_not_running() -> None:
     assert "  Warning   OOMKilled   1       Restarting: rank 1 exited 137" in text
 
 
+def test_describe_shows_an_mpi_launcher_without_a_rank() -> None:
+    """mpirun gives the ranks to the workers' slots: the launcher's row says launcher, not the slot it
+    has after the workers."""
+    manifest = job(num_workers=2, state="Running")
+    manifest["spec"]["framework"] = "mpi"
+    mpi_job = TrainingJob.from_dict(manifest)
+    pods = [pod("mnist-worker-0", 0), pod("mnist-worker-1", 1), pod("mnist-launcher-0", 0)]
+    pods[2]["metadata"]["labels"][contract.REPLICA_TYPE_LABEL] = "launcher"
+    ranks = rank_statuses(mpi_job, pods)
+    assert [(rank.rank, rank.pod) for rank in ranks] == [
+        (0, "mnist-worker-0"),
+        (1, "mnist-worker-1"),
+        (2, "mnist-launcher-0"),
+    ]
+    text = describe(mpi_job, ranks, [])
+    assert "  RANK       POD                NODE         PHASE     EXIT CODE / WAITING" in text
+    assert "  0          mnist-worker-0     gpu-node-0   Running   running" in text
+    assert "  1          mnist-worker-1     gpu-node-0   Running   running" in text
+    assert "  launcher   mnist-launcher-0   gpu-node-0   Running   running" in text
+    assert "  2 " not in text
+    # Without its pod yet, the launcher's row still has no rank.
+    assert "  launcher   (no pod)" in describe(mpi_job, rank_statuses(mpi_job, pods[:2]), [])
+
+
 def test_build_manifest_leaves_out_what_was_not_given() -> None:
     assert build_manifest("a", model="m", dataset="d", num_workers=1) == {
         "apiVersion": "ml.example.com/v1",
