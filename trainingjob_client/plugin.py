@@ -5,7 +5,7 @@ plugin's name and its own environment (so $KUBECONFIG). The plugin therefore tak
 `-n/--namespace`, `--kubeconfig` and `--context` itself, before or after the command.
 
 Exit codes, for scripts:
-  0  success; for `watch`, the job Completed
+  0  success; for `watch`, the job Completed; for `tensorboard`, stopped by Ctrl-C or SIGTERM
   1  `watch`: the job Failed
   2  an error: bad flags, no such job, cluster unreachable, log unavailable, refused request
   3  `watch --timeout`: the job had not finished in time
@@ -25,6 +25,8 @@ from trainingjob_client.describe import describe
 from trainingjob_client.errors import TrainingJobError, WaitTimeout
 from trainingjob_client.following import format_seconds
 from trainingjob_client.progressbar import ProgressBar
+from trainingjob_client.tensorboard import PORT as TENSORBOARD_PORT
+from trainingjob_client.viewer import options_from, view
 from trainingjob_client.views import TrainingJob
 
 PROG: Final = "kubectl trainingjob"
@@ -35,13 +37,15 @@ EXIT_TIMEOUT: Final = 3
 EXIT_INTERRUPTED: Final = 130
 
 EPILOG = """\
-exit codes: 0 success (watch: the job Completed), 1 watch: the job Failed, 2 error (bad flags,
-no such job, cluster unreachable, log unavailable), 3 watch --timeout expired, 130 interrupted.
+exit codes: 0 success (watch: the job Completed; tensorboard: stopped by Ctrl-C), 1 watch: the job
+Failed, 2 error (bad flags, no such job, cluster unreachable, log unavailable, no viewable TensorBoard
+logs, port in use), 3 watch --timeout expired, 130 interrupted.
 
 examples:
   kubectl trainingjob watch mnist -n team-a
   kubectl trainingjob logs mnist --rank 1 -f
   kubectl trainingjob describe mnist
+  kubectl trainingjob tensorboard mnist --port 6007
   kubectl trainingjob suspend mnist && kubectl trainingjob resume mnist"""
 
 
@@ -100,9 +104,44 @@ def parser() -> flags.FlagParser:
     )
     logs.add_flag("--tail", type=flags.int_type(0), default=None, help="only the last N lines")
     command("describe", "the job, why it is not running, a row per rank, its conditions and Events")
+    tensorboard_viewer = command(
+        "tensorboard",
+        "run TensorBoard in the cluster on the job's log directory and port-forward to it until Ctrl-C",
+    )
+    tensorboard_viewer.add_flag(
+        "--port",
+        type=flags.checked(local_port, "port"),
+        default=TENSORBOARD_PORT,
+        help=f"the local port on 127.0.0.1 (default {TENSORBOARD_PORT}; 0 picks a free one)",
+    )
+    tensorboard_viewer.add_flag(
+        "--image",
+        default=None,
+        help="the image that runs TensorBoard (default: the job's own, which wrote the event files)",
+    )
+    tensorboard_viewer.add_flag(
+        "--keep",
+        action=flags.BoolAction,
+        default=False,
+        help="leave the viewer pod running on exit (default: delete it)",
+    )
+    tensorboard_viewer.add_flag(
+        "--timeout",
+        type=flags.duration_type(positive=True),
+        default=300.0,
+        metavar="DURATION",
+        help="how long the viewer pod may take to be ready (default 5m)",
+    )
     command("suspend", "set spec.suspend=true: the operator deletes the pods and stops the deadline clock")
     command("resume", "set spec.suspend=false: the gang starts again from its latest checkpoint")
     return main
+
+
+def local_port(text: str) -> int:
+    port = int(text.strip())
+    if not 0 <= port <= 65535:
+        raise ValueError(f"invalid port {text!r}: must be 0 to 65535")
+    return port
 
 
 # --------------------------------------------------------------------------------------- commands
@@ -184,6 +223,10 @@ def resume(client: TrainingJobClient, args: argparse.Namespace, out: TextIO, err
     return EXIT_OK
 
 
+def tensorboard_command(client: TrainingJobClient, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    return view(client, args.name, options_from(vars(args)), out, err)
+
+
 Command = Callable[[TrainingJobClient, argparse.Namespace, TextIO, TextIO], int]
 COMMANDS: Final[dict[str, Command]] = {
     "watch": watch,
@@ -191,6 +234,7 @@ COMMANDS: Final[dict[str, Command]] = {
     "describe": describe_command,
     "suspend": suspend,
     "resume": resume,
+    "tensorboard": tensorboard_command,
 }
 
 
