@@ -91,14 +91,15 @@ dev-cluster-down: ## stop every process of the local control plane
 
 .PHONY: test
 test: $(STAMP) promtool node-tools ## run the whole test suite (starts and stops the local control plane if none runs)
-	@# The control plane, the real node's binaries and, meanwhile, its images are built before the
-	@# tests (minutes the first time, with progress), not inside the first test that needs them; a
-	@# machine that cannot run the node says why here. The optional components the tests need build
-	@# in the background as the tests run (conftest.py).
+	@# The control plane, the real node's binaries and, meanwhile, the images its first tests use
+	@# (`--images first`: base, operator, trainer-torch) are built before the tests (minutes the first
+	@# time, with progress), not inside the first test that needs them; a machine that cannot run the
+	@# node says why here. The optional components and the other images the tests need build in the
+	@# background as the tests run, and the tests that need one run last (conftest.py).
 	@if [ "$$(id -u)" != 0 ]; then echo "not root: the real node's tests will be skipped (testbed/node/README.md)"; \
 	elif [ ! -e "$${TJ_CGROUP_FS:-/sys/fs/cgroup}/memory/cgroup.procs" ]; then echo "no cgroup v1 (this machine has \
 	cgroup v2 only): the real node's tests will be skipped (README.md, \"Quick start\")"; \
-	else hack/dev-cluster.sh build real-node; fi
+	else hack/dev-cluster.sh build real-node --images first; fi
 	$(VENV_PY) -m pytest -m 'not long' $(PARALLEL) $(PYTEST_ARGS)
 
 # The tests that each run for minutes and prove what shorter tests of the same path prove too

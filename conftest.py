@@ -17,14 +17,17 @@ it stays for the rest of the session. Those tests are marked `components` too.
 Tests that need the real node's container images (testbed/images: pause, busybox, base, operator,
 trainer-torch) take the `node_images` fixture: each image is built on first use (minutes cold), then
 taken from the cache under ~/.cache/trainingjob-operator/images. Building them needs root. Those
-tests are marked `components`.
+tests are marked `components`. The session's real node starts with the images its first tests use
+(TJ_NODE_IMAGES: FIRST_NODE_IMAGES, what `make test` builds before the session); a test that needs
+another names it in its `images` marker (or takes a fixture of FIXTURE_IMAGES), and a real-node test
+gets the ones the node can hold imported before it runs (`up --with real-node --images ...`).
 
-Once the tests are collected, the optional components the selected tests will need and that are not
-cached yet are built in the background at the lowest CPU priority, in the order the tests need them
-(testbed/cluster/kube_bins.py BackgroundBuilds; their progress in .dev/background-builds.log): on a
-cold machine they use the CPU the cluster tests leave idle, and the fixture of the first test that
-needs one waits for its build instead of starting it, and the modules that need one run after all others. The
-session stops what still builds when it ends.
+Once the tests are collected, the optional components and images the selected tests will need and
+that are not cached yet are built in the background at the lowest CPU priority, in the order the
+tests need them (testbed/cluster/kube_bins.py BackgroundBuilds; their progress in
+.dev/background-builds.log): on a cold machine they use the CPU the cluster tests leave idle, and the
+fixture of the first test that needs one waits for its build instead of starting it, and the modules
+that need one run after all others. The session stops what still builds when it ends.
 """
 
 from __future__ import annotations
@@ -47,8 +50,11 @@ sessions.use_worker_dir()
 from crd import contract  # noqa: E402
 from testbed import (  # noqa: E402
     BUILDS,
+    FIRST_NODE_IMAGES,
+    IMAGE_NAMES,
     MLFLOW,
     NETWORK_POLICIES,
+    NODE_IMAGES,
     REAL_NODE,
     REGISTRY,
     BackgroundBuilds,
@@ -57,12 +63,16 @@ from testbed import (  # noqa: E402
     Kubectl,
     component_binary,
     ensure_image,
+    image_build,
     is_cached,
     wait_for,
 )
 from tests.cluster import DEV, REPO, SESSION, require_optional  # noqa: E402
 
 CRD_DIR = REPO / "crd"
+# The images the session's real node starts with (`up --with real-node` reads it); the others are
+# imported before the first test that needs them (`images_on_the_real_node`).
+os.environ.setdefault("TJ_NODE_IMAGES", ",".join(FIRST_NODE_IMAGES))
 
 
 def crd_files() -> list[Path]:
@@ -216,6 +226,38 @@ def real_node(cluster: Kubectl) -> Kubectl:
     return cluster
 
 
+# The real node's images this session imported after the node started (a module's tests share them).
+_imported_images: set[str] = set()
+
+
+@pytest.fixture(autouse=True)
+def images_on_the_real_node(request: pytest.FixtureRequest) -> None:
+    """The images a real-node test names (its `images` marker) in the node's containerd before it
+    runs: the session's node started with FIRST_NODE_IMAGES, and the others were built meanwhile in
+    the background (an `ensure` here waits for a build still running). Images the node does not hold
+    itself (MLflow's, the previous operator's) are left to their fixtures."""
+    if "real_node" not in request.fixturenames:
+        return
+    missing = images_to_import(images_marked(request.node), _imported_images)
+    if not missing:
+        return
+    request.getfixturevalue("real_node")
+    SESSION.up("real-node", images=missing)
+    _imported_images.update(missing)
+
+
+def images_marked(item: pytest.Item) -> tuple[str, ...]:
+    """The images a test's `images` markers name, each once."""
+    return tuple(dict.fromkeys(name for mark in item.iter_markers("images") for name in mark.args))
+
+
+def images_to_import(marked: tuple[str, ...], imported: set[str]) -> tuple[str, ...]:
+    """Of the images a real-node test names, those the node holds itself (NODE_IMAGES) that the
+    session did not import yet, each once; the session's node started with FIRST_NODE_IMAGES."""
+    wanted = (name for name in marked if name in NODE_IMAGES and name not in FIRST_NODE_IMAGES)
+    return tuple(dict.fromkeys(name for name in wanted if name not in imported))
+
+
 @pytest.fixture(scope="session")
 def network_policies(real_node: Kubectl) -> Kubectl:
     """The session's cluster with NetworkPolicies enforced on its real node (kube-network-policies,
@@ -338,6 +380,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if refused:
         pytest.exit(refused, returncode=2)
     components = sorted(set(FIXTURE_BUILDS.values()) | set(BUILDS.values()))
+    if os.geteuid() == 0:  # the images are built (and waited for) where they can be
+        components += [image_build(name) for name in IMAGE_NAMES]
     os.environ[sessions.UNCACHED] = ",".join(c for c in components if not is_cached(c))
 
 
@@ -347,7 +391,7 @@ def _fixtures(item: pytest.Item) -> tuple[str, ...]:
 
 def _components(item: pytest.Item) -> tuple[str, ...]:
     declared = tuple(component for mark in item.iter_markers("builds") for component in mark.args)
-    return components_needed(_fixtures(item), declared)
+    return components_needed(_fixtures(item), declared, images_marked(item))
 
 
 # Fixtures that need an optional component built, and the component (hack/kube-bins.sh ensure NAME).
@@ -360,14 +404,26 @@ FIXTURE_BUILDS = {
     "network_policies": BUILDS["network-policies"],
     "registry": BUILDS["registry"],
 }
+# Fixtures that need one of the real node's images beyond FIRST_NODE_IMAGES, and the image
+# (testbed/images: MLflow's server's).
+FIXTURE_IMAGES = {"mlflow_server": "mlflow"}
 BACKGROUND_BUILDS = pytest.StashKey[BackgroundBuilds]()
 
 
-def components_needed(fixtures: tuple[str, ...], declared: tuple[str, ...] = ()) -> tuple[str, ...]:
+def components_needed(
+    fixtures: tuple[str, ...], declared: tuple[str, ...] = (), images: tuple[str, ...] = ()
+) -> tuple[str, ...]:
     """The optional components a test needs built: its fixtures', then those its `builds` marker
-    names (a test that installs one itself midway, through `require_optional`), each once."""
+    names (a test that installs one itself midway, through `require_optional`), then the images
+    (`image:NAME`) its fixtures and its `images` marker name beyond FIRST_NODE_IMAGES (those are
+    built before the session), each once."""
     from_fixtures = tuple(component for fixture, component in FIXTURE_BUILDS.items() if fixture in fixtures)
-    return from_fixtures + tuple(dict.fromkeys(c for c in declared if c not in from_fixtures))
+    named_images = [image for fixture, image in FIXTURE_IMAGES.items() if fixture in fixtures] + list(images)
+    wanted = [
+        *declared,
+        *(image_build(image) for image in named_images if image not in FIRST_NODE_IMAGES),
+    ]
+    return from_fixtures + tuple(dict.fromkeys(c for c in wanted if c not in from_fixtures))
 
 
 def builds_in_order_of_need(components_per_test: list[tuple[str, ...]]) -> list[str]:

@@ -15,7 +15,7 @@ before `python3 -m testbed.cluster` runs.
 from testbed.addons.mlflow import MLFLOW
 from testbed.addons.optional import BUILDS_BY_NAME as BUILDS
 from testbed.cluster.handle import Cluster, throwaway_cluster
-from testbed.cluster.kube_bins import BackgroundBuilds, component_binary, is_cached
+from testbed.cluster.kube_bins import BackgroundBuilds, component_binary, image_build, is_cached
 from testbed.cluster.kubectl import Kubectl, KubectlError, WaitTimeout, wait_for
 from testbed.cluster.kwok import (
     add_disruption_condition,
@@ -28,10 +28,13 @@ from testbed.cluster.kwok import (
 from testbed.cluster.pki import serving_certificate
 from testbed.cluster.podstatus import now_rfc3339
 from testbed.common import free_port, http_get, http_ok, listening_addresses, pid_running
+from testbed.images import NAMES as IMAGE_NAMES
 from testbed.images import Image
 from testbed.images import ensure as ensure_image
 from testbed.images.previous import PREVIOUS_COMMIT as PREVIOUS_OPERATOR_COMMIT
 from testbed.images.trainer import trainer_image
+from testbed.node.nodeimages import FIRST_IMAGES as FIRST_NODE_IMAGES
+from testbed.node.nodeimages import IMAGES as NODE_IMAGES
 from testbed.node.placement import (
     NETWORK_POLICIES,
     PYTHON_IMAGE,
@@ -47,8 +50,11 @@ from testbed.node.placement import (
 
 __all__ = [
     "BUILDS",
+    "FIRST_NODE_IMAGES",
+    "IMAGE_NAMES",
     "MLFLOW",
     "NETWORK_POLICIES",
+    "NODE_IMAGES",
     "PREVIOUS_OPERATOR_COMMIT",
     "PYTHON_IMAGE",
     "REAL_NODE",
@@ -69,6 +75,7 @@ __all__ = [
     "free_port",
     "http_get",
     "http_ok",
+    "image_build",
     "is_cached",
     "is_ready",
     "listening_addresses",

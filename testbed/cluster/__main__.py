@@ -105,10 +105,11 @@ def add_images_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--images",
         default=os.environ.get("TJ_NODE_IMAGES", nodeimages.ALL_IMAGES),
-        metavar="all|NAME,...",
+        metavar="all|first|NAME,...",
         help=(
             "the real node's images to build and import besides its own (pause, busybox): "
-            f"{', '.join(nodeimages.IMAGES)}; default TJ_NODE_IMAGES, else all"
+            f"{', '.join(nodeimages.IMAGES)}; {nodeimages.FIRST} is "
+            f"{','.join(nodeimages.FIRST_IMAGES)} (a test session's); default TJ_NODE_IMAGES, else all"
         ),
     )
 

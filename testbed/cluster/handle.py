@@ -78,13 +78,22 @@ class Cluster:
         """Whether the cluster runs, every component healthy (`status` exits 0)."""
         return self.script("status", check=False, quiet=True).returncode == 0
 
-    def up(self, *components: str, nodes: int | None = None, gpus_per_node: int | None = None) -> None:
+    def up(
+        self,
+        *components: str,
+        nodes: int | None = None,
+        gpus_per_node: int | None = None,
+        images: tuple[str, ...] = (),
+    ) -> None:
         """Starts the cluster (a no-op when it runs) with these optional components (kueue,
         coscheduling, real-node, network-policies), each built the first time; also adds them to a
-        running cluster, or puts back what a test took away of them (their CRDs)."""
+        running cluster, or puts back what a test took away of them (their CRDs). `images`: the real
+        node's images to import (`--images`; built first unless cached), else TJ_NODE_IMAGES's."""
         args = ["up"]
         if components:
             args += ["--with", ",".join(components)]
+        if images:
+            args += ["--images", ",".join(images)]
         if nodes is not None:
             args += ["--nodes", str(nodes)]
         if gpus_per_node is not None:

@@ -20,9 +20,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
+from testbed import images
 from testbed.common import REPO, ToolError, process_start_time, still_running
 
 SCRIPT: Final = REPO / "hack" / "kube-bins.sh"
+# A background build of one of the real node's images (testbed/images) rather than of a Go component.
+IMAGE_PREFIX: Final = "image:"
+# BackgroundBuilds' loop ($0 is SCRIPT): each build in turn, a failed one leaving the rest to go on
+# (the test that needs it fails naming it). An image is built by the machine's python3 from the
+# repository's root, as hack/dev-cluster.sh builds them.
+BUILD_LOOP: Final = """for component; do
+  case $component in
+    image:*) python3 -m testbed.images ensure "${component#image:}" || true ;;
+    *) "$0" ensure "$component" || true ;;
+  esac
+done"""
 
 
 def cache_base() -> Path:
@@ -50,10 +62,26 @@ def component_binary(component: str) -> Path:
     return ensure(component) / component
 
 
+def image_build(name: str) -> str:
+    """The name BackgroundBuilds and is_cached know image `name` by (`image:trainer-mpi`)."""
+    return IMAGE_PREFIX + name
+
+
 def is_cached(component: str) -> bool:
-    """Whether an optional component is built already (`ensure` would return at once)."""
+    """Whether an optional component, or an image (`image:NAME`), is built already (`ensure` would
+    return at once)."""
+    if component.startswith(IMAGE_PREFIX):
+        return images.describe(component.removeprefix(IMAGE_PREFIX)).built
     result = subprocess.run([str(SCRIPT), "dir", component], stdout=subprocess.PIPE, text=True, check=False)
     return result.returncode == 0 and (Path(result.stdout.strip()) / "VERSIONS").is_file()
+
+
+def buildable_here(component: str) -> bool:
+    """Whether a background build of it can succeed: an image needs root (debootstrap, chroot,
+    buildah) and, for a trainer, its framework in the virtualenv."""
+    if not component.startswith(IMAGE_PREFIX):
+        return True
+    return os.geteuid() == 0 and images.unavailable(component.removeprefix(IMAGE_PREFIX)) is None
 
 
 class BackgroundBuilds:
@@ -61,10 +89,14 @@ class BackgroundBuilds:
     priority, while something else (a test session) runs: a cold machine builds them on the CPU the
     tests leave idle instead of in front of the first test that needs each. Whoever needs one calls
     `ensure` as before, which waits on the component's build lock while the background builds it.
+    The real node's images go in the same line (`image:NAME`, `python3 -m testbed.images ensure
+    NAME`; the image cache has a lock per image too), where they can be built here.
     `stop` ends the builds still running (their half-built directories are removed)."""
 
     def __init__(self, components: list[str], log: Path) -> None:
-        self.components = [component for component in components if not is_cached(component)]
+        self.components = [
+            component for component in components if buildable_here(component) and not is_cached(component)
+        ]
         self.log = log
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -72,12 +104,12 @@ class BackgroundBuilds:
         if not self.components:
             return
         self.log.parent.mkdir(parents=True, exist_ok=True)
-        loop = 'for component; do "$0" ensure "$component" || true; done'
         with self.log.open("ab") as output:
             # Same session as the caller (process_group, not a new session): with the kernel's
             # autogroup scheduling a new session would compete as an equal, and nice would not count.
             self.process = subprocess.Popen(
-                ["nice", "-n", "19", "bash", "-c", loop, str(SCRIPT), *self.components],
+                ["nice", "-n", "19", "bash", "-c", BUILD_LOOP, str(SCRIPT), *self.components],
+                cwd=REPO,
                 stdin=subprocess.DEVNULL,
                 stdout=output,
                 stderr=output,

@@ -16,7 +16,12 @@ base plus torch and its dependencies from the test virtualenv). Each is cached u
 (README.md beside this file). Standard library only: runs with the system's python3.
 """
 
+from typing import Final
+
 from testbed.images.builder import IMAGES, describe, ensure, ensure_all, unavailable
 from testbed.images.cache import Image
 
-__all__ = ["IMAGES", "Image", "describe", "ensure", "ensure_all", "unavailable"]
+# Every image's name, in the order `ensure` without names builds them.
+NAMES: Final = tuple(IMAGES)
+
+__all__ = ["IMAGES", "NAMES", "Image", "describe", "ensure", "ensure_all", "unavailable"]

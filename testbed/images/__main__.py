@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import ssl
 import sys
 import tempfile
@@ -83,6 +84,12 @@ def push_tagged(reference: str) -> None:
     )
 
 
+def stop_on_sigterm(signum: int, frame: object) -> None:
+    """SIGTERM (a session stopping its background builds) ends a build as an exception would: its
+    temporary directory unmounted and removed, nothing half-built left in the cache."""
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m testbed.images", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -121,4 +128,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, stop_on_sigterm)
     sys.exit(main())

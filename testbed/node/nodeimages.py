@@ -41,6 +41,12 @@ IMAGES: Final = (
     "trainer-mpi",
 )
 ALL_IMAGES: Final = "all"
+# `--images first`: what a test session's real node starts with, the images its first tests use (the
+# node's pods, the deployed operator, the torch trainer of the examples); `make test` builds them
+# before the session, and the session builds the others in the background while its tests run and
+# imports each before the first test that names it (conftest.py, the `images` marker).
+FIRST: Final = "first"
+FIRST_IMAGES: Final = (*OWN_IMAGES, "base", "operator", "trainer-torch")
 # Images imported by an optional component of their own (`up --with mlflow`: its server), never by
 # `--images`: an import of the others leaves them alone, as the component's pods may still use them.
 ON_REQUEST_IMAGES: Final = (mlflow_image.NAME,)
@@ -52,10 +58,13 @@ IMPORT_TIMEOUT: Final = 900.0
 
 
 def selected_images(text: str) -> tuple[str, ...]:
-    """`--images`: `all`, or image names separated by commas; the node's own images come first either
-    way. `all` leaves out a trainer image whose framework the virtualenv lacks (`make demo`'s has
-    torch alone), in one line; a name asked for that cannot be built is an error."""
-    if text.strip() == ALL_IMAGES:
+    """`--images`: `all`, `first` (FIRST_IMAGES), or image names separated by commas; the node's own
+    images come first either way. `all` leaves out a trainer image whose framework the virtualenv
+    lacks (`make demo`'s has torch alone), in one line; a name asked for that cannot be built is an
+    error."""
+    if text.strip() == FIRST:
+        names = list(FIRST_IMAGES)
+    elif text.strip() == ALL_IMAGES:
         names = []
         for name in IMAGES:
             reason = images.unavailable(name)
@@ -68,7 +77,8 @@ def selected_images(text: str) -> tuple[str, ...]:
         unknown = [name for name in names if name not in IMAGES]
         if unknown:
             raise ToolError(
-                f"--images: no image {', '.join(unknown)}; the images are: {', '.join(IMAGES)}, or all"
+                f"--images: no image {', '.join(unknown)}; the images are: {', '.join(IMAGES)}, "
+                f"or {FIRST} ({', '.join(FIRST_IMAGES)}), or {ALL_IMAGES}"
             )
     return tuple(dict.fromkeys([*OWN_IMAGES, *names]))
 

@@ -265,6 +265,7 @@ def test_the_trainer_image_imports_the_virtualenvs_torch(node_images: NodeImages
     assert (trainer_root / "usr/local/bin/torchrun").read_text().startswith("#!/usr/bin/python3\n")
 
 
+@pytest.mark.images(*IMAGES)
 def test_a_cached_ensure_runs_no_build_tool(node_images: NodeImages, tmp_path: Path) -> None:
     for name in IMAGES:
         node_images(name)
@@ -343,6 +344,7 @@ def containerd(tmp_path: Path) -> Iterator[Callable[..., str]]:
 
 
 @pytest.mark.builds("containerd")
+@pytest.mark.images(*IMAGES)
 def test_containerd_imports_every_image_under_its_normalized_names(
     node_images: NodeImages, containerd: Callable[..., str]
 ) -> None:

@@ -279,6 +279,8 @@ def test_the_nodes_images_always_include_its_own_and_all_leaves_out_a_missing_fr
 ) -> None:
     assert nodeimages.selected_images("trainer-torch") == ("pause", "busybox", "trainer-torch")
     assert nodeimages.selected_images("busybox, operator,") == ("pause", "busybox", "operator")
+    # A test session's node (make test builds these before the session; the others in the background).
+    assert nodeimages.selected_images("first") == ("pause", "busybox", "base", "operator", "trainer-torch")
     with pytest.raises(ToolError, match="--images: no image torch; the images are: pause, busybox"):
         nodeimages.selected_images("torch")
     # make demo's virtualenv: torch without TensorFlow or JAX.

@@ -43,7 +43,7 @@ from tests.e2e.realnode import SELECTOR, TOLERATION, job_on_node
 
 JsonDict = dict[str, Any]
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.images("trainer-tensorflow", "trainer-jax")]
 
 TENSORFLOW_IMAGE = trainer_image("tensorflow")
 JAX_IMAGE = trainer_image("jax")

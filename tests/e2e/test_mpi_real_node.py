@@ -31,7 +31,7 @@ from tests.e2e.realnode import job_on_node
 
 JsonDict = dict[str, Any]
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.images("trainer-mpi")]
 
 EXAMPLE = REPO / "examples" / "trainingjob-mpi.yaml"
 DEADLINE = 420.0

@@ -52,7 +52,7 @@ from tests.e2e.operator_identity import NAMESPACE as OPERATOR_NAMESPACE
 from tests.e2e.realnode import training_job
 from tests.helmchart import CHART, RELEASE, Helm
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.images("operator-previous")]
 
 JsonDict = dict[str, Any]
 SELECTOR: Final = "app.kubernetes.io/name=trainingjob-operator,app.kubernetes.io/component=controller"

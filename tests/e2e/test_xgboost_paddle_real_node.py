@@ -33,7 +33,7 @@ from tests.e2e.realnode import job_on_node
 
 JsonDict = dict[str, Any]
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.images("trainer-xgboost", "trainer-paddle")]
 
 EPOCHS = 2
 DEADLINE = 420.0
