@@ -54,7 +54,10 @@ class WorkloadPriority:
 
 
 def workload_name(job: TrainingJob) -> str:
-    """`trainingjob-<name>-<5 hex digits>`, as Kueue's jobframework names its integrations' Workloads."""
+    """`trainingjob-<name>-<5 hex digits>`, as Kueue's jobframework names its integrations' Workloads;
+    the Workload Kueue made for the job when it names one (MultiKueue's copy on a worker cluster)."""
+    if job.prebuilt_workload:
+        return job.prebuilt_workload
     digest = hashlib.sha1(  # noqa: S324 - a name suffix, as Kueue computes it, not a security hash
         "\n".join((contract.KIND, contract.GROUP, job.name, job.uid)).encode()
     ).hexdigest()

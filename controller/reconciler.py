@@ -47,6 +47,7 @@ from controller.runtime.trackers import StatusWrites
 from controller.status import StatusWriter
 from controller.volcano_watches import VolcanoQueueWatch
 from controller.watches import BY_JOB, BY_SHARED, Caches
+from crd import contract
 
 logger = logging.getLogger(__name__)
 
@@ -173,6 +174,13 @@ class Reconciler:
                 owned[(obj["kind"], obj["metadata"]["name"])] = obj
             for obj in store.by_index(BY_OWNER_UID, uid):
                 owned[(obj["kind"], obj["metadata"]["name"])] = obj
+        prebuilt = ((job["metadata"].get("labels") or {}).get(contract.PREBUILT_WORKLOAD_LABEL)) or ""
+        workloads = self._caches.owned.get("Workload")
+        if prebuilt and workloads is not None and ("Workload", prebuilt) not in owned:
+            # Kueue's Workload for the job, not adopted yet (planner/workloads.py adopts it).
+            found = workloads.get(f"{job['metadata']['namespace']}/{prebuilt}")
+            if found is not None and not found["metadata"].get("ownerReferences"):
+                owned[("Workload", prebuilt)] = found
         claims = self._caches.owned.get("PersistentVolumeClaim")
         for claim in claims.by_index(BY_JOB, object_key(job)) if claims is not None else ():
             # A retained checkpoint claim has no owner: it is the job's by its name and labels.

@@ -71,6 +71,7 @@ IMMUTABLE_FIELDS: Final = (
     Immutable("elastic", presence=True),
     Immutable("tensorflow", presence=True),
     Immutable("mpi", presence=True),
+    Immutable("managedBy", presence=True),
 )
 
 

@@ -162,3 +162,15 @@ def gpu_rule(kind: str) -> Rule:
         message=f"resources.{kind}[{contract.GPU_RESOURCE}] must equal gpusPerWorker",
         field_path=f".resources.{kind}",
     )
+
+
+def managed_by() -> Schema:
+    """spec.managedBy: this operator (unset, or its name) or Kueue's MultiKueue; nothing else."""
+    return string(
+        f"The controller that runs the job. Unset or {contract.CONTROLLER_NAME}: this operator. "
+        f"{contract.MULTIKUEUE_CONTROLLER}: Kueue's MultiKueue dispatches the job to a worker cluster, "
+        "where the operator runs its copy, and mirrors the copy's status here; the operator on this "
+        "cluster then only keeps the job's Workload (docs/shared-clusters.md). Immutable.",
+        max_length=63,
+        enum=list(contract.MANAGED_BY_VALUES),
+    )

@@ -38,6 +38,7 @@ from crd.schema_parts import (
     URL_LENGTH,
     env_var,
     gpu_rule,
+    managed_by,
     not_above,
     parses,
     string_list,
@@ -452,6 +453,7 @@ def spec() -> Schema:
                 "latest checkpoint.",
                 default=False,
             ),
+            "managedBy": managed_by(),
             "ttlSecondsAfterFinished": integer(
                 "Delete the job this long after it Completed or Failed. Unset: keep it.", minimum=0
             ),

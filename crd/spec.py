@@ -376,6 +376,7 @@ class Spec:
     tensorflow: Tensorflow | None = None
     # spec.mpi with its defaults, for a job with framework mpi (even without the block); else None.
     mpi: Mpi | None = None
+    managed_by: str | None = None  # spec.managedBy
 
     @classmethod
     def read(cls, fields: Fields) -> Spec:
@@ -410,6 +411,7 @@ class Spec:
             ),
             # An MPI job without the block has its defaults (the schema defaults only what is written).
             mpi=Mpi.from_json(fields.mapping("mpi")) if fields.raw.get("framework") == MPI else None,
+            managed_by=fields.optional_text("managedBy") or None,
         )
 
     @property
@@ -458,6 +460,16 @@ class TrainingJob:
     def queue_name(self) -> str | None:
         """The Kueue LocalQueue the job waits in (label kueue.x-k8s.io/queue-name), if it is queued."""
         return self.labels.get(contract.QUEUE_NAME_LABEL) or None
+
+    @property
+    def managed_elsewhere(self) -> str | None:
+        """The controller that runs the job when it is not this operator (spec.managedBy), else None."""
+        return None if self.spec.managed_by == contract.CONTROLLER_NAME else self.spec.managed_by
+
+    @property
+    def prebuilt_workload(self) -> str | None:
+        """The Workload Kueue made for the job (MultiKueue's copy on a worker cluster), if any."""
+        return self.labels.get(contract.PREBUILT_WORKLOAD_LABEL) or None
 
     @property
     def workload_priority_class(self) -> str | None:

@@ -30,7 +30,9 @@ from controller.planner.admission import apply_queueing
 from controller.planner.change import Change, Moment, Step, moment
 from controller.planner.decide import AnyDecision, Finish, decide
 from controller.planner.facts import Facts
+from controller.planner.kueue import current_workload
 from controller.planner.model import Delete, Event, Observed, Plan, Settings
+from controller.planner.multikueue import plan_managed_elsewhere
 from controller.planner.queueing import Admit, Dequeue, Enqueue, Evict
 from controller.planner.reports import progress
 from controller.planner.scheduled import show_scheduled
@@ -56,6 +58,8 @@ JsonDict = dict[str, Any]
 # A reconcile takes at most this many decisions (the longest path: Resume, RecordProgress,
 # RemoveExtraPods, then CreateRanks; or Accept, Finish, DeleteJob); more would be a loop.
 MAX_DECISIONS: Final = 8
+# How soon a job looks again for the Workload Kueue made for it (prebuilt) while the cache lacks it.
+PREBUILT_WAIT: Final = 1.0
 
 
 def plan(observed: Observed, settings: Settings | None = None) -> Plan:
@@ -65,6 +69,8 @@ def plan(observed: Observed, settings: Settings | None = None) -> Plan:
     except SpecError as error:
         return _unreadable(observed, status, error)
     facts = Facts(job, observed, settings or Settings(), spec_errors(observed.job))
+    if job.managed_elsewhere is not None:
+        return plan_managed_elsewhere(facts, status)
     result = _Result(status)
     for _ in range(MAX_DECISIONS):
         decision = decide(facts, result.status, result.taken)
@@ -120,13 +126,17 @@ def plan(observed: Observed, settings: Settings | None = None) -> Plan:
     all_creates = [*creates, *result.creates]
     deletes = list(result.deletes.values())
     update, _ = progress(facts, final)
+    requeue_after = wake_up(facts, final, gang, update.retry_in if update is not None else None)
+    if job.prebuilt_workload and observed.kueue is not None and current_workload(job, observed.owned) is None:
+        # Kueue's Workload for the job is not cached yet; nothing that shows it wakes an unowned job.
+        requeue_after = min(requeue_after or PREBUILT_WAIT, PREBUILT_WAIT)
     return Plan(
         status=final,
         creates=all_creates,
         patches=patches,
         deletes=deletes,
         events=events,
-        requeue_after=wake_up(facts, final, gang, update.retry_in if update is not None else None),
+        requeue_after=requeue_after,
         delete_job=result.delete_job,
         objects_first=blocked(status) and bool(all_creates) and not deletes,
         slow_start=blocked(status),

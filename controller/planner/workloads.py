@@ -10,6 +10,8 @@ integrations make them:
 - an eviction is acknowledged once the job's pods are gone: the admission is cleared, quota released
   and the Workload requeued, with the conditions Kueue's integrations write;
 - a finished job's Workload is marked Finished (Kueue then releases its quota);
+- a Workload Kueue made for the job (the prebuilt-workload label: MultiKueue's copy on a worker
+  cluster) is used, never created, and adopted (the job becomes its owner);
 - a suspended job's Workload is deleted once its pods are gone, so its quota is free meanwhile; so is
   the Workload of a job whose queue-name label was removed, at once.
 
@@ -23,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from builders.meta import owner_reference
 from builders.workload import build_workload, workload_name
 from controller.planner import conditions as cond
 from controller.planner import texts
@@ -75,12 +78,32 @@ def workload_writes(facts: Facts, status: Mapping[str, Any]) -> WorkloadWrites:
         if current is not None and not busy:
             writes.delete(current, "job suspended: its quota is released")
     elif current is None:
+        if job.prebuilt_workload:
+            return writes  # Kueue makes it (MultiKueue, before the copy): the job waits for the cache
         priority = workload_priority(job, kueue)
         if not busy and not isinstance(priority, str):
             writes.creates.append(build_workload(job, priority))
     elif not current.deleting:
+        _adopt(writes, facts, current)
         _keep(writes, facts, current, busy=busy)
     return writes
+
+
+def _adopt(writes: WorkloadWrites, facts: Facts, current: WorkloadView) -> None:
+    """A Workload Kueue made for the job (prebuilt) becomes the job's, as Kueue's integrations adopt
+    theirs: the garbage collector then deletes it with the job, and its changes wake the job."""
+    if not facts.job.prebuilt_workload or not facts.job.uid:
+        return
+    owners = current.raw["metadata"].get("ownerReferences") or []
+    if any(isinstance(owner, Mapping) and owner.get("uid") == facts.job.uid for owner in owners):
+        return
+    body = {
+        "metadata": {
+            "resourceVersion": current.resource_version,
+            "ownerReferences": [*owners, owner_reference(facts.job)],
+        }
+    }
+    writes.patch(current, body)
 
 
 def _current(writes: WorkloadWrites, facts: Facts) -> WorkloadView | None:

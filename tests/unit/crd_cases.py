@@ -260,6 +260,9 @@ def _cel_cases() -> list[InvalidCase]:
     ]
 
 
+MANAGED_BY = "spec.managedBy"
+
+
 def _transition_cases() -> list[InvalidCase]:
     return [
         transition("model-changed", {}, {"spec.model": "resnet50"}, "spec.model"),
@@ -313,6 +316,9 @@ def _transition_cases() -> list[InvalidCase]:
         ),
         transition("networking-changed", {}, {"spec.networking.masterPort": 29600}, "spec.networking"),
         transition("backend-set", {}, {"spec.networking.backend": "gloo"}, "spec.networking"),
+        transition("managedBy-added", {}, {MANAGED_BY: contract.MULTIKUEUE_CONTROLLER}, MANAGED_BY),
+        transition("managedBy-removed", {MANAGED_BY: contract.MULTIKUEUE_CONTROLLER}, {}, MANAGED_BY),
+        case("managedBy-unknown", {MANAGED_BY: "example.com/other-controller"}, MANAGED_BY, "schema"),
     ]
 
 

@@ -195,6 +195,7 @@ def test_immutable_fields() -> None:
             "elastic",
             "tensorflow",
             "mpi",
+            "managedBy",
         )
     }
     assert not [entry for _, entry in all_rules() if "oldSelf" in entry["rule"]]
