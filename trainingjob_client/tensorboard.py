@@ -55,6 +55,10 @@ PART_OF_LABEL: Final = "app.kubernetes.io/part-of"
 # TensorBoard's own server: a few hundred MB for a run's scalars, more for images and histograms.
 REQUESTS: Final = {"cpu": "100m", "memory": "256Mi"}
 LIMITS: Final = {"memory": "2Gi"}
+# How a container ends whose command the image does not have: the runtime could not start it, or a
+# shell said "not found" (127) or "not executable" (126).
+NOT_STARTED: Final = ("StartError", "ContainerCannotRun")
+NOT_FOUND_EXIT_CODES: Final = (126, 127)
 # Volume types another pod can mount beside the trainer's and see its files.
 SHARED_VOLUME_TYPES: Final = ("persistentVolumeClaim", "nfs")
 
@@ -317,10 +321,10 @@ def failure(pod: Mapping[str, Any], image: str) -> str | None:
     code = terminated.get("exitCode")
     exited = f" (exit code {code})" if code is not None else ""
     detail = f": {said[-300:]}" if said else ""
-    return (
-        f"TensorBoard ended in pod {viewer_name_of(pod)}: {reason}{exited}{detail}; "
-        f"does image {image} have the tensorboard package? choose another with --image"
-    )
+    text = f"TensorBoard ended in pod {viewer_name_of(pod)}: {reason}{exited}{detail}"
+    if reason in NOT_STARTED or code in NOT_FOUND_EXIT_CODES:
+        text += f"; does image {image} have the tensorboard package? choose another with --image"
+    return text
 
 
 def viewer_name_of(pod: Mapping[str, Any]) -> str:

@@ -147,6 +147,7 @@ class Viewer:
             self.say(f"pod {self.namespace}/{self.name}: replacing a viewer that is done or out of date")
             self.uid = existing["metadata"].get("uid")
             self.delete_and_wait()
+            self.uid = None
         try:
             created = self.client.kube.create(PODS, self.namespace, wanted)
         except KubeError as error:

@@ -258,7 +258,7 @@ def test_progress_says_why_the_viewer_is_not_ready_yet() -> None:
     assert tensorboard.progress(ready) == "Ready"
 
 
-def test_a_viewer_that_ended_says_so_and_suggests_another_image() -> None:
+def test_a_viewer_that_ended_says_why_and_suggests_another_image_when_it_could_not_start() -> None:
     pod = viewer_pod(parse(example()))
     assert tensorboard.failure(stored(pod, phase="Running"), "img:1") is None
     exited = {
@@ -273,10 +273,14 @@ def test_a_viewer_that_ended_says_so_and_suggests_another_image() -> None:
     }
     said = tensorboard.failure(stored(pod, phase="Failed", containerStatuses=[exited]), "img:1")
     assert said == (
-        "TensorBoard ended in pod None/mnist-mlflow-tensorboard: StartError (exit code 128): "
+        f"TensorBoard ended in pod {NAMESPACE}/mnist-mlflow-tensorboard: StartError (exit code 128): "
         'exec: "tensorboard": executable file not found in $PATH; does image img:1 have the tensorboard '
         "package? choose another with --image"
-    ).replace("None/", f"{NAMESPACE}/")
+    )
+    killed = {"name": "tensorboard", "state": {"terminated": {"reason": "OOMKilled", "exitCode": 137}}}
+    assert tensorboard.failure(stored(pod, phase="Failed", containerStatuses=[killed]), "img:1") == (
+        f"TensorBoard ended in pod {NAMESPACE}/mnist-mlflow-tensorboard: OOMKilled (exit code 137)"
+    )
 
 
 # ------------------------------------------------------------------------------ the command's flags
@@ -336,10 +340,7 @@ def test_a_port_in_use_is_refused_in_one_line_before_any_pod(
     api: FakeApi, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     kubeconfig = kubeconfig_for(api, tmp_path / "kubeconfig")
-    kubectl = tmp_path / "kubectl"
-    kubectl.write_text("#!/bin/sh\nexit 1\n")
-    kubectl.chmod(0o755)
-    monkeypatch.setenv("PATH", str(tmp_path))
+    with_kubectl_on_path(tmp_path, monkeypatch)
     api.script("GET", f"{JOBS}/mnist-mlflow", Reply(200, example()))
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -358,3 +359,65 @@ def test_no_such_job_is_one_line(api: FakeApi, tmp_path: Path) -> None:
     assert (code, out) == (plugin.EXIT_ERROR, "")
     assert err.count("\n") == 1
     assert 'TrainingJob "nope" not found' in err
+
+
+def with_kubectl_on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kubectl on PATH (the command looks for it before it makes a pod; these tests end before it
+    would port-forward)."""
+    kubectl = tmp_path / "kubectl"
+    kubectl.write_text("#!/bin/sh\nexit 1\n")
+    kubectl.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+
+
+VIEWER = f"/api/v1/namespaces/{NAMESPACE}/pods/mnist-mlflow-tensorboard"
+
+
+def test_a_pod_of_the_name_it_did_not_make_is_left_alone(
+    api: FakeApi, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with_kubectl_on_path(tmp_path, monkeypatch)
+    kubeconfig = kubeconfig_for(api, tmp_path / "kubeconfig")
+    api.script("GET", f"{JOBS}/mnist-mlflow", Reply(200, example()))
+    someone_elses = {"metadata": {"name": "mnist-mlflow-tensorboard", "labels": {"app": "mine"}}}
+    api.script("GET", VIEWER, Reply(200, someone_elses))
+    code, out, err = run(kubeconfig, "mnist-mlflow", "--port=0")
+    assert (code, out) == (plugin.EXIT_ERROR, "")
+    assert err == (
+        f"kubectl trainingjob: pod {NAMESPACE}/mnist-mlflow-tensorboard exists and is not a TensorBoard "
+        "viewer made by this command: delete it or rename it\n"
+    )
+    assert not api.requests("POST")
+    assert not api.requests("DELETE")
+
+
+def test_a_viewer_that_cannot_start_is_deleted_and_the_error_says_why(
+    api: FakeApi, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with_kubectl_on_path(tmp_path, monkeypatch)
+    kubeconfig = kubeconfig_for(api, tmp_path / "kubeconfig")
+    api.script("GET", f"{JOBS}/mnist-mlflow", Reply(200, example()))
+    created = stored(viewer_pod(parse(example())), phase="Pending")
+    exited = {"name": "tensorboard", "state": {"terminated": {"reason": "StartError", "exitCode": 128}}}
+    api.script(
+        "GET",
+        VIEWER,
+        Reply(404, not_found("pods", "mnist-mlflow-tensorboard")),
+        Reply(200, stored(created, phase="Failed", containerStatuses=[exited])),
+        Reply(404, not_found("pods", "mnist-mlflow-tensorboard")),
+    )
+    api.script("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", Reply(201, created))
+    api.script("DELETE", VIEWER, Reply(200, created))
+    code, out, err = run(kubeconfig, "mnist-mlflow", "--port=0")
+    assert (code, out) == (plugin.EXIT_ERROR, "")
+    assert err.splitlines() == [
+        f"pod {NAMESPACE}/mnist-mlflow-tensorboard created",
+        f"pod {NAMESPACE}/mnist-mlflow-tensorboard deleted",
+        f"kubectl trainingjob: TensorBoard ended in pod {NAMESPACE}/mnist-mlflow-tensorboard: StartError "
+        f"(exit code 128); does image {contract.DEFAULT_IMAGES['pytorch']} have the tensorboard package? "
+        "choose another with --image",
+    ]
+    (posted,) = api.requests("POST")
+    assert posted.json()["metadata"]["name"] == "mnist-mlflow-tensorboard"
+    (deleted,) = api.requests("DELETE")
+    assert deleted.json()["preconditions"] == {"uid": "pod-uid"}
