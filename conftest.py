@@ -221,7 +221,7 @@ def real_node(cluster: Kubectl) -> Kubectl:
     reasons = REAL_NODE.missing_prerequisites()
     if reasons:
         pytest.skip("the real node cannot run here: " + "; ".join(reasons))
-    sessions.claim_real_node(say=lambda line: print(line, file=sys.stderr, flush=True))
+    sessions.claim_real_node(say=lambda line: print(line, file=sys.stderr, flush=True), cluster_dir=DEV)
     require_optional("real-node")
     return cluster
 

@@ -30,7 +30,10 @@ REAL_NODE_GROUP: Final = "real-node"
 # The fixtures that put a test on the real node.
 REAL_NODE_FIXTURES: Final = frozenset({"real_node", "network_policies"})
 # Whose real node it is: held by the session (process) that runs the node's tests, until it exits.
-REAL_NODE_LOCK: Final = Path(tempfile.gettempdir()) / "trainingjob-operator-real-node.lock"
+# (TJ_REAL_NODE_LOCK moves it, for a test of the lock; testbed/node/nodelock.py reads the same.)
+REAL_NODE_LOCK: Final = Path(
+    os.environ.get("TJ_REAL_NODE_LOCK") or Path(tempfile.gettempdir()) / "trainingjob-operator-real-node.lock"
+)
 # The components the session's controller found uncached, for every worker to order its tests alike.
 UNCACHED: Final = "TJ_TEST_UNCACHED"
 
@@ -97,9 +100,20 @@ def claim_session(directory: Path) -> str | None:
     return None
 
 
-def claim_real_node(say: Callable[[str], None], poll: float = 5.0, every: float = 60.0) -> None:
+def held_by_cluster_node(holder: str, cluster_dir: Path) -> bool:
+    """Whether the lock's holder is the real node a dev cluster in `cluster_dir` runs (its holder's
+    line, testbed/node/nodelock.py holder_line)."""
+    return f": the real node of the cluster in {cluster_dir}, " in holder
+
+
+def claim_real_node(
+    say: Callable[[str], None], poll: float = 5.0, every: float = 60.0, cluster_dir: Path | None = None
+) -> None:
     """Waits until no other session on the machine holds its real node, then holds it until this
-    process exits (the node is torn down with the session's cluster, after every fixture)."""
+    process exits (the node is torn down with the session's cluster, after every fixture). A node
+    that `hack/dev-cluster.sh up` started holds the lock itself until its `down` (testbed/node/
+    nodelock.py): the session waits for it too, unless it is the node of `cluster_dir`, the very
+    cluster the session runs on."""
     if any(Path(handle.name) == REAL_NODE_LOCK for handle in _held):
         return
     started = time.monotonic()
@@ -108,6 +122,8 @@ def claim_real_node(say: Callable[[str], None], poll: float = 5.0, every: float 
         handle, holder = _try_lock(REAL_NODE_LOCK)
         if handle is not None:
             _held.append(handle)
+            return
+        if cluster_dir is not None and held_by_cluster_node(holder, cluster_dir):
             return
         run = os.environ.get(TEST_RUN)
         if run and holder.endswith(f", test run {run}"):
@@ -118,6 +134,6 @@ def claim_real_node(say: Callable[[str], None], poll: float = 5.0, every: float 
             )
         waited = time.monotonic() - started
         if waited - last_said >= every:
-            say(f"waiting for the machine's real node: another test session holds it ({holder})")
+            say(f"waiting for the machine's real node: another session or node holds it ({holder})")
             last_said = waited
         time.sleep(poll)

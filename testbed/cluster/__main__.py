@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         return dispatch(args, command)
     except ToolError as error:
         say(f"error: {error}")
-        return 1
+        return getattr(error, "exit_code", 1)  # 2: refused, as the machine's real node is held
     except KeyboardInterrupt:
         say("interrupted")
         return 130

@@ -70,6 +70,8 @@ def up(
     it (testbed/addons/optional.py), the real node with `node_images`; a cluster rebuilt after a crash
     gets back the ones it had."""
     # A cold build takes minutes: done before the lock, so that other commands are not held up.
+    if REAL_NODE in with_optional and not (read_state() or {}).get("real_node"):
+        realnode.claim_machine(hold=False)  # refused before anything is built or started
     requested = optional.build(list(with_optional), node_images)
     recorded: list[str] = []
     with cluster_lock():

@@ -35,9 +35,18 @@ from testbed import images
 from testbed.cluster import kube_bins
 from testbed.cluster.pki import issue, kubeconfig_text
 from testbed.cluster.processes import kubectl, spawn, stop_processes, wait_for
-from testbed.cluster.state import NODE_COMPONENTS, REAL_NODE, RUN, read_state, read_versions, say, write_state
-from testbed.common import REPO, ToolError, http_ok, wait_until
-from testbed.node import nodeconfig, nodehost, nodeimages, storage
+from testbed.cluster.state import (
+    LOGS,
+    NODE_COMPONENTS,
+    REAL_NODE,
+    RUN,
+    read_state,
+    read_versions,
+    say,
+    write_state,
+)
+from testbed.common import DEV, REPO, ToolError, http_ok, wait_until
+from testbed.node import nodeconfig, nodehost, nodeimages, nodelock, storage
 from testbed.node.apiforward import inside
 from testbed.node.nodeconfig import NODE_NAME, NodePaths
 from testbed.node.nodeimages import IMAGES
@@ -93,10 +102,17 @@ def versions() -> dict[str, str]:
 
 
 def add(state: dict[str, Any], builds: dict[str, Path], image_names: tuple[str, ...] = IMAGES) -> None:
-    """Starts the node on the running cluster of `state` with the images `image_names`; on any
-    failure, undoes what it did."""
-    reclaim_left_behind()
+    """Starts the node on the running cluster of `state` with the images `image_names`, holding the
+    machine's real-node lock (nodelock) until `remove`; on any failure, undoes what it did."""
+    holder = claim_machine()
+    try:
+        reclaim_left_behind()
+    except BaseException:
+        nodelock.release(holder)
+        raise
     record: dict[str, Any] = {"started": time.time()}
+    if holder is not None:
+        record["lock_holder"] = holder
     state["real_node"] = record
     try:
         start(state, builds, record, image_names)
@@ -175,6 +191,21 @@ def keep_record(record: dict[str, Any]) -> None:
     state and on the machine (for an `up` after this run was killed)."""
     write_state("real_node", record)
     nodehost.save_record(record)
+
+
+def claim_machine(*, hold: bool = True) -> dict[str, Any] | None:
+    """The machine's real-node lock for the node about to start (nodelock.claim), before anything is
+    changed: refused in one line while another session or node holds it. The holder of a node killed
+    without its `down` (its processes gone, its record left on the machine) is stopped first. Without
+    `hold`, only whether it could be taken (`up` asks before it builds or starts anything)."""
+    if not nodehost.running_pids():
+        left = nodehost.left_behind()
+        if left is not None:
+            nodelock.release(left.get("lock_holder"))
+    if not hold:
+        nodelock.check()
+        return None
+    return nodelock.claim(DEV, LOGS / "real-node-lock.log")
 
 
 def reclaim_left_behind() -> None:
@@ -377,6 +408,7 @@ def undo_host(record: dict[str, Any]) -> None:
     for directory in (node.sockets, nodeconfig.STATE_DIR, node.run):
         shutil.rmtree(directory, ignore_errors=True)
     nodehost.forget_record()
+    nodelock.release(record.get("lock_holder"))  # last: the machine is as it was
 
 
 def drain(bin_dir: Path) -> None:

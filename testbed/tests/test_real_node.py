@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from testbed import PYTHON_IMAGE, Kubectl, pod_on_node, wait_for
+from testbed import PYTHON_IMAGE, Kubectl, pid_running, pod_on_node, wait_for
 from testbed.cluster.state import NODE_COMPONENTS, REAL_NODE, read_state, write_state
-from testbed.common import ToolError
-from testbed.node import nodeconfig, nodehost, nodeimages, realnode
+from testbed.common import DEV, ToolError
+from testbed.node import nodeconfig, nodehost, nodeimages, nodelock, realnode
 from tests.cluster import dev_cluster
 from tests.e2e.jobs import wait
 from tests.e2e.realnode import NODE, wait_running, wait_terminated
@@ -281,21 +281,30 @@ def test_a_claim_binds_and_what_one_pod_writes_the_next_one_reads(real_node: Kub
     )
 
 
-def test_remove_and_up_again_leave_nothing_on_the_machine(real_node: Kubectl, namespace: str) -> None:
+def test_remove_and_up_again_leave_nothing_on_the_machine(
+    real_node: Kubectl, namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The node taken off and put back twice: the machine's network, mounts, cgroups, sysctls,
-    iptables and fixed paths before it came are what they are after it went, with pods having run."""
+    iptables and fixed paths before it came are what they are after it went, with pods having run.
+    Put back as outside a test session (a lock file the session does not hold), the node holds the
+    machine's real-node lock from `up` until `remove` has undone it (testbed/node/nodelock.py)."""
     dev_cluster("remove", "real-node")
     before = nodehost.snapshot()
+    lock = tmp_path / "real-node.lock"
     try:
-        dev_cluster("up", "--with", "real-node")
-        real_node.apply(pod_on_node("visitor", ["python3", "-c", "print('was here')"]), "-n", namespace)
-        assert wait_terminated(real_node, namespace, "visitor")["exitCode"] == 0
-        sleeper = pod_on_node("sleeper", ["sleep", "3600"])
-        real_node.apply(sleeper, "-n", namespace)
-        wait_running(real_node, namespace, "sleeper")
-        began = time.monotonic()
-        dev_cluster("remove", "real-node")
-        took = time.monotonic() - began
+        with monkeypatch.context() as outside_the_session:
+            outside_the_session.setenv("TJ_REAL_NODE_LOCK", str(lock))
+            dev_cluster("up", "--with", "real-node")
+            assert f": the real node of the cluster in {DEV}, " in str(nodelock.current_holder(lock))
+            real_node.apply(pod_on_node("visitor", ["python3", "-c", "print('was here')"]), "-n", namespace)
+            assert wait_terminated(real_node, namespace, "visitor")["exitCode"] == 0
+            sleeper = pod_on_node("sleeper", ["sleep", "3600"])
+            real_node.apply(sleeper, "-n", namespace)
+            wait_running(real_node, namespace, "sleeper")
+            began = time.monotonic()
+            dev_cluster("remove", "real-node")
+            took = time.monotonic() - began
+        assert nodelock.current_holder(lock) is None
         after = nodehost.snapshot()
         assert after == before, _difference(before, after)
         assert real_node.get_or_none("node", NODE) is None
@@ -305,30 +314,45 @@ def test_remove_and_up_again_leave_nothing_on_the_machine(real_node: Kubectl, na
         dev_cluster("up", "--with", "real-node")
 
 
-def test_a_node_killed_before_its_down_is_undone_by_the_next_up(real_node: Kubectl, namespace: str) -> None:
+def test_a_node_killed_before_its_down_is_undone_by_the_next_up(
+    real_node: Kubectl, namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A run killed with its node up (its processes gone, and with them the checkout's record, as when
     a CI job is cancelled or another checkout ran the node) leaves a network namespace, mounts,
     cgroups and sysctls: the next `up` undoes them from the machine's record and starts the node;
-    while a node runs, a second one is refused in one line."""
+    while a node runs, a second one is refused in one line. The lock holder of the killed node (it ran
+    as outside a test session) is stopped by that `up` too, which starts the new node's own."""
     dev_cluster("remove", "real-node")
     before = nodehost.snapshot()
+    lock = tmp_path / "real-node.lock"  # as outside a test session: the node's own holder takes it
     try:
-        dev_cluster("up", "--with", "real-node")
-        with pytest.raises(ToolError, match="a real node runs on this machine already"):
-            realnode.reclaim_left_behind()
-        real_node.apply(pod_on_node("sleeper", ["sleep", "3600"]), "-n", namespace)
-        wait_running(real_node, namespace, "sleeper")
-        _kill_the_node_and_lose_its_record()
-        assert Path("/run/netns", nodeconfig.NETNS).exists()
-        assert nodehost.mounts_under(realnode.mount_prefixes(realnode.paths())), "it left no mounts to undo"
+        with monkeypatch.context() as outside_the_session:
+            outside_the_session.setenv("TJ_REAL_NODE_LOCK", str(lock))
+            dev_cluster("up", "--with", "real-node")
+            with pytest.raises(ToolError, match="a real node runs on this machine already"):
+                realnode.reclaim_left_behind()
+            real_node.apply(pod_on_node("sleeper", ["sleep", "3600"]), "-n", namespace)
+            wait_running(real_node, namespace, "sleeper")
+            killed_holder = nodelock.holder_pid(str(nodelock.current_holder(lock)))
+            _kill_the_node_and_lose_its_record()
+            assert Path("/run/netns", nodeconfig.NETNS).exists()
+            assert nodehost.mounts_under(realnode.mount_prefixes(realnode.paths())), (
+                "it left no mounts to undo"
+            )
 
-        dev_cluster("up", "--with", "real-node")
-        node = real_node.get_json("node", NODE)
-        assert {c["type"]: c["status"] for c in node["status"]["conditions"]}["Ready"] == "True"
-        real_node.apply(pod_on_node("after", ["python3", "-c", "print('ran')"]), "-n", namespace)
-        assert wait_terminated(real_node, namespace, "after")["exitCode"] == 0
-        real_node.run("delete", "pod", "sleeper", "-n", namespace, "--wait=false")
-        dev_cluster("remove", "real-node")
+            # The killed node's holder still has the lock: the next `up` stops it with the rest.
+            dev_cluster("up", "--with", "real-node")
+            node = real_node.get_json("node", NODE)
+            assert {c["type"]: c["status"] for c in node["status"]["conditions"]}["Ready"] == "True"
+            holder = nodelock.holder_pid(str(nodelock.current_holder(lock)))
+            assert killed_holder is not None
+            assert holder not in (None, killed_holder)
+            assert not pid_running(killed_holder)
+            real_node.apply(pod_on_node("after", ["python3", "-c", "print('ran')"]), "-n", namespace)
+            assert wait_terminated(real_node, namespace, "after")["exitCode"] == 0
+            real_node.run("delete", "pod", "sleeper", "-n", namespace, "--wait=false")
+            dev_cluster("remove", "real-node")
+        assert nodelock.current_holder(lock) is None
         after = nodehost.snapshot()
         assert after == before, _difference(before, after)
     finally:

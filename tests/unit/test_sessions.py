@@ -100,7 +100,7 @@ def test_the_real_node_is_waited_for_while_another_session_holds_it(
         holder.kill()
         holder.wait()
     holds = f"pid {holder.pid} in {sessions.REPO}"
-    assert said == [f"waiting for the machine's real node: another test session holds it ({holds})"]
+    assert said == [f"waiting for the machine's real node: another session or node holds it ({holds})"]
     assert any(Path(handle.name) == lock for handle in sessions._held)
     sessions.claim_real_node(say=said.append)  # held already: returns at once, says nothing
     assert len(said) == 1
@@ -158,3 +158,51 @@ def test_a_worker_of_the_same_run_holding_the_real_node_is_an_error_not_a_wait(
     finally:
         holder.kill()
         holder.wait()
+
+
+# A dev cluster's real node started by `hack/dev-cluster.sh up` holds the lock through a holder process
+# (testbed/node/nodelock.py, run the way `up` runs it): argv the lock file and the cluster's directory.
+DEV_NODE_HOLDER = (
+    "import sys; from pathlib import Path; from testbed.node.nodelock import hold; "
+    "sys.exit(hold(Path(sys.argv[1]), Path(sys.argv[2])))"
+)
+
+
+def test_a_dev_clusters_node_is_waited_for_naming_it_unless_it_is_the_sessions_own_cluster(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lock = tmp_path / "real-node.lock"
+    monkeypatch.setattr(sessions, "REAL_NODE_LOCK", lock)
+    monkeypatch.delenv(sessions.TEST_RUN, raising=False)
+    dev = tmp_path / "dev"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", DEV_NODE_HOLDER, str(lock), str(dev)],
+        cwd=sessions.REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout is not None
+    assert holder.stdout.readline().strip() == "held"
+    said: list[str] = []
+
+    def say_and_let_go(line: str) -> None:
+        said.append(line)
+        holder.terminate()
+        holder.wait()
+
+    try:
+        # The session runs on that cluster (it found it running): the node is its own; nothing held.
+        sessions.claim_real_node(say=said.append, poll=0.05, cluster_dir=dev)
+        assert said == []
+        assert not any(Path(handle.name) == lock for handle in sessions._held)
+        # Another cluster's session waits, naming the dev node, and takes the lock once it is down.
+        sessions.claim_real_node(say=say_and_let_go, poll=0.05, cluster_dir=tmp_path / "mine")
+    finally:
+        holder.kill()
+        holder.wait()
+    assert len(said) == 1
+    assert said[0].startswith(
+        f"waiting for the machine's real node: another session or node holds it (pid {holder.pid}: "
+        f"the real node of the cluster in {dev}, started by hack/dev-cluster.sh up"
+    )
+    assert any(Path(handle.name) == lock for handle in sessions._held)
