@@ -64,7 +64,7 @@ from testbed import (  # noqa: E402
     component_binary,
     ensure_image,
     image_build,
-    is_cached,
+    uncached,
     wait_for,
 )
 from tests.cluster import DEV, REPO, SESSION, require_optional  # noqa: E402
@@ -368,7 +368,7 @@ def _uncached(components: set[str]) -> set[str]:
     found = os.environ.get(sessions.UNCACHED)
     if found is not None:
         return set(filter(None, found.split(",")))
-    return {component for component in components if not is_cached(component)}
+    return set(uncached(sorted(components)))
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -381,8 +381,8 @@ def pytest_configure(config: pytest.Config) -> None:
         pytest.exit(refused, returncode=2)
     components = sorted(set(FIXTURE_BUILDS.values()) | set(BUILDS.values()))
     if os.geteuid() == 0:  # the images are built (and waited for) where they can be
-        components += [image_build(name) for name in IMAGE_NAMES]
-    os.environ[sessions.UNCACHED] = ",".join(c for c in components if not is_cached(c))
+        components += [image_build(name) for name in IMAGE_NAMES if name not in FIRST_NODE_IMAGES]
+    os.environ[sessions.UNCACHED] = ",".join(uncached(components))
 
 
 def _fixtures(item: pytest.Item) -> tuple[str, ...]:

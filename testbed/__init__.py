@@ -15,7 +15,7 @@ before `python3 -m testbed.cluster` runs.
 from testbed.addons.mlflow import MLFLOW
 from testbed.addons.optional import BUILDS_BY_NAME as BUILDS
 from testbed.cluster.handle import Cluster, throwaway_cluster
-from testbed.cluster.kube_bins import BackgroundBuilds, component_binary, image_build, is_cached
+from testbed.cluster.kube_bins import BackgroundBuilds, component_binary, image_build, is_cached, uncached
 from testbed.cluster.kubectl import Kubectl, KubectlError, WaitTimeout, wait_for
 from testbed.cluster.kwok import (
     add_disruption_condition,
@@ -90,5 +90,6 @@ __all__ = [
     "terminated",
     "throwaway_cluster",
     "trainer_image",
+    "uncached",
     "wait_for",
 ]

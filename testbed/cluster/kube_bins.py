@@ -76,6 +76,19 @@ def is_cached(component: str) -> bool:
     return result.returncode == 0 and (Path(result.stdout.strip()) / "VERSIONS").is_file()
 
 
+def uncached(components: list[str]) -> list[str]:
+    """Those of `components` (and images, `image:NAME`) not built yet, in their order; the images'
+    keys are computed once for all (a trainer's reads the virtualenv: about a second each)."""
+    memo: dict[str, images.Image] = {}
+
+    def built(component: str) -> bool:
+        if component.startswith(IMAGE_PREFIX):
+            return images.describe(component.removeprefix(IMAGE_PREFIX), memo=memo).built
+        return is_cached(component)
+
+    return [component for component in components if not built(component)]
+
+
 def buildable_here(component: str) -> bool:
     """Whether a background build of it can succeed: an image needs root (debootstrap, chroot,
     buildah) and, for a trainer, its framework in the virtualenv."""
@@ -94,9 +107,7 @@ class BackgroundBuilds:
     `stop` ends the builds still running (their half-built directories are removed)."""
 
     def __init__(self, components: list[str], log: Path) -> None:
-        self.components = [
-            component for component in components if buildable_here(component) and not is_cached(component)
-        ]
+        self.components = uncached([component for component in components if buildable_here(component)])
         self.log = log
         self.process: subprocess.Popen[bytes] | None = None
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.cluster.kube_bins import BackgroundBuilds, image_build, is_cached
+from testbed.cluster.kube_bins import BackgroundBuilds, image_build, is_cached, uncached
 from testbed.common import wait_until
 from testbed.images import cache, ensure
 
@@ -41,6 +41,7 @@ def test_uncached_images_are_built_in_the_background_into_the_cache_in_the_order
     scratch_cache: Path,
 ) -> None:
     log = scratch_cache
+    assert uncached(["image:busybox", "image:pause"]) == ["image:busybox", "image:pause"]
     builds = BackgroundBuilds([image_build("busybox"), image_build("pause")], log)
     assert builds.components == ["image:busybox", "image:pause"]  # neither is cached in this cache
     builds.start()
@@ -53,6 +54,7 @@ def test_uncached_images_are_built_in_the_background_into_the_cache_in_the_order
     assert text.index("busybox: cold build") < text.index("pause: cold build"), text
     assert is_cached("image:busybox")
     assert is_cached("image:pause")
+    assert uncached(["image:busybox", "image:pause"]) == []
     # What a fixture's ensure then gets is the background's build, not a second one.
     image = ensure("pause")
     assert image.archive.parent == cache.build_dir("pause", image.key)
