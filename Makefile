@@ -11,7 +11,9 @@ VENV_PY := $(VENV)/bin/python
 # tools, the testbed (testbed/pyproject.toml, with its harness's dependencies) and the frameworks'
 # extras for the tests: `train`, `tensorflow` (tensorflow-cpu), `jax` (jax with its CPU jaxlib), `xgboost`
 # (xgboost-cpu) and `paddle` (paddlepaddle's CPU wheel), and
-# `tracking` (MLflow's client, which the torch trainer image takes along).
+# `tracking` (MLflow's client, which the torch trainer image takes along); then the `pipelines` extra
+# (Kubeflow Pipelines' SDK) by uv, whose overrides (requirements/pipelines-overrides.txt) let kfp's pins
+# (kubernetes<31 among them) give way to what is installed, which pip cannot do.
 # Each is a superset of the one before, so the dev install satisfies the other two stamps too.
 RUNTIME_STAMP := $(VENV)/.installed-runtime
 DEMO_STAMP := $(VENV)/.installed-demo
@@ -67,9 +69,10 @@ $(DEMO_STAMP): setup.cfg pyproject.toml
 	$(VENV_PY) -m pip install --quiet -e '.[train]'
 	@touch $@ $(RUNTIME_STAMP)
 
-$(STAMP): setup.cfg pyproject.toml testbed/pyproject.toml
+$(STAMP): setup.cfg pyproject.toml testbed/pyproject.toml requirements/pipelines-overrides.txt
 	$(make_venv)
 	$(VENV_PY) -m pip install --quiet -e '.[dev,train,tensorflow,jax,xgboost,paddle,tracking]' -e './testbed[harness]'
+	$(VENV)/bin/uv pip install --quiet --python $(VENV_PY) --override requirements/pipelines-overrides.txt -e '.[pipelines]'
 	@touch $@ $(DEMO_STAMP) $(RUNTIME_STAMP)
 
 .PHONY: venv

@@ -116,12 +116,14 @@ def applied(kubectl: Kubectl, namespace: str, text: str) -> Iterator[str]:
 
 def test_every_other_block_is_applied_by_the_test_of_its_section() -> None:
     from tests.e2e.test_network_policy_real_node import policy_blocks  # noqa: PLC0415 - it imports this module
+    from tests.e2e.test_pipelines_e2e import docs_blocks as pipeline_blocks  # noqa: PLC0415 - it imports this module
     from tests.e2e.test_tenant_escalation import docs_blocks  # noqa: PLC0415 - it imports this module
     from tests.e2e.test_volcano_e2e import docs_blocks as volcano_blocks  # noqa: PLC0415 - it imports this module
 
     claimed = set(docs_blocks())  # docs/security.md, what a tenant can do through a TrainingJob
     claimed |= set(policy_blocks())  # docs/security.md, network policy
     claimed |= set(volcano_blocks())  # docs/shared-clusters.md, Volcano's Queue
+    claimed |= set(pipeline_blocks())  # docs/pipelines.md, the training step's Role
     assert claimed
     assert {block.values[0] for block in OTHER_BLOCKS} <= claimed
 

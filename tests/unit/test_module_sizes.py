@@ -21,6 +21,7 @@ PACKAGES = (
     "image",
     "trainer",
     "trainingjob_client",
+    "trainingjob_pipelines",
     "monitoring",
     "tests",
 )
