@@ -49,6 +49,7 @@ TRAINER_FILES: Final = (
     "reference_trainer/main.py",
     "reference_trainer/torch_engine.py",
     "reference_trainer/tracking.py",
+    "reference_trainer/wandb_run.py",
     PROGRESS_HELPER_FILE,
     "trainingjob_progress/base.py",
     "trainingjob_progress/checkpoints.py",

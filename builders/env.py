@@ -325,6 +325,10 @@ def monitoring_env(job: TrainingJob, storage: CheckpointStorage | None) -> list[
         if monitoring.wandb_entity:
             env.append(var("WANDB_ENTITY", monitoring.wandb_entity))
         env.append(var("WANDB_RUN_GROUP", job.name))
+        if storage is not None and storage.is_volume:
+            # W&B's files (wandb/ with its run directories) on the claim: an offline run outlives the
+            # pod, and the next attempt finds what the earlier ones logged.
+            env.append(var("WANDB_DIR", storage.mount_path))
     if monitoring.mlflow_tracking_uri or monitoring.wandb_project:
         # What the trainer tags its run with and finds it again by on a later attempt: one run per job,
         # not per name (a job deleted and created again under its name gets a run of its own).

@@ -167,6 +167,17 @@ def status() -> Schema:
                         "The run's page on the tracking server (spec.monitoring.mlflowTrackingUri).",
                         max_length=URL_LENGTH,
                     ),
+                    "wandbRunId": string(
+                        "The job's Weights & Biases run (spec.monitoring.wandbProject).", max_length=64
+                    ),
+                    "wandbMode": string(
+                        "How the trainer logs to W&B: online, or offline into the run directory on the "
+                        "checkpoint claim (wandb/, for `wandb sync`).",
+                        max_length=16,
+                    ),
+                    "wandbRunUrl": string(
+                        "The run's page on the W&B server, when online.", max_length=URL_LENGTH
+                    ),
                     "unavailable": string(
                         "Why the trainer's last call to the tracking server failed; unset once one "
                         "succeeds. Training goes on meanwhile.",

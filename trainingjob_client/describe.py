@@ -70,6 +70,9 @@ def describe(job: TrainingJob, ranks: Sequence[RankStatus], events: Sequence[Job
     if status.mlflow_run_id:
         url = f"  {status.mlflow_run_url}" if status.mlflow_run_url else ""
         lines.append(f"MLflow run:  {status.mlflow_run_id}{url}")
+    if status.wandb_run_id:
+        where = status.wandb_run_url or (f"({status.wandb_mode})" if status.wandb_mode else "")
+        lines.append(f"W&B run:     {status.wandb_run_id}  {where}".rstrip())
     if status.tracking_unavailable:
         lines.append(f"Tracking:    unavailable ({status.tracking_unavailable}); training goes on")
     lines.append("Ranks:")

@@ -102,6 +102,10 @@ class JobStatus:
     # call to the tracking server failed.
     mlflow_run_id: str | None = None
     mlflow_run_url: str | None = None
+    # The job's W&B run (one across restarts), its page when online, and the mode it is logged in.
+    wandb_run_id: str | None = None
+    wandb_run_url: str | None = None
+    wandb_mode: str | None = None
     tracking_unavailable: str | None = None
 
     @classmethod
@@ -135,6 +139,9 @@ class JobStatus:
             duration=raw.get("duration") or None,
             mlflow_run_id=_text(tracking.get("mlflowRunId")) or None,
             mlflow_run_url=_text(tracking.get("mlflowRunUrl")) or None,
+            wandb_run_id=_text(tracking.get("wandbRunId")) or None,
+            wandb_run_url=_text(tracking.get("wandbRunUrl")) or None,
+            wandb_mode=_text(tracking.get("wandbMode")) or None,
             tracking_unavailable=_text(tracking.get("unavailable")) or None,
         )
 

@@ -42,6 +42,9 @@ class Report:
     # failed (absent once one succeeds).
     mlflow_run_id: str | None = None
     mlflow_experiment_id: str | None = None
+    wandb_run_id: str | None = None
+    wandb_run_url: str | None = None
+    wandb_mode: str | None = None
     tracking_error: str | None = None
 
 
@@ -76,6 +79,7 @@ def parse_report(text: str | None) -> tuple[Report | None, str | None]:
         checkpoint_time = checkpoint.get("time", checkpoint_time)
         checkpoint = checkpoint.get("path")
     mlflow: dict[str, Any] = raw["mlflow"] if isinstance(raw.get("mlflow"), dict) else {}
+    wandb: dict[str, Any] = raw["wandb"] if isinstance(raw.get("wandb"), dict) else {}
     return Report(
         epoch=_count(raw.get("epoch")),
         total_epochs=_count(raw.get("totalEpochs")),
@@ -87,13 +91,24 @@ def parse_report(text: str | None) -> tuple[Report | None, str | None]:
         time=_valid_time(raw["time"]) if isinstance(raw.get("time"), str) else None,
         mlflow_run_id=_identifier(mlflow.get("runId")),
         mlflow_experiment_id=_identifier(mlflow.get("experimentId")),
+        wandb_run_id=_identifier(wandb.get("runId")),
+        wandb_run_url=_web_url(wandb.get("url")),
+        wandb_mode=_identifier(wandb.get("mode"), limit=16),
         tracking_error=_text(raw.get("trackingError"), 1024),
     ), None
 
 
-def _identifier(value: Any) -> str | None:
-    """An MLflow run or experiment id: letters, digits, dashes and underscores, at most 64."""
-    if isinstance(value, str) and 0 < len(value) <= 64 and all(c.isalnum() or c in "-_" for c in value):
+def _identifier(value: Any, limit: int = 64) -> str | None:
+    """A run's or experiment's id (or W&B's mode): letters, digits, dashes and underscores, at most
+    `limit`."""
+    if isinstance(value, str) and 0 < len(value) <= limit and all(c.isalnum() or c in "-_" for c in value):
+        return value
+    return None
+
+
+def _web_url(value: Any) -> str | None:
+    """A run's page as the trainer reported it: an http(s) URL, at most 512 characters."""
+    if isinstance(value, str) and value.startswith(("https://", "http://")) and len(value) <= 512:
         return value
     return None
 
@@ -115,8 +130,16 @@ def tracking_status(previous: Any, report: Report, spec: Spec) -> dict[str, Any]
     trainer's last call to the tracking server failed. A report that says nothing of tracking keeps
     what status had."""
     tracking = dict(previous) if isinstance(previous, dict) else {}
-    if report.mlflow_run_id is None and report.tracking_error is None:
+    if report.mlflow_run_id is None and report.wandb_run_id is None and report.tracking_error is None:
         return tracking or None
+    if report.wandb_run_id is not None and spec.monitoring.wandb_project:
+        tracking["wandbRunId"] = report.wandb_run_id
+        tracking.pop("wandbRunUrl", None)
+        tracking.pop("wandbMode", None)
+        if report.wandb_run_url is not None:
+            tracking["wandbRunUrl"] = report.wandb_run_url
+        if report.wandb_mode is not None:
+            tracking["wandbMode"] = report.wandb_mode
     uri = spec.monitoring.mlflow_tracking_uri
     if report.mlflow_run_id is not None and uri:
         tracking["mlflowRunId"] = report.mlflow_run_id
@@ -209,7 +232,8 @@ def apply_report(
 
 def tracking_events(before: Any, after: Any) -> list[tuple[EventType, str, str]]:
     """The Events a change of status.tracking makes: the job's MLflow run created, replaced (the one
-    it logged into was deleted in MLflow, or cannot be found), tracking unavailable, and back."""
+    it logged into was deleted in MLflow, or cannot be found), its W&B run started, tracking
+    unavailable, and back."""
     old = before if isinstance(before, dict) else {}
     new = after if isinstance(after, dict) else {}
     events: list[tuple[EventType, str, str]] = []
@@ -225,6 +249,10 @@ def tracking_events(before: Any, after: Any) -> list[tuple[EventType, str, str]]
                 f"could not be found ({new.get('mlflowRunUrl', '')})",
             )
         )
+    wandb_run = new.get("wandbRunId")
+    if wandb_run and wandb_run != old.get("wandbRunId"):
+        where = new.get("wandbRunUrl") or f"logged {new.get('wandbMode', 'offline')}"
+        events.append(("Normal", "WandbRunStarted", f"W&B run {wandb_run}: {where}"))
     if new.get("unavailable") and not old.get("unavailable"):
         events.append(
             (

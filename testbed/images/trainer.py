@@ -64,7 +64,9 @@ class TrainerSpec:
 
 
 TRAINERS: Final = (
-    TrainerSpec("trainer-torch", "pytorch", ("torch",), "torch", optional=("mlflow-skinny", "tensorboard")),
+    TrainerSpec(
+        "trainer-torch", "pytorch", ("torch",), "torch", optional=("mlflow-skinny", "tensorboard", "wandb")
+    ),
     TrainerSpec("trainer-tensorflow", "tensorflow", ("tensorflow-cpu",), "tensorflow"),
     TrainerSpec("trainer-jax", "jax", ("jax",), "jax"),
     TrainerSpec("trainer-xgboost", "xgboost", ("xgboost-cpu",), "xgboost"),

@@ -211,6 +211,15 @@ def test_tensorboard_dir_follows_checkpoint_volume_or_setting() -> None:
     assert configured["TENSORBOARD_LOG_DIR"] == "/logs"
 
 
+def test_wandb_files_go_to_the_checkpoint_volume_when_there_is_one() -> None:
+    on_volume = env_of({"spec.monitoring.wandbProject": "p", "spec.checkpoint.enabled": True})
+    assert on_volume["WANDB_DIR"] == "/checkpoints"
+    assert on_volume["TRAININGJOB_UID"]
+    assert "WANDB_DIR" not in env_of({"spec.monitoring.wandbProject": "p"})
+    in_bucket = {"spec.checkpoint.enabled": True, STORAGE: {"type": "s3", "s3Bucket": "b"}}
+    assert "WANDB_DIR" not in env_of({"spec.monitoring.wandbProject": "p", **in_bucket})
+
+
 CHECKPOINT_NAMES = {"CHECKPOINT_DIR", "CHECKPOINT_FREQUENCY", "CHECKPOINT_RETENTION", "RESUME_FROM"}
 
 
@@ -369,6 +378,7 @@ def test_every_injected_name_is_reserved_or_overridable_and_every_reserved_name_
     injected = set().union(
         *(_maximal_names(fw, st) for fw in contract.FRAMEWORKS for st in (s3, gcs)),
         *(_maximal_names(fw, st, elastic=True) for fw in contract.ELASTIC_FRAMEWORKS for st in (s3, gcs)),
+        _maximal_names("pytorch", {"type": "pvc"}),
     )
     assert {n for n in injected if not is_reserved(n)} == set(contract.OVERRIDABLE_ENV_NAMES)
     assert set(contract.RESERVED_ENV_NAMES) <= injected

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import trainingjob_progress as progress
 
@@ -144,6 +144,27 @@ class Config:
             f"label smoothing {self.label_smoothing:g}",
         ]
         return ", ".join(parts)
+
+    def hyperparameters(self, env: Mapping[str, str]) -> dict[str, Any]:
+        """The hyperparameters and the shape of the job, as a tracker records them with its run (the
+        model's and dataset's names from `env` when the job has them)."""
+        values: dict[str, Any] = {
+            "epochs": self.epochs,
+            "steps_per_epoch": self.steps_per_epoch,
+            "batch_size": self.batch_size,
+            "learning_rate": self.learning_rate,
+            "optimizer": self.optimizer,
+            "weight_decay": self.weight_decay,
+            "warmup_steps": self.warmup_steps,
+            "gradient_accumulation_steps": self.accumulation_steps,
+            "mixed_precision": self.mixed_precision,
+            "label_smoothing": self.label_smoothing,
+            "seed": self.seed,
+            "world_size": self.world_size,
+            "model": env.get("MODEL_NAME", ""),
+            "dataset": env.get("DATASET_NAME", ""),
+        }
+        return {key: value for key, value in values.items() if value != ""}
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Config:

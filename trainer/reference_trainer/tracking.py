@@ -30,6 +30,7 @@ from typing import Any, Final, Protocol
 import trainingjob_progress as progress
 
 from .config import Config
+from .wandb_run import WandbRun
 
 log = logging.getLogger("train")
 
@@ -51,23 +52,7 @@ class Saves(Protocol):
 
 def params(config: Config, env: Mapping[str, str]) -> dict[str, str]:
     """The run's params: the hyperparameters and the shape of the job."""
-    values: dict[str, Any] = {
-        "epochs": config.epochs,
-        "steps_per_epoch": config.steps_per_epoch,
-        "batch_size": config.batch_size,
-        "learning_rate": config.learning_rate,
-        "optimizer": config.optimizer,
-        "weight_decay": config.weight_decay,
-        "warmup_steps": config.warmup_steps,
-        "gradient_accumulation_steps": config.accumulation_steps,
-        "mixed_precision": config.mixed_precision,
-        "label_smoothing": config.label_smoothing,
-        "seed": config.seed,
-        "world_size": config.world_size,
-        "model": env.get("MODEL_NAME", ""),
-        "dataset": env.get("DATASET_NAME", ""),
-    }
-    return {key: str(value) for key, value in values.items() if value != ""}
+    return {key: str(value) for key, value in config.hyperparameters(env).items()}
 
 
 class Tracking(Protocol):
@@ -366,10 +351,12 @@ class Trackers:
 
 
 def trackers(config: Config, reporter: progress.Reporter, env: Mapping[str, str]) -> Tracking:
-    """What spec.monitoring asks rank 0 to log to: MLflow, TensorBoard, both or nothing."""
-    found: list[Tracking] = [
-        tracker
-        for tracker in (MlflowRun.from_env(config, reporter, env), TensorBoardLog.from_env(config, env))
-        if tracker is not None
-    ]
+    """What spec.monitoring asks rank 0 to log to: MLflow, W&B (wandb_run.py), TensorBoard, any of
+    them or nothing."""
+    candidates: tuple[Tracking | None, ...] = (
+        MlflowRun.from_env(config, reporter, env),
+        WandbRun.from_env(config, reporter, env),
+        TensorBoardLog.from_env(config, env),
+    )
+    found = [tracker for tracker in candidates if tracker is not None]
     return Trackers(found) if found else NO_TRACKING

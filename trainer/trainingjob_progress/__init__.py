@@ -273,14 +273,23 @@ class Reporter:
         mlflow_run_id: str | None = None,
         mlflow_experiment_id: str | None = None,
         error: str | None = None,
+        wandb_run_id: str | None = None,
+        wandb_run_url: str | None = None,
+        wandb_mode: str | None = None,
     ) -> None:
         """Names the experiment-tracking run in every later report (the operator shows it in
         status.tracking, and an Event when it changes), and why the last call to the tracking server
         failed (`error`; None once one succeeds: training goes on either way). Sent with the next
-        report()."""
+        report(). A call naming W&B (`wandb_*`: its run's id, its page when online, its mode) sets
+        or clears W&B's error, any other call MLflow's: each tracker's error stands until it clears it."""
         if self._enabled:
+            wandb = {"runId": wandb_run_id, "url": wandb_run_url, "mode": wandb_mode}
             self._builder.set_tracking(
-                mlflow_run_id=mlflow_run_id, mlflow_experiment_id=mlflow_experiment_id, error=error
+                mlflow_run_id=mlflow_run_id,
+                mlflow_experiment_id=mlflow_experiment_id,
+                error=error,
+                wandb=wandb,
+                tracker="wandb" if any(wandb.values()) else "mlflow",
             )
 
     def flush(self, timeout: float | None = None) -> bool:

@@ -26,19 +26,33 @@ class ReportBuilder:
         self._checkpoint: str | None = None
         self._checkpoint_time: str | None = None
         self._mlflow: dict[str, str] = {}
-        self._tracking_error: str | None = None
+        self._wandb: dict[str, str] = {}
+        # Why each tracker's last call failed, by tracker ("mlflow", "wandb"): one failing tracker
+        # does not hide behind another that works.
+        self._tracking_errors: dict[str, str] = {}
 
     def set_tracking(
-        self, *, mlflow_run_id: str | None, mlflow_experiment_id: str | None, error: str | None
+        self,
+        *,
+        mlflow_run_id: str | None,
+        mlflow_experiment_id: str | None,
+        error: str | None,
+        wandb: Mapping[str, str | None] | None = None,
+        tracker: str = "mlflow",
     ) -> None:
-        """The experiment-tracking run every later report names, and why the last call to the
-        tracking server failed (None once one succeeds)."""
+        """The experiment-tracking run every later report names, and why `tracker`'s last call to its
+        server failed (None once one succeeds). `wandb` holds the W&B run's runId, url and mode."""
         with self._lock:
             if mlflow_run_id:
                 self._mlflow = {"runId": mlflow_run_id}
                 if mlflow_experiment_id:
                     self._mlflow["experimentId"] = mlflow_experiment_id
-            self._tracking_error = error[:1024] if error else None
+            if wandb and wandb.get("runId"):
+                self._wandb = {key: str(value) for key, value in wandb.items() if value}
+            if error:
+                self._tracking_errors[tracker] = error[:1024]
+            else:
+                self._tracking_errors.pop(tracker, None)
 
     def build(
         self,
@@ -85,8 +99,10 @@ class ReportBuilder:
                 report["checkpointTime"] = self._checkpoint_time
             if self._mlflow:
                 report["mlflow"] = dict(self._mlflow)
-            if self._tracking_error:
-                report["trackingError"] = self._tracking_error
+            if self._wandb:
+                report["wandb"] = dict(self._wandb)
+            if self._tracking_errors:
+                report["trackingError"] = "; ".join(self._tracking_errors.values())[:1024]
         report["time"] = rfc3339(now)
         return report
 
