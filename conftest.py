@@ -367,7 +367,7 @@ def _uncached(components: set[str]) -> set[str]:
     else as the cache says now."""
     found = os.environ.get(sessions.UNCACHED)
     if found is not None:
-        return set(filter(None, found.split(",")))
+        return set(filter(None, found.split(","))) | sessions.read_uncached(os.environ)
     return set(uncached(sorted(components)))
 
 
@@ -380,9 +380,10 @@ def pytest_configure(config: pytest.Config) -> None:
     if refused:
         pytest.exit(refused, returncode=2)
     components = sorted(set(FIXTURE_BUILDS.values()) | set(BUILDS.values()))
-    if os.geteuid() == 0:  # the images are built (and waited for) where they can be
-        components += [image_build(name) for name in IMAGE_NAMES if name not in FIRST_NODE_IMAGES]
     os.environ[sessions.UNCACHED] = ",".join(uncached(components))
+    if os.geteuid() == 0:  # the images are built (and waited for) where they can be
+        images = [image_build(name) for name in IMAGE_NAMES if name not in FIRST_NODE_IMAGES]
+        sessions.publish_uncached(DEV / "uncached-images", lambda: uncached(images), os.environ)
 
 
 def _fixtures(item: pytest.Item) -> tuple[str, ...]:

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import fcntl
 import os
+import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from pathlib import Path
@@ -36,6 +38,9 @@ REAL_NODE_LOCK: Final = Path(
 )
 # The components the session's controller found uncached, for every worker to order its tests alike.
 UNCACHED: Final = "TJ_TEST_UNCACHED"
+# The file where the controller writes which of the real node's later images are uncached: their keys
+# take seconds to compute, which the workers' start-up and collection hide (`publish_uncached`).
+UNCACHED_FILE: Final = "TJ_TEST_UNCACHED_FILE"
 
 # Open lock files stay referenced for as long as the process runs: closing one would release it.
 _held: list[IO[str]] = []
@@ -137,3 +142,36 @@ def claim_real_node(
             say(f"waiting for the machine's real node: another session or node holds it ({holder})")
             last_said = waited
         time.sleep(poll)
+
+
+def publish_uncached(path: Path, compute: Callable[[], list[str]], environ: MutableMapping[str, str]) -> None:
+    """Computes `compute()` in a thread while the workers start, then writes it to `path` (renamed
+    into place whole); the workers find the file through `environ` and wait for it (`read_uncached`)."""
+    path.unlink(missing_ok=True)
+    environ[UNCACHED_FILE] = str(path)
+
+    def write() -> None:
+        try:
+            found = compute()
+        except Exception as error:  # the workers must not wait for nothing: they order as if cached
+            print(f"finding the uncached images failed: {error}", file=sys.stderr, flush=True)
+            found = []
+        partial = path.with_name(path.name + ".partial")
+        partial.write_text(",".join(found))
+        partial.rename(path)
+
+    threading.Thread(target=write, name="uncached-images", daemon=True).start()
+
+
+def read_uncached(environ: Mapping[str, str], timeout: float = 300.0, poll: float = 0.1) -> set[str]:
+    """What the controller published with `publish_uncached` (nothing when it did not), once written."""
+    where = environ.get(UNCACHED_FILE)
+    if not where:
+        return set()
+    path = Path(where)
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the session's controller did not write {path} within {timeout:.0f}s")
+        time.sleep(poll)
+    return set(filter(None, path.read_text().split(",")))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -206,3 +207,31 @@ def test_a_dev_clusters_node_is_waited_for_naming_it_unless_it_is_the_sessions_o
         f"the real node of the cluster in {dev}, started by hack/dev-cluster.sh up"
     )
     assert any(Path(handle.name) == lock for handle in sessions._held)
+
+
+def test_the_uncached_images_are_published_to_the_workers_once_computed(tmp_path: Path) -> None:
+    """The controller computes the later images' keys (seconds) in a thread while its workers start;
+    each worker waits for the file and orders its tests by it, as every other worker does."""
+    environ: dict[str, str] = {}
+    assert sessions.read_uncached(environ) == set()  # nothing published: a session without images
+    computing = threading.Event()
+
+    def slow() -> list[str]:
+        computing.wait(10)
+        return ["image:trainer-mpi", "image:mlflow"]
+
+    path = tmp_path / "uncached-images"
+    path.write_text("left from an earlier run")
+    sessions.publish_uncached(path, slow, environ)
+    assert environ[sessions.UNCACHED_FILE] == str(path)
+    assert not path.exists()  # an earlier run's answer is not this one's
+    with pytest.raises(RuntimeError, match="did not write"):
+        sessions.read_uncached(environ, timeout=0.2, poll=0.05)
+    computing.set()
+    assert sessions.read_uncached(environ, timeout=10, poll=0.05) == {"image:trainer-mpi", "image:mlflow"}
+
+    def failing() -> list[str]:
+        raise OSError("apt-cache failed")
+
+    sessions.publish_uncached(path, failing, environ)
+    assert sessions.read_uncached(environ, timeout=10, poll=0.05) == set()  # ordered as if cached
