@@ -449,8 +449,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     # In a parallel run, the first worker builds for all (each collects every test).
     if session.config.option.collectonly or os.environ.get(sessions.WORKER, "gw0") != "gw0":
         return
-    components = [_components(item) for item in session.items]
-    builds = BackgroundBuilds(builds_in_order_of_need(components), DEV / "background-builds.log")
+    needed = builds_in_order_of_need([_components(item) for item in session.items])
+    missing = _uncached(set(needed)) if needed else set()  # as the controller found: no keys again
+    builds = BackgroundBuilds([c for c in needed if c in missing], DEV / "background-builds.log")
     session.config.stash[BACKGROUND_BUILDS] = builds
     builds.start()
 
