@@ -5,8 +5,9 @@ Started by discovery (controller/discovery.py) when Kueue's API appears, stopped
 - the jobs' Workloads, selected by the operator's label like every object it makes; a change or a
   delete wakes the job that owns the Workload (Kueue admitted, evicted or requeued it);
 - ResourceFlavors (their node labels and tolerations go on admitted pods), WorkloadPriorityClasses
-  and PriorityClasses (a Workload's priority), cluster-wide, each cached as only what the planner
-  reads. A change to one wakes every queued job: any of them may be waiting for it.
+  and PriorityClasses (a Workload's priority), MultiKueueClusters (whether the worker running a
+  dispatched job is reachable), cluster-wide, each cached as only what the planner reads. A change
+  to one wakes every queued job: any of them may be waiting for it.
 
 `queueing()` is the snapshot a reconcile hands the planner (`planner.Queueing`).
 """
@@ -17,7 +18,13 @@ from collections.abc import Callable
 from typing import Any
 
 from controller.planner.model import Queueing
-from controller.resources import PRIORITYCLASSES, RESOURCE_FLAVORS, WORKLOAD_PRIORITY_CLASSES, WORKLOADS
+from controller.resources import (
+    MULTIKUEUE_CLUSTERS,
+    PRIORITYCLASSES,
+    RESOURCE_FLAVORS,
+    WORKLOAD_PRIORITY_CLASSES,
+    WORKLOADS,
+)
 from controller.runtime.informer import Informer
 from controller.runtime.resource import Resource
 from controller.watches import Watches
@@ -54,6 +61,24 @@ def priority_essentials(priority_class: JsonDict) -> JsonDict:
     }
 
 
+def cluster_essentials(cluster: JsonDict) -> JsonDict:
+    """All the operator keeps of a MultiKueueCluster: its Active condition (planner/multikueue.py)."""
+    conditions = (cluster.get("status") or {}).get("conditions") or []
+    active = [
+        dict(entry) for entry in conditions if isinstance(entry, dict) and entry.get("type") == "Active"
+    ]
+    return {
+        "apiVersion": cluster.get("apiVersion"),
+        "kind": cluster.get("kind"),
+        "metadata": _metadata(cluster),
+        "status": {
+            "conditions": [
+                {key: entry.get(key) for key in ("type", "status", "reason", "message")} for entry in active
+            ]
+        },
+    }
+
+
 def queued(job: JsonDict) -> bool:
     return bool(((job.get("metadata") or {}).get("labels") or {}).get(contract.QUEUE_NAME_LABEL))
 
@@ -68,6 +93,7 @@ class KueueWatch:
             watches, WORKLOAD_PRIORITY_CLASSES, priority_essentials
         )
         self.priority_classes = self._cluster_wide(watches, PRIORITYCLASSES, priority_essentials)
+        self.multikueue_clusters = self._cluster_wide(watches, MULTIKUEUE_CLUSTERS, cluster_essentials)
 
     @staticmethod
     def _cluster_wide(
@@ -89,7 +115,13 @@ class KueueWatch:
 
     @property
     def informers(self) -> list[Informer]:
-        return [self.workloads, self.flavors, self.workload_priority_classes, self.priority_classes]
+        return [
+            self.workloads,
+            self.flavors,
+            self.workload_priority_classes,
+            self.priority_classes,
+            self.multikueue_clusters,
+        ]
 
     def synced(self) -> bool:
         return all(informer.has_synced() for informer in self.informers)
@@ -102,4 +134,5 @@ class KueueWatch:
             flavors=by_name(self.flavors),
             priority_classes=by_name(self.priority_classes),
             workload_priority_classes=by_name(self.workload_priority_classes),
+            multikueue_clusters=by_name(self.multikueue_clusters),
         )

@@ -47,6 +47,7 @@ __all__ = [
     "EVENTS",
     "GUARD_POLICIES",
     "LEASES",
+    "MULTIKUEUE_CLUSTERS",
     "NAMED",
     "NAMESPACES",
     "NODES",
@@ -143,6 +144,10 @@ WORKLOAD_PRIORITY_CLASSES: Final = Resource(
     namespaced=False,
 )
 KUEUE: Final = (WORKLOADS, RESOURCE_FLAVORS, WORKLOAD_PRIORITY_CLASSES)
+# MultiKueue's worker clusters: whether the one running a dispatched job's copy is reachable.
+MULTIKUEUE_CLUSTERS: Final = Resource(
+    contract.KUEUE_GROUP, contract.KUEUE_VERSION, "multikueueclusters", "MultiKueueCluster", namespaced=False
+)
 
 # What the metrics endpoint asks the API server of each requester (controller/runtime/authfilter.py):
 # who its token belongs to, and whether that user may get /metrics. Created only, cluster-scoped.

@@ -40,6 +40,8 @@ class Condition(StrEnum):
     """status.conditions[].type, in the order they are listed."""
 
     ADMITTED = "Admitted"
+    # A job MultiKueue dispatched (spec.managedBy): False while its worker cluster is unreachable.
+    WORKER_REACHABLE = "WorkerReachable"
     CREATED = "Created"
     SCHEDULED = "Scheduled"
     RUNNING = "Running"
@@ -412,7 +414,6 @@ WORKLOAD_POD_SET: Final = "workers"
 # Workload.spec.priorityClassRef: the (group, kind) of the class a Workload's priority comes from.
 POD_PRIORITY_CLASS_REF: Final = ("scheduling.k8s.io", "PriorityClass")
 WORKLOAD_PRIORITY_CLASS_REF: Final = (KUEUE_GROUP, "WorkloadPriorityClass")
-# Topology-aware scheduling (spec.scheduling.topology): the Workload's pod set asks Kueue for its gang
 # spec.managedBy: which controller runs the job. Unset or CONTROLLER_NAME: this operator; MULTIKUEUE:
 # Kueue's MultiKueue, which copies the job (without the field) to a worker cluster, where this operator
 # runs it, and mirrors the copy's status back. The job's Workload carries the prebuilt-workload label on
@@ -421,6 +422,7 @@ CONTROLLER_NAME: Final = f"{GROUP}/{OPERATOR_NAME}"
 MULTIKUEUE_CONTROLLER: Final = f"{KUEUE_GROUP}/multikueue"
 MANAGED_BY_VALUES: Final = (CONTROLLER_NAME, MULTIKUEUE_CONTROLLER)
 PREBUILT_WORKLOAD_LABEL: Final = f"{KUEUE_GROUP}/prebuilt-workload-name"
+# Topology-aware scheduling (spec.scheduling.topology): the Workload's pod set asks Kueue for its gang
 # in one domain of a topology level; its pods carry the annotation Kueue reads on the pods of its own
 # integrations, by which Kueue counts them as the topology's (not as other usage of the nodes).
 PODSET_REQUIRED_TOPOLOGY_ANNOTATION: Final = f"{KUEUE_GROUP}/podset-required-topology"

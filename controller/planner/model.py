@@ -62,6 +62,8 @@ class Queueing:
     flavors: Mapping[str, JsonDict] = field(default_factory=dict)
     priority_classes: Mapping[str, JsonDict] = field(default_factory=dict)
     workload_priority_classes: Mapping[str, JsonDict] = field(default_factory=dict)
+    # MultiKueue's worker clusters by name, as their Active condition (planner/multikueue.py).
+    multikueue_clusters: Mapping[str, JsonDict] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from builders.workload import workload_name
+from controller.planner import conditions as cond
 from controller.planner.change import Change, moment
 from controller.planner.facts import Facts, state_of
 from controller.planner.kueue import WorkloadView, current_workload
@@ -35,6 +36,7 @@ JsonDict = dict[str, Any]
 WAITING = "WaitingForDispatch"
 NO_QUEUE = "NoQueueName"
 NO_KUEUE = "KueueNotInstalled"
+UNREACHABLE = "WorkerClusterUnreachable"
 
 
 def plan_managed_elsewhere(facts: Facts, status: Mapping[str, Any]) -> Plan:
@@ -51,7 +53,13 @@ def plan_managed_elsewhere(facts: Facts, status: Mapping[str, Any]) -> Plan:
         if current_workload(facts.job, facts.observed.owned) is not None:
             queue["workload"] = workload_name(facts.job)
         change.status["queue"] = queue
+        # No pod of the job runs anywhere now (a copy's mirrored counts are stale once it is gone).
+        change.status["workers"] = facts.gang(change.status).workers()
+        change.status["resources"] = {"gpus": 0, "workers": 0}
+        change.status["replicas"] = 0
         change.move_to(State.QUEUED, message, reason, warning=reason in (NO_QUEUE, NO_KUEUE))
+    else:
+        show_worker_reachability(facts, status, change)
     return Plan(
         status=change.status,
         creates=writes.creates,
@@ -105,6 +113,44 @@ def _missing(facts: Facts) -> tuple[str, str] | None:
             f"{contract.QUEUE_NAME_LABEL} label: MultiKueue dispatches only the jobs of a LocalQueue"
         )
     return None
+
+
+def show_worker_reachability(facts: Facts, status: Mapping[str, Any], change: Change) -> None:
+    """While the worker running the copy is unreachable (its MultiKueueCluster not Active), MultiKueue
+    mirrors nothing: the job's status is the copy's last, and WorkerReachable False says why (with a
+    Warning Event as it turns). Once the worker is back, MultiKueue's next copy of the status drops the
+    condition; if it has not yet, the condition turns True (MultiKueue's copy then drops that too). So
+    the operator writes at most twice per outage, and never what the mirror just wrote."""
+    kueue = facts.observed.kueue
+    workload = current_workload(facts.job, facts.observed.owned)
+    if kueue is None or workload is None or not workload.admitted or workload.finished:
+        return
+    name = str(workload.status.get("clusterName") or "")
+    cluster = kueue.multikueue_clusters.get(name)
+    if cluster is None or state_of(status) in FINISHED_STATES:
+        return
+    active = next(
+        (
+            entry
+            for entry in (cluster.get("status") or {}).get("conditions") or []
+            if entry.get("type") == "Active"
+        ),
+        None,
+    )
+    shown = cond.get(status.get("conditions"), Condition.WORKER_REACHABLE)
+    if active is not None and active.get("status") == "False":
+        message = (
+            f"worker cluster {name} is unreachable ({active.get('reason')}: {active.get('message')}); "
+            "the status shown is the worker's last; MultiKueue keeps the job admitted for its "
+            "workerLostTimeout, then dispatches it again"
+        )
+        if shown is None or shown.get("status") != "False":
+            change.note("Warning", UNREACHABLE, message)
+        change.set(Condition.WORKER_REACHABLE, False, UNREACHABLE, message)
+    elif shown is not None and shown.get("status") == "False":
+        change.set(
+            Condition.WORKER_REACHABLE, True, "WorkerClusterReachable", f"worker cluster {name} is reachable"
+        )
 
 
 def _dispatching(queue: str, workload: WorkloadView) -> str:

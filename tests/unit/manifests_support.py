@@ -67,6 +67,7 @@ CLUSTER_SCOPED_RULES: Final = (
     ("", "nodes", ("get", "list", "watch")),
     ("kueue.x-k8s.io", "resourceflavors", ("get", "list", "watch")),
     ("kueue.x-k8s.io", "workloadpriorityclasses", ("get", "list", "watch")),
+    ("kueue.x-k8s.io", "multikueueclusters", ("get", "list", "watch")),
     ("scheduling.volcano.sh", "queues", ("get", "list", "watch")),
     ("scheduling.k8s.io", "priorityclasses", ("get", "list", "watch")),
 )

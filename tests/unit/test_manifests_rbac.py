@@ -178,6 +178,7 @@ DOCUMENTED_AS = {
     "priorityclasses": "priority classes",
     "resourceflavors": "ResourceFlavors",
     "workloadpriorityclasses": "WorkloadPriorityClasses",
+    "multikueueclusters": "MultiKueueClusters",
     "queues": "Volcano's Queues",
     "validatingadmissionpolicies": "admission policies",
     "validatingadmissionpolicybindings": "admission policies",

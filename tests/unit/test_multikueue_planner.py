@@ -10,9 +10,11 @@ prebuilt-workload label: the operator runs it in that Workload, adopts it, and c
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from typing import Any
 
 from builders.workload import workload_name
+from controller.kueue_watches import cluster_essentials
 from crd import contract
 from crd.spec import parse
 from tests.unit.kueue_world import CLUSTER_QUEUE, QUEUE, KueueWorld, kueue_world
@@ -212,3 +214,78 @@ def test_on_the_worker_a_copy_whose_workload_is_not_cached_yet_waits_and_looks_a
     assert [obj["kind"] for obj in result.creates if obj["kind"] in ("Workload", "Pod")] == []
     assert result.requeue_after is not None
     assert result.requeue_after <= 1.0
+
+
+# ------------------------------------------------------------------------------ a lost worker
+
+
+def multikueue_cluster(active: bool, message: str = "Connected") -> JsonDict:
+    reason = "Active" if active else "ClientConnectionFailed"
+    condition = {"type": "Active", "status": str(active), "reason": reason, "message": message}
+    return {"metadata": {"name": "worker1"}, "status": {"conditions": [condition]}}
+
+
+def dispatched(w: KueueWorld) -> None:
+    """Running on worker1: the check Ready, the Workload admitted there, the copy's status mirrored."""
+    w.step()
+    reserve(w)
+    check(w, "Ready", 'The workload got reservation on "worker1"')
+    w._conditions(("Admitted", "True", "Admitted", "The workload is admitted"))
+    w.workload["status"]["clusterName"] = "worker1"
+    mirror(w, {"state": "Running", "message": "2/2 workers running", "conditions": []})
+
+
+def with_cluster(w: KueueWorld, cluster: JsonDict) -> None:
+    assert w.kueue is not None
+    w.kueue = replace(w.kueue, multikueue_clusters={"worker1": cluster})
+
+
+def test_a_worker_lost_mid_run_turns_worker_reachable_false_with_an_event_once() -> None:
+    w = manager_world()
+    dispatched(w)
+    with_cluster(w, multikueue_cluster(True))
+    assert_nothing_written(w)
+    refused = "dial tcp 127.0.0.1:6443: connect: connection refused"
+    with_cluster(w, multikueue_cluster(False, refused))
+    result = w.step()
+    reachable = w.condition("WorkerReachable")
+    assert reachable is not None
+    assert (reachable["status"], reachable["reason"]) == ("False", "WorkerClusterUnreachable")
+    assert "worker cluster worker1 is unreachable (ClientConnectionFailed: dial tcp" in reachable["message"]
+    assert [(e.type, e.reason) for e in result.events] == [("Warning", "WorkerClusterUnreachable")]
+    assert w.state == "Running"  # the worker's last word stands
+    assert (result.creates, result.patches, result.deletes) == ([], [], [])
+    assert_steady(w)
+    # Back: MultiKueue's next copy of the status drops the condition, and the operator writes nothing.
+    with_cluster(w, multikueue_cluster(True))
+    mirror(w, {"state": "Running", "message": "2/2 workers running", "conditions": []})
+    assert_nothing_written(w)
+
+
+def test_a_worker_back_before_multikueue_copies_the_status_again_turns_worker_reachable_true() -> None:
+    w = manager_world()
+    dispatched(w)
+    with_cluster(w, multikueue_cluster(False, "refused"))
+    w.step()
+    with_cluster(w, multikueue_cluster(True))
+    result = w.step()
+    reachable = w.condition("WorkerReachable")
+    assert reachable is not None
+    assert reachable["status"] == "True"
+    assert result.events == []
+    assert_steady(w)
+
+
+def test_what_the_operator_keeps_of_a_multikueue_cluster_is_its_active_condition() -> None:
+    cached = cluster_essentials(
+        {
+            "apiVersion": contract.KUEUE_API_VERSION,
+            "kind": "MultiKueueCluster",
+            "metadata": {"name": "worker1", "resourceVersion": "7", "uid": "u"},
+            "spec": {"clusterSource": {"kubeConfig": {"location": "worker1-kubeconfig"}}},
+            "status": {"conditions": [{**multikueue_cluster(True)["status"]["conditions"][0], "x": 1}]},
+        }
+    )
+    assert cached["metadata"] == {"name": "worker1", "resourceVersion": "7"}
+    assert "spec" not in cached
+    assert cached["status"]["conditions"] == multikueue_cluster(True)["status"]["conditions"]

@@ -120,9 +120,10 @@ tenant's), watched for as long as the operator runs.
 - apiGroups: [""]
   resources: ["nodes"]
   verbs: ["get", "list", "watch"]
-# Kueue's objects a Workload's placement and priority are read from (docs/shared-clusters.md).
+# Kueue's objects a Workload's placement and priority are read from, and MultiKueue's worker clusters
+# (whether a dispatched job's worker is reachable) (docs/shared-clusters.md).
 - apiGroups: ["kueue.x-k8s.io"]
-  resources: ["resourceflavors", "workloadpriorityclasses"]
+  resources: ["resourceflavors", "workloadpriorityclasses", "multikueueclusters"]
   verbs: ["get", "list", "watch"]
 # Volcano's Queues: a job's pods wait while its queue is missing or closed (docs/shared-clusters.md).
 - apiGroups: ["scheduling.volcano.sh"]
