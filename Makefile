@@ -212,6 +212,12 @@ bench-status: $(STAMP) ## the API server's CPU per TrainingJob status write, wit
 bench-recovery: $(STAMP) ## gang restarts timed on the real node and counted on kwok (docs/bench.md)
 	$(VENV_PY) -m testbed.harness.bench.recovery $(BENCH_ARGS)
 
+# MultiKueue: a job's submission to Running through a manager and a worker cluster against the same job
+# submitted to the worker directly, on two throwaway kwok clusters with Kueue.
+.PHONY: bench-multikueue
+bench-multikueue: $(STAMP) ## submission to Running through MultiKueue against a direct submission (docs/bench.md)
+	$(VENV_PY) -m testbed.harness.bench.multikueue $(BENCH_ARGS)
+
 # The curve: bench-peer at each of BENCH_SIZES job counts, then its plots against the job count in
 # docs/bench/ (docs/bench.md). The 5,000-job runs take about an hour of a quiet machine's time.
 BENCH_SIZES ?= 500,2000,5000

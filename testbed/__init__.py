@@ -13,6 +13,8 @@ before `python3 -m testbed.cluster` runs.
 """
 
 from testbed.addons.mlflow import MLFLOW
+from testbed.addons.multikueue import start_worker as start_worker_cluster
+from testbed.addons.multikueue import stop_worker as stop_worker_cluster
 from testbed.addons.optional import BUILDS_BY_NAME as BUILDS
 from testbed.cluster.handle import Cluster, throwaway_cluster
 from testbed.cluster.kube_bins import BackgroundBuilds, component_binary, image_build, is_cached, uncached
@@ -87,6 +89,8 @@ __all__ = [
     "pod_processes",
     "restore_node",
     "serving_certificate",
+    "start_worker_cluster",
+    "stop_worker_cluster",
     "terminated",
     "throwaway_cluster",
     "trainer_image",

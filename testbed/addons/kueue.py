@@ -16,6 +16,9 @@ name. Here the manager is a process on 127.0.0.1, so:
   answers the webhooks of the other integrations with a no-op, so theirs are left out of the
   configurations (SKIPPED_FRAMEWORK_WEBHOOKS): pods, Deployments and StatefulSets are not sent to Kueue
   at all, and a stopped Kueue blocks nothing but Kueue's own objects and batch Jobs;
+- MultiKueue's generic adapter knows the TrainingJob (`multiKueue.externalFrameworks`), so this Kueue
+  can dispatch TrainingJobs to worker clusters (testbed/addons/multikueue.py) and, as a worker's,
+  run the copies a manager sends;
 - `manageJobsWithoutQueueName` is off: only objects with the `kueue.x-k8s.io/queue-name` label are queued;
 - the on-demand visibility API (VisibilityOnDemand) is off: its server binds 0.0.0.0:8082 and writes
   certificates under /visibility, neither of which it lets one change;
@@ -59,6 +62,9 @@ CONVERTED_CRDS: Final = tuple(
     for plural in ("clusterqueues", "cohorts", "localqueues", "multikueueclusters", "workloads")
 )
 CONVERSION_PATH: Final = "/convert"
+# The kinds MultiKueue's generic adapter dispatches to worker clusters (`kind.version.group`): the
+# TrainingJob, which has no adapter of Kueue's own (testbed/addons/multikueue.py).
+MULTIKUEUE_EXTERNAL_FRAMEWORKS: Final = ("TrainingJob.v1.ml.example.com",)
 
 
 def configuration(
@@ -78,6 +84,7 @@ def configuration(
         "clientConnection": {"qps": 50, "burst": 100},
         "integrations": {"frameworks": list(FRAMEWORKS)},
         "featureGates": {"VisibilityOnDemand": False},
+        "multiKueue": {"externalFrameworks": [{"name": name} for name in MULTIKUEUE_EXTERNAL_FRAMEWORKS]},
     }
 
 

@@ -17,9 +17,10 @@ import time
 from pathlib import Path
 from typing import Any, Final
 
-from testbed.addons import mlflow, optional
+from testbed.addons import mlflow, multikueue, optional
 from testbed.cluster import components, kube_bins
 from testbed.cluster.components import Ports
+from testbed.cluster.handle import Cluster
 from testbed.cluster.nodes import NodeShape, create_nodes, ready_nodes
 from testbed.cluster.pki import (
     KUBELET_CLIENT_BINDING,
@@ -53,7 +54,7 @@ from testbed.cluster.state import (
     write_plugin,
     write_state,
 )
-from testbed.common import REPO, ToolError, free_ports, http_ok, still_running
+from testbed.common import DEV, REPO, ToolError, free_ports, http_ok, still_running
 from testbed.node import netpolicies, nodeimages, realnode, registry
 
 # etcd keeps its data on tmpfs (in a fresh private directory) for speed; the cluster is disposable.
@@ -69,9 +70,9 @@ def up(
     """Starts the cluster unless it runs, then makes the optional components in `with_optional` run on
     it (testbed/addons/optional.py), the real node with `node_images`; a cluster rebuilt after a crash
     gets back the ones it had."""
-    # A cold build takes minutes: done before the lock, so that other commands are not held up.
     if REAL_NODE in with_optional and not (read_state() or {}).get("real_node"):
         realnode.claim_machine(hold=False)  # refused before anything is built or started
+    # A cold build takes minutes: done before the lock, so that other commands are not held up.
     requested = optional.build(list(with_optional), node_images)
     recorded: list[str] = []
     with cluster_lock():
@@ -200,6 +201,10 @@ def install_crds(bin_dir: Path) -> None:
 
 
 def teardown(state: dict[str, Any]) -> None:
+    for worker in multikueue.worker_dirs(DEV):
+        # MultiKueue's worker clusters (testbed/addons/multikueue.py) belong with their manager.
+        say(f"taking down the worker cluster in {worker.name}")
+        Cluster(worker).down()
     extras = state.get("extras", {})
     if extras:
         # Before the API server goes: they may still talk to it on their way out.

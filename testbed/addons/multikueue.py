@@ -1,0 +1,118 @@
+"""MultiKueue on the dev cluster: a second, independent control plane as Kueue's worker cluster.
+
+Why: MultiKueue (Kueue's dispatch of a job from a manager cluster to worker clusters) is only proven
+across two real control planes, each with its own Kueue. The testbed already runs any number of
+independent control planes on one machine, each in a directory of its own (TJ_DEV_DIR); a worker
+cluster is one more, in `<the manager's directory>/multikueue/<name>`, with its own etcd, API server,
+kwok nodes and Kueue, on free ports of 127.0.0.1. What joins the two is what Kueue asks of a
+platform team:
+
+- the worker's kubeconfig in a Secret of Kueue's namespace on the manager (key `kubeconfig`). Kueue
+  v0.17 accepts only embedded credentials (certificate-authority-data, client certificate data, no
+  file paths) and a server address that is an IP or a DNS name: the worker's admin kubeconfig is
+  both, and its server is the worker's API server on 127.0.0.1, which the manager's Kueue (a process
+  on the same machine) reaches;
+- Kueue's configuration naming the TrainingJob as an external framework of MultiKueue's generic
+  adapter (`multiKueue.externalFrameworks`, kueue.py's configuration, on every Kueue here);
+- the MultiKueueCluster, MultiKueueConfig, AdmissionCheck and queues, which are the platform team's
+  objects: docs/shared-clusters.md has them as YAML, and the tests apply those blocks.
+
+`down` of the manager takes its worker clusters down too (lifecycle.teardown), so that an interrupted
+test run leaves no second control plane behind.
+
+    python3 -m testbed.addons.multikueue up [--name worker1] [--nodes 2]   # beside the TJ_DEV_DIR cluster
+    python3 -m testbed.addons.multikueue down [--name worker1]
+
+Standard library only, like the rest of the control plane.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import sys
+from pathlib import Path
+from typing import Any, Final
+
+from testbed.addons import kueue
+from testbed.cluster.handle import Cluster
+from testbed.common import ToolError
+
+NAME: Final = "multikueue"
+WORKER: Final = "worker1"
+# The worker clusters' directories, under the manager's.
+WORKERS_DIR: Final = "multikueue"
+# Kueue's key of the kubeconfig in a MultiKueueCluster's Secret.
+KUBECONFIG_KEY: Final = "kubeconfig"
+
+
+def worker_dir(manager_dir: Path, name: str = WORKER) -> Path:
+    return manager_dir / WORKERS_DIR / name
+
+
+def worker_dirs(manager_dir: Path) -> list[Path]:
+    """The worker clusters' directories that exist under the manager's."""
+    root = manager_dir / WORKERS_DIR
+    return sorted(path for path in root.iterdir() if path.is_dir()) if root.is_dir() else []
+
+
+def secret_name(name: str = WORKER) -> str:
+    """The Secret a MultiKueueCluster named `name` reads (docs/shared-clusters.md's name for it)."""
+    return f"{name}-kubeconfig"
+
+
+def kubeconfig_secret(kubeconfig: str, name: str = WORKER) -> dict[str, Any]:
+    """The Secret in Kueue's namespace holding a worker cluster's kubeconfig, as Kueue reads it."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": secret_name(name),
+            "namespace": kueue.NAMESPACE,
+            "labels": {"app.kubernetes.io/managed-by": "dev-cluster"},
+        },
+        "type": "Opaque",
+        "data": {KUBECONFIG_KEY: base64.b64encode(kubeconfig.encode()).decode()},
+    }
+
+
+def start_worker(manager: Cluster, name: str = WORKER, *, nodes: int = 2) -> Cluster:
+    """The worker cluster `name` running with Kueue (started unless it runs), and its kubeconfig in the
+    manager's Secret (written again on each call: a restarted worker has new certificates and ports).
+    The manager must run Kueue (its namespace holds the Secret)."""
+    worker = Cluster(worker_dir(manager.dev_dir, name))
+    worker.up(kueue.NAME, nodes=nodes)
+    secret = kubeconfig_secret(worker.kubeconfig.read_text(), name)
+    manager.kubectl.apply(secret, "--server-side", "--force-conflicts")
+    return worker
+
+
+def stop_worker(manager: Cluster, name: str = WORKER) -> None:
+    """Takes the worker cluster `name` down (a no-op when it does not run); its Secret stays."""
+    Cluster(worker_dir(manager.dev_dir, name)).down()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python3 -m testbed.addons.multikueue", description=__doc__)
+    parser.add_argument("command", choices=("up", "down"))
+    parser.add_argument("--name", default=WORKER, help="the worker cluster's name (its MultiKueueCluster's)")
+    parser.add_argument("--nodes", type=int, default=2, help="the worker's kwok nodes")
+    args = parser.parse_args(argv)
+    manager = Cluster.default()
+    try:
+        if args.command == "up":
+            if not manager.running():
+                raise ToolError(f"no cluster runs in {manager.dev_dir}: hack/dev-cluster.sh up --with kueue")
+            worker = start_worker(manager, args.name, nodes=args.nodes)
+            print(f"worker cluster {args.name}: KUBECONFIG={worker.kubeconfig}")
+            print(f"its kubeconfig is in Secret {kueue.NAMESPACE}/{secret_name(args.name)} on the manager")
+        else:
+            stop_worker(manager, args.name)
+    except ToolError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
