@@ -130,8 +130,9 @@ def test_every_other_block_is_applied_by_the_test_of_its_section() -> None:
 
 def test_the_documents_have_yaml_blocks() -> None:
     assert len(BLOCKS) >= 3
-    # docs/shared-clusters.md: flavor, ClusterQueue, LocalQueue, priorities, racks (Topology to LocalQueue)
-    assert len(KUEUE_BLOCKS) == 5
+    # docs/shared-clusters.md: flavor, ClusterQueue, LocalQueue, priorities, racks (Topology to LocalQueue),
+    # MultiKueue's manager and worker set-ups
+    assert len(KUEUE_BLOCKS) == 7
     assert yaml_blocks("text\n```yaml\na: 1\n```\n```\nnot: yaml\n```\n") == ["a: 1\n"]
 
 
@@ -167,13 +168,17 @@ def test_the_shared_clusters_page_happens_as_written(
     kueue: Kubectl, coscheduling: Kubectl, namespace: str, start_operator: StartOperator
 ) -> None:
     """The page's blocks applied in order, with the operator running: the sweep runs on the flavor's
-    nodes, the high-priority job preempts it, and the sweep waits, saying so. The Volcano section's blocks
-    are tests/e2e/test_volcano_e2e.py's."""
+    nodes, the high-priority job preempts it, and the sweep waits, saying so. The Volcano and MultiKueue
+    sections' blocks are tests/e2e/test_volcano_e2e.py's and tests/e2e/test_multikueue_e2e.py's."""
+    from tests.e2e.test_multikueue_e2e import section_blocks  # noqa: PLC0415 - it imports this module
     from tests.e2e.test_volcano_e2e import is_volcanos  # noqa: PLC0415 - it imports this module
 
     kubectl = kueue
+    multikueue = set(section_blocks())
     texts = [
-        text for text in yaml_blocks(SHARED_CLUSTERS.read_text(encoding="utf-8")) if not is_volcanos(text)
+        text
+        for text in yaml_blocks(SHARED_CLUSTERS.read_text(encoding="utf-8"))
+        if not is_volcanos(text) and text not in multikueue
     ]
     start_operator()
     with contextlib.ExitStack() as stack:
