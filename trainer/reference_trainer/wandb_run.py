@@ -106,6 +106,11 @@ class WandbRun:
                 error="W&B: wandb is not installed in the trainer's image", wandb_mode=run_mode(env)
             )
             return None
+        except Exception as error:  # a wandb that cannot load (a dependency at a version it refuses)
+            message = f"W&B: cannot import wandb: {type(error).__name__}: {error}"[:500]
+            log.warning("%s; not tracking", message)
+            reporter.tracking(error=message, wandb_mode=run_mode(env))
+            return None
         return cls(config, reporter, env, wandb)
 
     # ------------------------------------------------------------------------------------ the run
