@@ -9,7 +9,10 @@ copy's whole status onto this job. So here the operator creates no pod, Service 
 writes status only while no worker runs the job: before the dispatch (Queued, why it waits) and once
 the copy is gone and the Workload's quota released (Queued, Kueue's reason: an eviction, a worker lost
 for longer than MultiKueue waits). While a worker's copy exists its status is the job's, so the
-operator never writes over it (no two writers of one status, so no write loop).
+operator never writes over it (no two writers of one status, so no write loop). The one exception
+is an outage: while the worker running the copy is unreachable, MultiKueue mirrors nothing, and the
+operator says so (WorkerReachable False, `show_worker_reachability`), which MultiKueue's next copy of
+the status then drops.
 
 A job managed by any other controller (the schema refuses other values; an older CRD may not) is left
 alone entirely.
@@ -32,7 +35,7 @@ from crd.contract import FINISHED_STATES, Condition, State
 
 JsonDict = dict[str, Any]
 
-# Condition reasons (Admitted False) while MultiKueue has not dispatched the job.
+# Condition reasons: Admitted False while MultiKueue has not dispatched the job, WorkerReachable False.
 WAITING = "WaitingForDispatch"
 NO_QUEUE = "NoQueueName"
 NO_KUEUE = "KueueNotInstalled"
