@@ -37,7 +37,14 @@ from testbed import (
 )
 from tests.cluster import REPO, SESSION
 from tests.e2e.conftest import StartOperator
-from tests.e2e.jobs import condition, get_job, pods_of, wait_for_events, write_requests
+from tests.e2e.jobs import (
+    condition,
+    get_job,
+    pods_of,
+    reconciled_versions,
+    wait_for_events,
+    write_requests,
+)
 from tests.e2e.lifecycle_support import wait_state, wait_status
 from tests.e2e.operator import OperatorProcess
 
@@ -168,6 +175,19 @@ def clusters(
         worker.run("delete", "namespace", namespace, "--wait=false", "--ignore-not-found", check=False)
 
 
+def touch(clusters: Clusters, value: str) -> None:
+    """Changes a label of the manager's job (nothing anyone acts on) and waits until the manager's
+    operator has reconciled the version that made."""
+    out = clusters.manager.run(
+        "label", "trainingjob", JOB, "-n", clusters.namespace, f"touched={value}", "--overwrite", "-o", "json"
+    )
+    version = str(json.loads(out)["metadata"]["resourceVersion"])
+    wait_for(
+        f"a reconcile of {JOB} at {version} on the manager",
+        lambda: version in reconciled_versions(clusters.operator, clusters.namespace, JOB),
+    )
+
+
 # --------------------------------------------------------------------------------- the tests
 
 
@@ -191,16 +211,9 @@ def test_a_job_runs_on_the_worker_and_its_status_is_mirrored_to_the_manager(clus
     # The manager runs nothing of its own, and writes nothing while the copy's status is mirrored.
     assert pods_of(manager, ns, JOB) == []
     assert manager.items("services", "-n", ns) == []
+    touch(clusters, "1")
     writes = write_requests(clusters.operator)
-    manager.run("label", "trainingjob", JOB, "-n", ns, "touched=1")
-    manager.run("label", "trainingjob", JOB, "-n", ns, "touched=2", "--overwrite")
-    wait_for(
-        "the manager's operator reconciled the touched job",
-        lambda: any(
-            entry.get("name") == JOB and entry.get("action") == "reconciled"
-            for entry in clusters.operator.logs()
-        ),
-    )
+    touch(clusters, "2")
     assert write_requests(clusters.operator) == writes
     printed = manager.run("get", "tj", JOB, "-n", ns)
     assert "Running" in printed
@@ -285,9 +298,11 @@ def test_multikueue_taking_the_copy_away_is_explained_on_the_manager(clusters: C
     clusters.running_on_worker(JOB)
     clusters.running_on_worker("bystander")
     wait_state(manager, ns, JOB, "Running")
+    wait_state(manager, ns, "bystander", "Running")
     workload = str(get_job(clusters.worker, ns, JOB)["metadata"]["labels"][contract.PREBUILT_WORKLOAD_LABEL])
     manager.run("patch", "workload", workload, "-n", ns, "--type=merge", "-p", '{"spec":{"active":false}}')
     wait_for("the worker's copy deleted by MultiKueue", lambda: clusters.copy(JOB) is None, timeout=60)
+    wait_for("the copy's pods gone", lambda: clusters.worker_pods(JOB) == [], timeout=60)
     queued = wait_status(manager, ns, JOB, "Queued, saying why", lambda s: s.get("state") == "Queued")
     assert queued["message"] == (
         "The workload is deactivated; waiting in LocalQueue team-a-workers for dispatch to a worker cluster"
