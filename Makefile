@@ -107,7 +107,9 @@ test: $(STAMP) promtool node-tools ## run the whole test suite (starts and stops
 
 # The tests that each run for minutes and prove what shorter tests of the same path prove too
 # (marked `long`): TensorFlow's ParameterServerStrategy and its gang restart (make test trains
-# TensorFlow with MultiWorkerMirroredStrategy and an evaluator). Kept out of make test for CI time.
+# TensorFlow with MultiWorkerMirroredStrategy and an evaluator), and a job preempted by Kueue on the
+# real node resuming at the step where the signal came (make test resumes an evicted rank there, and
+# Kueue's preemption runs on kwok). Kept out of make test for CI time.
 .PHONY: test-long
 test-long: $(STAMP) promtool node-tools ## run the tests marked long (minutes each), left out of make test
 	@if [ "$$(id -u)" = 0 ] && [ -e "$${TJ_CGROUP_FS:-/sys/fs/cgroup}/memory/cgroup.procs" ]; then \

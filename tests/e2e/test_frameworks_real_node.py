@@ -258,6 +258,7 @@ def test_a_rank_evicted_mid_epoch_resumes_at_the_step_where_the_signal_came(
     assert done["currentEpoch"] == 3
 
 
+@pytest.mark.long
 def test_a_job_preempted_by_kueue_resumes_at_the_step_where_the_signal_came(
     real_node: Kubectl, kueue: Kubectl, namespace: str, start_operator: StartOperator
 ) -> None:
