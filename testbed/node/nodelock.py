@@ -10,9 +10,10 @@ line that names it, before anything is changed; a test session that finds a dev 
 naming it. The holder is recorded with the node (state.json's and the machine's record), so a node
 killed without its `down` has its holder stopped by the next `up` that reclaims what it left.
 
-When the caller holds the lock already, no holder is started: a test session or the bench that runs
-`up` (the holder's pid is an ancestor of this process), or `flock <lock> hack/dev-cluster.sh up ...`
-(the lock's open file is inherited). Standard library only.
+When the caller holds the lock already (a test session or the bench that runs `up`: the holder's pid
+is an ancestor of this process; `flock <lock> hack/dev-cluster.sh up ...`: the lock's open file is
+inherited), the holder waits for it and takes it over if the caller lets go while the node still runs
+(a session that keeps its cluster, TJ_KEEP_CLUSTER=1). Standard library only.
 """
 
 from __future__ import annotations
@@ -26,24 +27,34 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any, Final
 
 from testbed.common import REPO, ToolError, process_start_time, still_running
+from testbed.node import nodeconfig, nodehost
 
 # TJ_REAL_NODE_LOCK moves it (the testbed's tests hold a scratch one); tests/sessions.py reads the same.
 LOCK: Final = Path(
     os.environ.get("TJ_REAL_NODE_LOCK") or Path(tempfile.gettempdir()) / "trainingjob-operator-real-node.lock"
 )
-# The holder's first line on stdout once it has the lock; otherwise BUSY and the holder's line.
+# The holder's modes: TAKE the lock now, or WAIT for the caller that holds it to let go.
+TAKE: Final = "take"
+WAIT: Final = "wait"
+# The holder's first line on stdout: HELD (TAKE), WAITING (WAIT), or BUSY and the holder's line.
 HELD: Final = "held"
+WAITING: Final = "waiting"
 BUSY: Final = "busy"
+# The holder looks for its node's processes every POLL seconds; gone for GONE_FOR, it lets go.
+POLL: Final = 10.0
+GONE_FOR: Final = 60.0
+# containerd, the node's first process, starts seconds after the holder (the builds come before it).
+START_WITHIN: Final = 600.0
 HOLDER_PID: Final = re.compile(r"pid (\d+)\b")
 # The holder process's program (`hold`; not `-m`: the package imports this module first).
 HOLDER: Final = (
     "import sys; from pathlib import Path; from testbed.node.nodelock import hold; "
-    "sys.exit(hold(Path(sys.argv[1]), Path(sys.argv[2])))"
+    "sys.exit(hold(Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]))"
 )
 
 
@@ -137,16 +148,17 @@ def check(lock: Path = LOCK) -> bool:
     raise RealNodeHeld(refusal(holder))
 
 
-def claim(dev: Path, log: Path, lock: Path = LOCK) -> dict[str, Any] | None:
-    """Makes sure the node about to start holds the machine's lock: None when the caller holds it
-    already, else the record of the holder process started for it (pid, start time). RealNodeHeld
+def claim(dev: Path, log: Path, lock: Path = LOCK) -> dict[str, Any]:
+    """Starts the holder of the machine's lock for the node about to start; its record (pid, start
+    time). When the caller holds the lock already (a test session, the bench, `flock`), the holder
+    waits for it and takes it over when the caller lets go with the node still up (a session kept
+    with TJ_KEEP_CLUSTER=1, a `flock LOCK hack/dev-cluster.sh up` without `down`). RealNodeHeld
     (one line, naming the holder) when someone else holds it."""
-    if check(lock):
-        return None
+    mode = WAIT if check(lock) else TAKE
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as output:
         process = subprocess.Popen(
-            [sys.executable, "-c", HOLDER, str(lock), str(dev)],
+            [sys.executable, "-c", HOLDER, str(lock), str(dev), mode],
             cwd=REPO,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -157,7 +169,7 @@ def claim(dev: Path, log: Path, lock: Path = LOCK) -> dict[str, Any] | None:
     assert process.stdout is not None
     said = process.stdout.readline().strip()
     process.stdout.close()
-    if said != HELD:
+    if said not in (HELD, WAITING):
         process.wait()
         raise RealNodeHeld(refusal(said.removeprefix(BUSY).strip() or "holder unknown"))
     return {"pid": process.pid, "start_time": process_start_time(process.pid)}
@@ -179,22 +191,65 @@ def release(record: dict[str, Any] | None, timeout: float = 10.0) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
-def hold(lock: Path, dev: Path) -> int:
-    """The holder: takes the lock or says who has it; then keeps it until SIGTERM."""
+def hold(lock: Path, dev: Path, mode: str = TAKE) -> int:
+    """The holder: takes the lock (TAKE: at once, or says who has it; WAIT: once the caller that holds
+    it lets go), then keeps it until SIGTERM."""
     handle: IO[str] = lock.open("a+")
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.seek(0)
-        print(f"{BUSY} {handle.read().strip() or 'holder unknown'}", flush=True)
-        return 2
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if mode == WAIT:
+        print(WAITING, flush=True)
+        sys.stdout.close()
+        fcntl.flock(handle, fcntl.LOCK_EX)
+    else:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            print(f"{BUSY} {handle.read().strip() or 'holder unknown'}", flush=True)
+            return 2
     handle.seek(0)
     handle.truncate()
     handle.write(holder_line(os.getpid(), dev) + "\n")
     handle.flush()
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    print(HELD, flush=True)
-    sys.stdout.close()
+    if mode == TAKE:
+        print(HELD, flush=True)
+        sys.stdout.close()
+    watch_the_node(node_processes)
+    return 0
+
+
+def watch_the_node(
+    processes: Callable[[], bool | None],
+    poll: float = POLL,
+    gone_for: float = GONE_FOR,
+    start_within: float = START_WITHIN,
+) -> None:
+    """Returns once the node, having run, has had no process for `gone_for` seconds, or never ran
+    within `start_within`: a node killed without its `down` (a cancelled CI job, an `up` killed
+    before the node started) then frees the machine's lock, and the next `up` undoes what it left; a
+    `down` ends the holder itself, after the node is gone. `processes` says whether the node has any
+    (None: could not tell)."""
+    began = time.monotonic()
+    seen = False
+    gone_since: float | None = None
     while True:
-        signal.pause()
+        running = processes()
+        now = time.monotonic()
+        if running:
+            seen, gone_since = True, None
+        elif running is not None and seen:
+            gone_since = now if gone_since is None else gone_since
+            if now - gone_since >= gone_for:
+                return
+        elif not seen and now - began >= start_within:
+            return
+        time.sleep(poll)
+
+
+def node_processes() -> bool | None:
+    """Whether a process runs in the real node's cgroups (None while one of them is being removed)."""
+    try:
+        return bool(nodehost.cgroup_pids([nodeconfig.CGROUP_ROOT, nodeconfig.RUNTIME_CGROUP]))
+    except OSError:
+        return None

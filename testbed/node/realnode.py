@@ -45,7 +45,7 @@ from testbed.cluster.state import (
     say,
     write_state,
 )
-from testbed.common import DEV, REPO, ToolError, http_ok, wait_until
+from testbed.common import DEV, REPO, ToolError, http_ok, still_running, wait_until
 from testbed.node import nodeconfig, nodehost, nodeimages, nodelock, storage
 from testbed.node.apiforward import inside
 from testbed.node.nodeconfig import NODE_NAME, NodePaths
@@ -195,17 +195,31 @@ def keep_record(record: dict[str, Any]) -> None:
 
 def claim_machine(*, hold: bool = True) -> dict[str, Any] | None:
     """The machine's real-node lock for the node about to start (nodelock.claim), before anything is
-    changed: refused in one line while another session or node holds it. The holder of a node killed
-    without its `down` (its processes gone, its record left on the machine) is stopped first. Without
-    `hold`, only whether it could be taken (`up` asks before it builds or starts anything)."""
-    if not nodehost.running_pids():
-        left = nodehost.left_behind()
-        if left is not None:
-            nodelock.release(left.get("lock_holder"))
-    if not hold:
-        nodelock.check()
-        return None
-    return nodelock.claim(DEV, LOGS / "real-node-lock.log")
+    changed: refused in one line while another session or node holds it. Without `hold`, only
+    whether it could be taken (`up` asks before it builds or starts anything)."""
+    for attempt in (1, 2):
+        try:
+            if not hold:
+                nodelock.check()
+                return None
+            return nodelock.claim(DEV, LOGS / "real-node-lock.log")
+        except nodelock.RealNodeHeld:
+            if attempt == 2 or not release_left_behind_holder():
+                raise
+    return None
+
+
+def release_left_behind_holder() -> bool:
+    """Stops the lock's holder of a node killed without its `down` (no process of a node runs, and the
+    machine's record of what it left names the holder); whether it did."""
+    if nodehost.running_pids():
+        return False
+    holder = (nodehost.left_behind() or {}).get("lock_holder")
+    if not holder or not still_running(holder):
+        return False
+    say(f"real node: stopping the lock holder (pid {holder['pid']}) of a node stopped without its `down`")
+    nodelock.release(holder)
+    return True
 
 
 def reclaim_left_behind() -> None:
