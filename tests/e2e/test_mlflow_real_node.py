@@ -7,7 +7,8 @@ Why: a job that restarts must not scatter one training over several runs. Here t
 after epoch 3 (a gang restart from the checkpoint), and meanwhile the server itself is restarted.
 Read back with MLflow's own client: one run for the job (the id status.tracking shows), its params, an
 accuracy history with each epoch's step once and in order across both attempts and the server's
-restart, the model as an artifact; and the same steps in TensorBoard's event files on the job's claim,
+restart, the model as an artifact; the same steps in W&B's offline run on the job's claim (one run
+id, a run directory per attempt, read from W&B's own files) and in TensorBoard's event files there,
 read with TensorBoard's event reader. Beside it, two light jobs (the trainer's simulation): one whose
 run is deleted in MLflow while it trains (a new run, said in an Event), one whose tracking URI does
 not resolve (it completes; status and an Event say tracking is unavailable). One test, so the real
@@ -32,6 +33,7 @@ from tests.cluster import REPO
 from tests.e2e.conftest import StartOperator
 from tests.e2e.jobs import events_of, job_manifest, status_of, wait, wait_for_state
 from tests.e2e.realnode import PACE, job_on_node
+from tests.wandb_offline import offline_runs
 
 JsonDict = dict[str, Any]
 
@@ -87,6 +89,7 @@ def tracked_example(experiment: str) -> JsonDict:
     assert spec["monitoring"]["tensorboardEnabled"] is True
     assert spec["hyperparameters"]["epochs"] == EPOCHS
     spec["monitoring"]["mlflowExperiment"] = experiment
+    spec["monitoring"]["wandbProject"] = "mnist"  # no key: offline, into wandb/ on the claim
     spec["failurePolicy"] = {"restartBackoff": {"initialDelaySeconds": 0}}
     pace = {**PACE, "TRAIN_STEPS_PER_EPOCH": str(STEPS_PER_EPOCH), "TRAIN_STEP_SECONDS": "0.5"}
     spec["env"] = [
@@ -127,6 +130,19 @@ def reasons(kubectl: Kubectl, namespace: str, name: str) -> set[str]:
     return {str(event.get("reason")) for event in events_of(kubectl, namespace, name)}
 
 
+def assert_one_offline_wandb_run(kubectl: Kubectl, namespace: str, status: JsonDict) -> None:
+    """W&B, offline (no key): one run id, the job's UID, in a run directory per attempt on the claim,
+    read back from W&B's own files: each epoch's step once, in order, across the gang restart."""
+    uid = kubectl.get_json("trainingjob", NAME, "-n", namespace)["metadata"]["uid"]
+    assert (status["tracking"]["wandbRunId"], status["tracking"]["wandbMode"]) == (uid, "offline")
+    assert "WandbRunStarted" in reasons(kubectl, namespace, NAME)
+    attempts = offline_runs(claim_directory(kubectl, namespace, f"{NAME}-checkpoints") / "wandb")
+    assert [(run.run_id, run.exit_code) for run in attempts] == [(uid, 1), (uid, 0)]
+    logged = [step for run in attempts for step in run.steps("accuracy")]
+    assert logged == [STEPS_PER_EPOCH * epoch for epoch in range(1, EPOCHS + 1)], logged
+    assert attempts[0].config["world_size"] == 2
+
+
 def test_one_training_is_one_mlflow_run_across_a_gang_restart_and_a_server_restart(
     mlflow_server: Kubectl, namespace: str, start_operator: StartOperator
 ) -> None:
@@ -162,6 +178,7 @@ def test_one_training_is_one_mlflow_run_across_a_gang_restart_and_a_server_resta
     assert done["tracking"]["mlflowRunId"] == run_id
     assert done["tracking"]["mlflowRunUrl"].startswith(f"{MLFLOW.tracking_uri}/#/experiments/")
     assert "MLflowRunCreated" in reasons(kubectl, namespace, NAME)
+    assert_one_offline_wandb_run(kubectl, namespace, done)
     kubectl.run("delete", "trainingjob", "replaced", "-n", namespace, "--wait=false")
 
     with mlflow_client(kubectl) as client:
