@@ -36,6 +36,7 @@ import json
 import os
 import re
 import sys
+import types
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -46,6 +47,12 @@ from tests import sessions
 
 # Before anything imports the testbed (it reads TJ_DEV_DIR once): an xdist worker's own cluster dir.
 sessions.use_worker_dir()
+# TensorBoard without TensorFlow in every test process (its no-TensorFlow mode: the module
+# tensorboard.compat.notf exists), before anything imports tensorboard: the tests read event files
+# (and torch's SummaryWriter writes them) with TensorBoard's own stub, as in the torch trainer image,
+# which has no TensorFlow. With TensorFlow loaded by TensorBoard, torch loading its own LLVM later in
+# the same process aborts it ("LLVM ERROR: ... registered more than once").
+sys.modules.setdefault("tensorboard.compat.notf", types.ModuleType("tensorboard.compat.notf"))
 
 from crd import contract  # noqa: E402
 from testbed import (  # noqa: E402
