@@ -9,7 +9,9 @@ Read back with MLflow's own client: one run for the job (the id status.tracking 
 accuracy history with each epoch's step once and in order across both attempts and the server's
 restart, the model as an artifact; the same steps in W&B's offline run on the job's claim (one run
 id, a run directory per attempt, read from W&B's own files) and in TensorBoard's event files there,
-read with TensorBoard's event reader. Beside it, two light jobs (the trainer's simulation): one whose
+read with TensorBoard's event reader, and served by `kubectl trainingjob tensorboard` (through the real
+kubectl: TensorBoard in a pod of the job's image on the claim, port-forwarded) over TensorBoard's own
+HTTP API, its pod deleted on Ctrl-C. Beside it, two light jobs (the trainer's simulation): one whose
 run is deleted in MLflow while it trains (a new run, said in an Event), one whose tracking URI does
 not resolve (it completes; status and an Event say tracking is unavailable). One test, so the real
 node's group pays for the jobs once.
@@ -17,10 +19,19 @@ node's group pays for the jobs once.
 
 from __future__ import annotations
 
+import json
+import os
+import queue
 import re
+import signal
 import subprocess
+import sys
+import threading
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -67,6 +78,63 @@ def mlflow_client(kubectl: Kubectl) -> Iterator[MlflowClient]:
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+@contextmanager
+def tensorboard_viewer(kubectl: Kubectl, namespace: str, name: str) -> Iterator[str]:
+    """`kubectl trainingjob tensorboard` as a user runs it (the built kubectl finds the plugin on PATH,
+    $KUBECONFIG), on a free local port; yields the URL it prints, then stops it with Ctrl-C (SIGINT)
+    and checks it exited 0 with its pod deleted."""
+    env = dict(
+        os.environ,
+        PATH=f"{Path(sys.executable).parent}:{kubectl.binary.parent}:/usr/bin:/bin",
+        KUBECONFIG=str(kubectl.kubeconfig),
+    )
+    command = [str(kubectl.binary), "trainingjob", "tensorboard", name, "-n", namespace, "--port=0"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    assert process.stdout is not None
+    assert process.stderr is not None
+    lines: queue.Queue[str] = queue.Queue()
+    said: list[str] = []
+
+    def read_stdout() -> None:
+        for line in process.stdout or ():
+            lines.put(line)
+        lines.put("")  # it ended
+
+    readers = [
+        threading.Thread(target=read_stdout, daemon=True),
+        threading.Thread(target=lambda: said.extend(process.stderr or ()), daemon=True),
+    ]
+    for reader in readers:
+        reader.start()
+    try:
+        try:
+            url = lines.get(timeout=240).strip()
+        except queue.Empty:
+            url = ""
+        assert re.fullmatch(r"http://127\.0\.0\.1:\d+/", url), f"{url!r}: {''.join(said)}"
+        yield url
+    finally:
+        process.send_signal(signal.SIGINT)
+        code = process.wait(timeout=120)
+        for reader in readers:
+            reader.join(timeout=10)
+    assert code == 0, "".join(said)
+    assert f"pod {namespace}/{name}-tensorboard deleted\n" in said, said
+    assert not kubectl.items("pods", "-n", namespace, "-l", "app.kubernetes.io/name=tensorboard")
+
+
+def served_steps(url: str, tag: str) -> list[int] | None:
+    """The steps of a scalar of the run in the log directory's root ("."), from TensorBoard's HTTP API;
+    None until it has loaded them."""
+    address = f"{url}data/plugin/scalars/scalars?run=.&tag={tag}"
+    try:
+        with urllib.request.urlopen(address, timeout=10) as answer:  # noqa: S310 - the viewer's http URL
+            points = json.load(answer)
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return None
+    return [int(step) for _, step, _ in points] or None
 
 
 def tracking(kubectl: Kubectl, namespace: str, name: str) -> JsonDict:
@@ -207,3 +275,10 @@ def test_one_training_is_one_mlflow_run_across_a_gang_restart_and_a_server_resta
     events.Reload()
     steps = [event.step for event in events.Scalars("accuracy")]
     assert steps == [STEPS_PER_EPOCH * epoch for epoch in range(1, EPOCHS + 1)], steps
+
+    # And served: `kubectl trainingjob tensorboard` runs TensorBoard in the cluster on the job's claim
+    # (in the job's own image, on the real node where the job's pods ran) and port-forwards it; its
+    # HTTP API has the same steps. Ctrl-C ends it and deletes its pod.
+    with tensorboard_viewer(kubectl, namespace, NAME) as url:
+        served = wait("TensorBoard serving the accuracy scalars", lambda: served_steps(url, "accuracy"), 120)
+    assert served == steps, served
