@@ -35,7 +35,7 @@ from testbed import (
     stop_worker_cluster,
     wait_for,
 )
-from tests.cluster import REPO, SESSION
+from tests.cluster import SESSION
 from tests.e2e.conftest import StartOperator
 from tests.e2e.jobs import (
     condition,
@@ -47,9 +47,9 @@ from tests.e2e.jobs import (
 )
 from tests.e2e.lifecycle_support import wait_state, wait_status
 from tests.e2e.operator import OperatorProcess
+from tests.e2e.test_docs_yaml import SHARED_CLUSTERS, yaml_blocks
 
 JsonDict = dict[str, Any]
-SHARED_CLUSTERS = REPO / "docs" / "shared-clusters.md"
 SECTION = "## MultiKueue"
 JOB = "llama-finetune"
 WORKER = "worker1"
@@ -60,18 +60,7 @@ def section_blocks() -> list[str]:
     set-up, the worker's queues, the user's job."""
     text = SHARED_CLUSTERS.read_text(encoding="utf-8")
     section = text[text.index(SECTION) :]
-    section = section[: section.index("\n## ", len(SECTION))]
-    blocks: list[str] = []
-    current: list[str] | None = None
-    for line in section.splitlines():
-        if current is None and line.strip() == "```yaml":
-            current = []
-        elif current is not None and line.strip() == "```":
-            blocks.append("\n".join(current) + "\n")
-            current = None
-        elif current is not None:
-            current.append(line)
-    return blocks
+    return yaml_blocks(section[: section.index("\n## ", len(SECTION))])
 
 
 def manifests(text: str) -> list[JsonDict]:
