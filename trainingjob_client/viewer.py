@@ -54,6 +54,7 @@ DELETE_GRACE_SECONDS: Final = 5
 QUICK_EXIT_SECONDS: Final = 5.0
 QUICK_EXITS: Final = 5
 FORWARDING: Final = re.compile(r"Forwarding from 127\.0\.0\.1:(\d+)")
+STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
 
 
 @dataclass(frozen=True)
@@ -88,21 +89,24 @@ def _pod_error(error: KubeError, namespace: str, name: str) -> TrainingJobError:
 
 
 @contextmanager
-def _sigterm_interrupts() -> Iterator[None]:
-    """SIGTERM ends the viewer as Ctrl-C does (KeyboardInterrupt), so the pod is deleted either way."""
+def _stop_signals_interrupt() -> Iterator[None]:
+    """Ctrl-C (SIGINT) and SIGTERM end the viewer with KeyboardInterrupt, so its pod is deleted either
+    way. SIGINT too, because a process started in the background of a script (`cmd &`) inherits it
+    ignored, and Python then installs no handler of its own: the viewer would never stop on Ctrl-C."""
 
     def interrupt(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 
     try:
-        previous = signal.signal(signal.SIGTERM, interrupt)
-    except ValueError:  # not the main thread: leave SIGTERM alone
+        previous = {number: signal.signal(number, interrupt) for number in STOP_SIGNALS}
+    except ValueError:  # not the main thread: leave the signals alone
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 @dataclass
@@ -301,7 +305,7 @@ def view(client: TrainingJobClient, job_name: str, options: ViewerOptions, out: 
     if options.port and port_in_use(options.port):
         raise TrainingJobError(f"port {options.port} on 127.0.0.1 is in use: choose another with --port")
     viewer = Viewer(client, options, err, found.namespace, tensorboard.viewer_name(found.name))
-    with _sigterm_interrupts():
+    with _stop_signals_interrupt():
         try:
             viewer.ensure(wanted)
             viewer.wait_ready(image)

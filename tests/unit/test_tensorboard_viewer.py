@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import copy
 import io
+import signal
 import socket
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -421,3 +424,37 @@ def test_a_viewer_that_cannot_start_is_deleted_and_the_error_says_why(
     assert posted.json()["metadata"]["name"] == "mnist-mlflow-tensorboard"
     (deleted,) = api.requests("DELETE")
     assert deleted.json()["preconditions"] == {"uid": "pod-uid"}
+
+
+STOPPABLE = """
+import time
+from trainingjob_client.viewer import _stop_signals_interrupt
+with _stop_signals_interrupt():
+    print("serving", flush=True)
+    try:
+        time.sleep(60)
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+"""
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_and_sigterm_end_a_viewer_started_with_sigint_ignored(stop: signal.Signals) -> None:
+    """A viewer started in a script's background (`kubectl trainingjob tensorboard ... &`) inherits
+    SIGINT ignored, and Python installs no handler for it then: the viewer must install its own."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", STOPPABLE],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),  # noqa: PLW1509 - no threads here
+    )
+    assert process.stdout is not None
+    try:
+        assert process.stdout.readline() == "serving\n"
+        process.send_signal(stop)
+        out, _ = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert out == "interrupted\n"
+    assert process.returncode == 0
