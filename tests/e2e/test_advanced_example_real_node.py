@@ -58,6 +58,7 @@ def example_on_node() -> dict[str, Any]:
     return job_on_node(manifest, memory="1536Mi")
 
 
+@pytest.mark.cpu_bound
 def test_the_advanced_example_trains_until_its_target_accuracy(
     real_node: Kubectl, namespace: str, start_operator: StartOperator
 ) -> None:

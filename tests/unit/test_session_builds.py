@@ -11,6 +11,7 @@ from __future__ import annotations
 from conftest import (
     builds_in_order_of_need,
     components_needed,
+    cpu_bound_last,
     images_to_import,
     later_when_uncached,
 )
@@ -120,3 +121,8 @@ def test_a_real_node_test_gets_the_node_images_it_names_imported_once_per_sessio
     assert images_to_import(("trainer-tensorflow", "trainer-jax"), {"trainer-jax"}) == ("trainer-tensorflow",)
     assert images_to_import(("mlflow", "operator-previous", "operator", "trainer-torch"), set()) == ()
     assert images_to_import(("trainer-mpi", "trainer-mpi"), set()) == ("trainer-mpi",)
+
+
+def test_cpu_bound_tests_run_after_all_others_each_part_in_its_order() -> None:
+    assert cpu_bound_last([True, False, False, True, False]) == [1, 2, 4, 0, 3]
+    assert cpu_bound_last([False, False]) == [0, 1]
