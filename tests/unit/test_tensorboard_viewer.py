@@ -430,8 +430,8 @@ STOPPABLE = """
 import time
 from trainingjob_client.viewer import _stop_signals_interrupt
 with _stop_signals_interrupt():
-    print("serving", flush=True)
-    try:
+    try:  # the signal may come as soon as "serving" is out, before a later `try` is entered
+        print("serving", flush=True)
         time.sleep(60)
     except KeyboardInterrupt:
         print("interrupted", flush=True)
