@@ -114,6 +114,9 @@ def plan(observed: Observed, settings: Settings | None = None) -> Plan:
                 "scheduling pods individually",
             )
         )
+    ignored_queue = volcano.queue_ignored(facts, status)
+    if ignored_queue is not None:
+        events.append(ignored_queue)
     if not status.get("state") and job.spec.scheduling.topology is not None and job.queue_name is None:
         events.append(
             Event(

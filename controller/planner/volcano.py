@@ -13,6 +13,10 @@ pods are created.
 While a gang waits, Volcano explains it on the PodGroup (phase Pending: not admitted into its queue,
 whose capability or the cluster has no room for minResources; Inqueue: admitted, its pods not yet
 placed), in an Unschedulable condition; the job's Scheduled condition carries that reason and message.
+
+A queue only Volcano reads: under scheduler-plugins' coscheduling (the operator's --gang-scheduler,
+auto on a cluster that serves both PodGroup APIs) the field means nothing, which the user would not
+otherwise learn, so the job's first reconcile records one Warning Event saying so.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ QUEUE_NOT_FOUND: Final = "VolcanoQueueNotFound"
 QUEUE_CLOSED: Final = "VolcanoQueueClosed"
 # Queue states in which Volcano takes no new work (status.state; empty until its controller has seen it).
 NOT_OPEN: Final = ("Closed", "Closing")
+QUEUE_IGNORED: Final = "SchedulingQueueIgnored"
 
 
 def queue_hold(facts: Facts) -> tuple[str, str] | None:
@@ -73,6 +78,23 @@ def show_queue_hold(facts: Facts, status: Mapping[str, Any]) -> tuple[JsonDict, 
         change.note("Warning", reason, message)
     change.set(Condition.CREATED, False, reason, message)
     return change.status, tuple(change.events)
+
+
+def queue_ignored(facts: Facts, status: Mapping[str, Any]) -> Event | None:
+    """The Warning Event of a job that names a Volcano Queue while its gang scheduler is
+    scheduler-plugins' coscheduling, which has no queues; only on the job's first reconcile (`status`
+    as read, without a state yet), so it is recorded once per job."""
+    queue = facts.job.spec.scheduling.queue
+    if state_of(status) is not None or queue is None or facts.gang_scheduler != contract.GANG_COSCHEDULING:
+        return None
+    return Event(
+        "Warning",
+        QUEUE_IGNORED,
+        f"spec.scheduling.queue ({queue}) names a Volcano Queue, but the operator's gang scheduler is "
+        "scheduler-plugins' coscheduling, which has no queues: the field is ignored. Remove it, or have "
+        "the operator run with --gang-scheduler=volcano on a cluster with Volcano; Kueue's "
+        f"{contract.QUEUE_NAME_LABEL} label queues a job under any gang scheduler",
+    )
 
 
 def pod_group_wait(facts: Facts) -> tuple[str, str] | None:

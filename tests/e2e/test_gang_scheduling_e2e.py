@@ -18,7 +18,6 @@ from tests.e2e.conftest import StartOperator
 from tests.e2e.jobs import (
     PodWatch,
     event_messages,
-    events_of,
     job_manifest,
     pods_of,
     status_of,
@@ -49,11 +48,12 @@ def test_gang_scheduling_creates_a_pod_group_that_the_coscheduling_scheduler_bin
     coscheduling: Kubectl, namespace: str, start_operator: StartOperator
 ) -> None:
     """The operator sees the real PodGroup CRD at start, creates a PodGroup the CRD's schema accepts,
-    and hands the pods to the second scheduler, which binds the whole gang."""
+    and hands the pods to the second scheduler, which binds the whole gang. The job's Volcano queue
+    means nothing to it, which one Warning Event says."""
     kubectl = coscheduling
     with node_pool(kubectl, namespace, 2):
         start_operator()
-        scheduling = pool_scheduling(namespace, gangScheduling=True)
+        scheduling = pool_scheduling(namespace, gangScheduling=True, queue="research")
         kubectl.apply(
             job_manifest("gang", numWorkers=3, gpusPerWorker=4, scheduling=scheduling), "-n", namespace
         )
@@ -62,7 +62,9 @@ def test_gang_scheduling_creates_a_pod_group_that_the_coscheduling_scheduler_bin
         status = wait_state(kubectl, namespace, "gang", "Running")["status"]
         pods = running_pods(kubectl, namespace, "gang", 0, 3)
         binders = wait_for("three Scheduled events", lambda: scheduled_by(kubectl, namespace, 3))
-        events = events_of(kubectl, namespace, "gang")
+        events = wait_for_events(
+            kubectl, namespace, "gang", {"SchedulingQueueIgnored": ["spec.scheduling.queue (research)"]}
+        )
 
     assert group["spec"]["minMember"] == 3
     owners = group["metadata"].get("ownerReferences") or []
@@ -75,6 +77,10 @@ def test_gang_scheduling_creates_a_pod_group_that_the_coscheduling_scheduler_bin
     assert binders == {pod["metadata"]["name"]: contract.COSCHEDULING_SCHEDULER_NAME for pod in pods}
     assert status["workers"]["active"] == 3
     assert not event_messages(events, "GangSchedulingUnavailable")
+    ignored = [e for e in events if e["reason"] == "SchedulingQueueIgnored"]
+    assert [(e["type"], e.get("count", 1)) for e in ignored] == [("Warning", 1)]
+    assert "scheduler-plugins' coscheduling" in ignored[0]["message"]
+    assert "queue" not in group["spec"]
 
 
 def test_without_a_gang_scheduler_the_job_is_scheduled_normally_with_a_warning(

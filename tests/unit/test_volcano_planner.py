@@ -130,6 +130,52 @@ def test_nothing_is_held_while_the_queues_are_not_known_or_the_scheduler_is_not_
     assert len(other.pods) == 2
 
 
+def test_a_queue_under_coscheduling_is_announced_as_ignored_once() -> None:
+    w = world(
+        {"spec.scheduling.gangScheduling": True, "spec.scheduling.queue": "research"},
+        workers=2,
+        gang_scheduler="coscheduling",
+    )
+    first = w.plan()
+    (message,) = [event.message for event in first.events if event.reason == "SchedulingQueueIgnored"]
+    assert [event.type for event in first.events if event.reason == "SchedulingQueueIgnored"] == ["Warning"]
+    assert message.startswith(
+        "spec.scheduling.queue (research) names a Volcano Queue, but the operator's gang scheduler is "
+        "scheduler-plugins' coscheduling"
+    )
+    assert "--gang-scheduler=volcano" in message
+    # Once the first status is written, nothing more: the job runs, and planning again records nothing.
+    w.apply(first)
+    w.settle()
+    w.start()
+    w.advance(30)
+    w.settle()
+    assert warnings(w, "SchedulingQueueIgnored") == [message]
+    again = w.plan()
+    assert "SchedulingQueueIgnored" not in [event.reason for event in again.events]
+
+
+@pytest.mark.parametrize(
+    ("gang_scheduler", "changes"),
+    [
+        ("volcano", {"spec.scheduling.queue": "research"}),  # Volcano reads it
+        (None, {"spec.scheduling.queue": "research"}),  # GangSchedulingUnavailable says it all
+        ("coscheduling", {}),  # no queue named
+    ],
+)
+def test_no_queue_is_announced_as_ignored_where_it_is_read_or_absent(
+    gang_scheduler: str | None, changes: dict[str, Any]
+) -> None:
+    w = world(
+        {"spec.scheduling.gangScheduling": True, **changes},
+        workers=2,
+        gang_scheduler=gang_scheduler,
+        volcano_queues={"research": queue("research"), "default": queue("default")},
+    )
+    w.settle()
+    assert warnings(w, "SchedulingQueueIgnored") == []
+
+
 def test_the_scheduled_condition_carries_volcanos_reason_for_a_waiting_gang() -> None:
     w = volcano_world({"default": queue("default")})
     w.settle()
