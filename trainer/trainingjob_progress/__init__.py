@@ -69,7 +69,7 @@ from .peers import DEFAULT_NAME_TIMEOUT, wait_for_name
 from .report import ReportBuilder
 from .sender import Sender
 from .stop import EXIT_TERMINATED, GRACE_PERIOD_ENV, grace_period_seconds, stop_on_sigterm
-from .transport import PodPatcher, in_cluster_url, pod_url, rank, read_text
+from .transport import ApiAccess, PodPatcher, pod_url, rank, read_text
 
 __all__ = [
     "API_URL_ENV",
@@ -171,25 +171,22 @@ class Reporter:
             return cls._disabled_logged(f"cannot tell this process's rank (RANK={env.get('RANK')!r})")
         if own_rank != 0:
             return cls._disabled_logged(f"rank {own_rank}: only rank 0 reports progress")
-        override = env.get(API_URL_ENV, "").strip()
-        api_url = override or in_cluster_url(env)
+        access = ApiAccess.from_env(env, service_account_dir)
         pod_name = env.get("POD_NAME", "").strip()
         namespace = env.get("TRAININGJOB_NAMESPACE", "").strip() or read_text(
             f"{service_account_dir}/namespace"
         )
-        if not api_url or not pod_name or not namespace:
+        if access is None or not pod_name or not namespace:
             return cls._disabled_logged(
                 "not running in a TrainingJob pod (no Kubernetes API address, POD_NAME or namespace)"
             )
         reporter = cls(
-            api_url=api_url,
+            api_url=access.url,
             namespace=namespace,
             pod_name=pod_name,
             annotation=env.get("TRAININGJOB_PROGRESS_ANNOTATION", "").strip() or DEFAULT_ANNOTATION,
-            token_path=env.get(TOKEN_FILE_ENV, "").strip() or f"{service_account_dir}/token",
-            ca_path=None
-            if api_url.startswith("http://")
-            else env.get(CA_FILE_ENV, "").strip() or f"{service_account_dir}/ca.crt",
+            token_path=access.token_path,
+            ca_path=access.ca_path,
             min_interval=min_interval,
             timeout=timeout,
         )
