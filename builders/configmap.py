@@ -57,7 +57,10 @@ TRAINER_FILES: Final = (
     "trainingjob_progress/report.py",
     "trainingjob_progress/sender.py",
     "trainingjob_progress/stop.py",
+    "trainingjob_progress/supervise.py",
+    "trainingjob_progress/supervision.py",
     "trainingjob_progress/transport.py",
+    "trainingjob_progress/watch.py",
 )
 # The API server refuses ConfigMaps over 1 MiB; the trainer files take a few dozen KiB of it.
 MAX_CONFIG_MAP_BYTES: Final = 1024 * 1024
