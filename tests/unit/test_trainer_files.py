@@ -111,5 +111,5 @@ def test_the_training_readme_names_every_file_a_user_copies() -> None:
         assert path in readme or (f"trainer/{folder}/" in readme and f"`{name}`" in readme), path
     helper_folder = PROGRESS_HELPER_FILE.rpartition("/")[0]
     helper = [path for path in TRAINER_FILES if path.startswith(f"{helper_folder}/")]
-    in_words = {6: "six", 7: "seven", 8: "eight", 9: "nine", 10: "ten"}
+    in_words = {6: "six", 7: "seven", 8: "eight", 9: "nine", 10: "ten", 11: "eleven", 12: "twelve"}
     assert f"`trainer/{helper_folder}/` (all {in_words[len(helper)]} files of it)" in readme
