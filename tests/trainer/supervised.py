@@ -140,6 +140,8 @@ class Supervised:
         for pid in self.child_pids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def child_pid(line: str) -> int:
@@ -147,8 +149,9 @@ def child_pid(line: str) -> int:
 
 
 def process_gone(pid: int) -> bool:
+    """No such process, or only its zombie (dead, not yet reaped by its parent)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
         return True
-    return False
+    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")

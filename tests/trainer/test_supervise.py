@@ -226,6 +226,17 @@ def test_a_second_signal_kills_a_child_that_ignores_the_first(api: JobApi, super
     assert process_gone(first)
 
 
+def test_what_a_child_leaves_in_its_process_group_is_killed_when_it_ends(
+    api: JobApi, supervise: Start
+) -> None:
+    """A data loader's worker outliving its trainer must not hold on into the next attempt."""
+    run = supervise("", command=["/bin/sh", "-c", 'sleep 600 & echo "child attempt=0 pid=$!"; exit 4'])
+    leftover = child_pid(run.wait_line("child ")[1])
+    assert api.wait_for_runs(2) == [running(0), exited(0, 4)]
+    api.wait_until(lambda: process_gone(leftover), message="the leftover process killed")
+    assert run.alive
+
+
 def test_sigterm_while_waiting_for_an_order_exits_with_the_failed_childs_code(
     api: JobApi, supervise: Start
 ) -> None:

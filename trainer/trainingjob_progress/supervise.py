@@ -243,7 +243,25 @@ class Supervisor:
                 # A timeout, so that a signal's handler always gets its turn in the main thread.
                 return self._events.get(timeout=1.0)
             except queue.Empty:
-                continue
+                self._reap_orphans()
+
+    def _reap_orphans(self) -> None:
+        """As a container's first process, the supervisor inherits what its children leave behind when
+        they end (a data loader's workers): reaps them, and never the current child, whose code its
+        waiter thread collects."""
+        waitid = getattr(os, "waitid", None)
+        if waitid is None:
+            return
+        current = self._child.pid if self._child is not None and self._state.running else None
+        while True:
+            try:
+                found = waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                return
+            if found is None or found.si_pid == current:
+                return
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(found.si_pid, os.WNOHANG)
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         self._events.put(Signalled(signum))  # SimpleQueue.put is safe in a signal handler
@@ -324,6 +342,7 @@ class Supervisor:
         self._state = replace(self._state, running=False, stopping=False, exit_code=code)
         self._reporter.put(run_report(self._state.attempt, code, datetime.now(UTC)))
         log.info("attempt %d exited with code %d", self._state.attempt, code)
+        self._reap_orphans()
 
     def _signal_child(self, signum: int) -> None:
         if self._child is None:
