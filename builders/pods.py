@@ -34,6 +34,7 @@ from builders.podsecurity import (
 )
 from builders.podtemplate import merge_pod_template
 from builders.storage import CheckpointStorage, checkpoint_storage
+from builders.supervisor import supervised, supervised_command
 from crd import contract
 from crd.spec import TrainingJob
 
@@ -134,7 +135,9 @@ def trainer_container(
     spec = job.spec
     container: dict[str, Any] = {"name": contract.CONTAINER_NAME, "image": spec.image}
     if spec.command:
-        container["command"] = list(spec.command)
+        container["command"] = (
+            supervised_command(spec.command) if supervised(job, slot) else list(spec.command)
+        )
     if spec.args:
         container["args"] = list(spec.args)
     container["env"] = distributed_env(job, slot, attempt=attempt, resume_from=resume_from)

@@ -91,6 +91,20 @@ PROGRESS_ANNOTATION: Final = f"{GROUP}/progress"
 # trainer/trainingjob_progress/base.py names it too (GPU_UTILIZATION): it cannot import this module.
 GPU_UTILIZATION_METRIC: Final = "gpu_utilization"
 
+# In-place gang restarts (spec.failurePolicy.restartStrategy InPlace, docs/progress.md "In-place
+# restarts"): the supervisor that runs the trainer's command (trainer/trainingjob_progress/supervise.py)
+# patches this annotation on its own Pod, a JSON object {"attempt", "state": Running | Exited,
+# "exitCode" (with Exited), "at"}; the operator orders the next attempt through status.inPlaceRestart.
+RUN_ANNOTATION: Final = f"{GROUP}/run"
+RESTART_STRATEGIES: Final = ("Recreate", "InPlace")
+# The supervisor's module, run as `python3 -m` with the trainer sources' mount on its path.
+SUPERVISOR_MODULE: Final = "trainingjob_progress.supervise"
+# Seconds past the trainer's termination grace period that every rank has to report its process
+# stopped after a Stopping order, and seconds to report the new attempt's process running after a
+# Starting order; a rank that misses either makes the operator recreate the gang's pods instead.
+IN_PLACE_STOP_MARGIN_SECONDS: Final = 10
+IN_PLACE_START_SECONDS: Final = 30
+
 # Kubernetes name limits: pod hostnames and Service names are DNS-1035/1123 labels.
 DNS_LABEL_MAX: Final = 63
 MAX_WORKERS: Final = 100

@@ -25,6 +25,7 @@ from crd.openapi import (
     string_map,
 )
 from crd.schema_elastic import elastic, elastic_rules
+from crd.schema_failures import failure_policy
 from crd.schema_frameworks import framework_rules, retired_framework_rules
 from crd.schema_mpi import MPI_REFUSAL, mpi, mpi_rules
 from crd.schema_parts import (
@@ -255,85 +256,6 @@ def networking() -> Schema:
             ),
         },
         default_empty=True,
-    )
-
-
-def failure_policy() -> Schema:
-    exit_code = {"type": "integer", "minimum": 0, "maximum": 255}
-    return obj(
-        "How failures restart the job. A restart always replaces every worker (gang restart).",
-        {
-            "restartPolicy": string(
-                "Never: the first failure fails the job. OnFailure: every failure restarts the workers, up "
-                "to backoffLimit. ExitCode: exit codes >= 128 (signals, OOM kill) restart, 1-127 fail the "
-                "job, unless listed in retryableExitCodes or permanentExitCodes.",
-                max_length=16,
-                enum=["Never", "OnFailure", "ExitCode"],
-                default="OnFailure",
-            ),
-            "backoffLimit": integer(
-                "Restarts after worker failures before the job fails.", minimum=0, maximum=100, default=3
-            ),
-            "activeDeadlineSeconds": integer(
-                "Maximum time the job may run, not counting time suspended; then it fails "
-                "(DeadlineExceeded).",
-                minimum=1,
-            ),
-            "retryableExitCodes": array(
-                "With restartPolicy ExitCode: exit codes that restart the job.",
-                exit_code,
-                max_items=256,
-                list_type="set",
-            ),
-            "permanentExitCodes": array(
-                "With restartPolicy ExitCode: exit codes that fail the job.",
-                exit_code,
-                max_items=256,
-                list_type="set",
-            ),
-            "restartBackoff": obj(
-                "Delay before each restart: initialDelaySeconds * multiplier^(restarts so far), capped at "
-                "maxDelaySeconds, with jitter.",
-                {
-                    "initialDelaySeconds": integer("Delay before the first restart.", minimum=0, default=10),
-                    "maxDelaySeconds": integer("Longest delay.", minimum=0, default=360),
-                    "multiplier": number("Growth factor per restart.", minimum=1, maximum=10, default=2),
-                },
-                default_empty=True,
-                rules=[
-                    rule(
-                        "!has(self.maxDelaySeconds) || !has(self.initialDelaySeconds) || "
-                        "self.maxDelaySeconds >= self.initialDelaySeconds",
-                        message="restartBackoff.maxDelaySeconds must be at least initialDelaySeconds",
-                        field_path=".maxDelaySeconds",
-                    )
-                ],
-            ),
-            "maxDisruptionRestarts": integer(
-                "Restarts caused by preemption, eviction or node loss before the job fails; counted apart "
-                "from backoffLimit.",
-                minimum=0,
-                default=20,
-            ),
-        },
-        default_empty=True,
-        rules=[
-            rule(
-                "!has(self.retryableExitCodes) || !has(self.permanentExitCodes) || "
-                "!self.retryableExitCodes.exists(c, c in self.permanentExitCodes)",
-                message=(
-                    "failurePolicy: an exit code is listed in both retryableExitCodes and permanentExitCodes"
-                ),
-                field_path=".permanentExitCodes",
-            ),
-            rule(
-                "(has(self.restartPolicy) && self.restartPolicy == 'ExitCode') || "
-                "(!has(self.retryableExitCodes) && !has(self.permanentExitCodes))",
-                message="failurePolicy: retryableExitCodes and permanentExitCodes need restartPolicy "
-                "ExitCode",
-                field_path=".restartPolicy",
-            ),
-        ],
     )
 
 

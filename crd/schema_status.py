@@ -212,6 +212,28 @@ def status() -> Schema:
             "failureReason": string("Why the job failed, when it did.", max_length=REASON_LENGTH),
             "restartCount": _count("Gang restarts of any cause."),
             "lastRestartReason": string("Reason of the latest restart.", max_length=REASON_LENGTH),
+            "lastRestartKind": string(
+                "How the latest restart of a job with failurePolicy.restartStrategy InPlace restarted the "
+                "workers: InPlace (the pods stayed) or Recreate (they were created again).",
+                max_length=16,
+                enum=["InPlace", "Recreate"],
+            ),
+            "inPlaceRestart": obj(
+                "The operator's latest order to the trainers' supervisors of a job restarted in place "
+                "(failurePolicy.restartStrategy InPlace); they watch the job and act on it.",
+                {
+                    "attempt": _count("The attempt the order is for: the one after the stopped one."),
+                    "phase": string(
+                        "Stopping: stop the training processes. Starting: start the attempt's processes.",
+                        max_length=16,
+                        enum=["Stopping", "Starting"],
+                    ),
+                    "resumeFrom": string(
+                        "Checkpoint the attempt's processes resume from (RESUME_FROM).", max_length=1024
+                    ),
+                    "since": _timestamp("When the order was given (its deadlines run from it)."),
+                },
+            ),
             "replicas": _count(
                 "Worker pods of the current attempt that exist and are not being deleted (the scale "
                 "subresource's status replicas)."

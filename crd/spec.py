@@ -227,10 +227,12 @@ class FailurePolicy(Section):
     retryable_exit_codes: frozenset[int]
     permanent_exit_codes: frozenset[int]
     restart_backoff: RestartBackoff
+    restart_strategy: str
 
     @classmethod
     def read(cls, fields: Fields) -> Self:
         return cls(
+            restart_strategy=fields.text("restartStrategy"),
             restart_policy=fields.text("restartPolicy"),
             backoff_limit=fields.integer("backoffLimit"),
             max_disruption_restarts=fields.integer("maxDisruptionRestarts"),
@@ -479,21 +481,19 @@ class TrainingJob:
     @property
     def spec_json(self) -> Mapping[str, Any]:
         """The defaulted spec as JSON."""
-        spec: Mapping[str, Any] = self.manifest["spec"]
-        return spec
+        return self.manifest["spec"]  # type: ignore[no-any-return]
 
 
 def parse(manifest: Mapping[str, Any]) -> TrainingJob:
     """Defaults `manifest` (left untouched) and reads it; SpecError names a field it cannot read."""
     defaulted = with_defaults(dict(manifest))
     metadata = Fields(defaulted.get("metadata") or {}, "metadata")
-    generation = metadata.optional_integer("generation")
     labels = metadata.mapping("labels")
     return TrainingJob(
         name=metadata.text("name"),
         namespace=metadata.optional_text("namespace") or None,
         uid=metadata.optional_text("uid") or "",
-        generation=generation,
+        generation=metadata.optional_integer("generation"),
         spec=Spec.read(Fields(defaulted.get("spec") or {}, "spec")),
         manifest=defaulted,
         labels={str(key): str(value) for key, value in labels.items()},

@@ -15,7 +15,7 @@ from typing import Any
 from builders.workload import workload_name
 from controller.planner import conditions as cond
 from controller.planner.change import Change, Step, moment
-from controller.planner.facts import Facts, attempt_of, state_of
+from controller.planner.facts import Facts, attempt_of, resume_from, state_of
 from controller.planner.kueue import current_workload
 from controller.planner.progress import apply_report
 from controller.planner.queueing import (
@@ -27,7 +27,7 @@ from controller.planner.queueing import (
     Evict,
     QueueDecision,
 )
-from controller.planner.transitions import forget_replacements, resume_from
+from controller.planner.transitions import forget_replacements
 from crd import contract
 from crd.contract import Condition, State
 
@@ -59,6 +59,7 @@ def _hold(change: Change, facts: Facts, status: Mapping[str, Any], reason: str, 
     """Stops the job where it is: pods deleted, the deadline clock and a pending restart stopped."""
     change.pause_deadline_clock()
     change.status.pop("restartAt", None)
+    change.status.pop("inPlaceRestart", None)  # its pods go: no in-place restart goes on
     for type_ in (Condition.RESTARTING, Condition.RUNNING):
         if cond.is_true(status.get("conditions"), type_):
             change.set(type_, False, reason, message)

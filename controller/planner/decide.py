@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 
 from builders.names import pod_name
 from controller.planner import conditions as cond
-from controller.planner import elastic, podstate, reports, roles, volcano
+from controller.planner import elastic, inplace, podstate, reports, roles, volcano
 from controller.planner.elastic import AddWorkers, Rejoined, Shrink
 from controller.planner.facts import Facts, attempt_of, state_of
 from controller.planner.failures import Cause, PodFailure, Verdict, verdict
@@ -38,6 +38,7 @@ from controller.planner.gang import Gang, root_cause
 from controller.planner.progress import success_reached
 from controller.planner.queueing import QueueDecision, queue_decision
 from controller.planner.reports import RecordProgress, progress
+from controller.planner.summaries import unschedulable_summary, waiting_summary
 from controller.planner.texts import format_duration, summary
 from controller.planner.timers import active_seconds, quiet_seconds, scheduling_wait, ttl_expires
 from controller.runtime.clock import parse_time
@@ -185,6 +186,8 @@ Decision = (
     | Shrink
     | Rejoined
     | AddWorkers
+    | inplace.RecreatePods
+    | inplace.NextAttemptInPlace
 )
 # Every decision `decide` returns: the lifecycle's above, and the queueing decisions of a job
 # labelled for Kueue (queueing.py, applied by admission.py).
@@ -249,7 +252,13 @@ def fail(
 
 
 def _restarting(facts: Facts, status: Mapping[str, Any], gang: Gang) -> Decision:
-    """A restart was decided: wait until the old gang is gone and the backoff has passed."""
+    """A restart was decided: wait until the old gang is gone (or, in place, every rank stopped) and the
+    backoff has passed."""
+    in_place = inplace.stopping_step(facts, status, gang)
+    if isinstance(in_place, inplace.Hold):
+        return _backoff_wait(status) if in_place.message is None else Wait(in_place.message)
+    if in_place is not None:
+        return in_place
     remaining = len(gang.live) + len(gang.terminating)
     if remaining:
         return Wait(
@@ -259,13 +268,15 @@ def _restarting(facts: Facts, status: Mapping[str, Any], gang: Gang) -> Decision
         )
     restart_at = status.get("restartAt")
     if restart_at and parse_time(restart_at) > facts.now:
-        # Only the backoff is left: say so (the message may still name the old pods).
-        restarting = cond.get(status.get("conditions"), Condition.RESTARTING)
-        explained = (
-            restarting is not None and restarting.get("status") == "True" and restarting.get("message")
-        )
-        return Wait(str(restarting["message"]) if restarting is not None and explained else None)
+        return _backoff_wait(status)
     return NextAttempt()
+
+
+def _backoff_wait(status: Mapping[str, Any]) -> Wait:
+    """Only the backoff is left: say so (the message may still name the old pods)."""
+    restarting = cond.get(status.get("conditions"), Condition.RESTARTING)
+    explained = restarting is not None and restarting.get("status") == "True" and restarting.get("message")
+    return Wait(str(restarting["message"]) if restarting is not None and explained else None)
 
 
 def _attempt(  # noqa: PLR0911 - one return per check of the state machine
@@ -273,6 +284,9 @@ def _attempt(  # noqa: PLR0911 - one return per check of the state machine
 ) -> Decision:
     """The current gang (its progress is recorded already): notice its end, create it, watch it start."""
     update, _ = progress(facts, status)
+    fallback = inplace.starting_step(facts, status, gang)
+    if fallback is not None:
+        return fallback
     finish = _success(facts, status, gang)
     if finish is not None:
         return finish
@@ -312,7 +326,8 @@ def _reaction(facts: Facts, status: Mapping[str, Any], gang: Gang) -> Decision |
     """What a broken gang needs: failurePolicy's verdict; for an elastic job, a shrink (or the news that
     a replacement runs) where it can, else that same verdict."""
     if facts.spec.elastic is None:
-        return _react_to_failure(facts, status, gang) if gang.failures else None
+        failures = [*gang.failures, *inplace.run_failures(facts, status, gang)]
+        return _react_to_failure(facts, status, gang, failures) if failures else None
     reaction = elastic.react(facts, status, gang)
     if isinstance(reaction, elastic.Fallback):
         return _react_to_failure(facts, status, gang, reaction.failures, reaction.note)
@@ -396,24 +411,17 @@ def backoff_used(status: Mapping[str, Any]) -> int:
     return int(restarts.get(Cause.FAILURE.value, 0)) + int(restarts.get(Cause.STALL.value, 0))
 
 
-def unschedulable_summary(gang: Gang) -> str:
-    """How many pods wait for a node, and the scheduler's reason for one of them: an informative one
-    (which resource, which selector) before coscheduling's optimistic rejection of the whole gang."""
-    unscheduled = gang.unscheduled
-    known = [message for message in map(podstate.unschedulable_message, unscheduled) if message]
-    known.sort(key=lambda message: podstate.OPTIMISTIC_REJECTION in message)
-    if known:
-        return f"{len(unscheduled)}/{gang.size} pods unschedulable: {known[0]}"
-    return f"{len(unscheduled)}/{gang.size} pods waiting to be scheduled"
-
-
 def _track(facts: Facts, status: Mapping[str, Any], gang: Gang, *, deferred: bool) -> Decision:
     """How far the complete gang got; once it has been running, whether it stalled. The pods it waits
     for are the training cluster's and a live evaluator (roles.expected)."""
     expected = roles.expected(gang)
     total = len(expected)
+    restarting = set(inplace.not_started(facts, status, gang))  # processes of an earlier attempt
     running = sum(
-        1 for slot in expected if podstate.worker_phase(gang.ranks.get(slot, {})) in ("Running", "Succeeded")
+        1
+        for slot in expected
+        if podstate.worker_phase(gang.ranks.get(slot, {})) in ("Running", "Succeeded")
+        and slot not in restarting
     )
     elastic_running = elastic.running_message(facts, gang)
     if gang.unscheduled and elastic_running is None:
@@ -428,6 +436,8 @@ def _track(facts: Facts, status: Mapping[str, Any], gang: Gang, *, deferred: boo
             message = f"{running}/{total} pods running; {text}"
             return Track(State.INITIALIZING, "PodsScheduled", message, reason, warning=True)
         message = f"{running}/{total} pods running"
+        if restarting:
+            message += f"; {len(restarting)} restarting their training process in place"
         if gang.held_launcher is not None:
             message += "; the launcher is created once every worker is Ready (its SSH server answers)"
         return Track(State.INITIALIZING, "PodsScheduled", message, "PodsStarting")
@@ -443,27 +453,6 @@ def _track(facts: Facts, status: Mapping[str, Any], gang: Gang, *, deferred: boo
     return Track(
         State.RUNNING, "Running", f"{total}/{total} {gang.noun} running", "AllWorkersRunning", stalled
     )
-
-
-def waiting_summary(gang: Gang) -> tuple[str, str] | None:
-    """(the kubelet's waiting reason, a sentence naming the pod and container) for the first rank whose
-    containers cannot start (podstate.waiting_problem), with how many more there are; None if none."""
-    problems = [
-        (pod["metadata"]["name"], waiting)
-        for pod in gang.ranks.values()
-        if podstate.worker_phase(pod) == "Pending"
-        for waiting in [podstate.waiting_problem(pod)]
-        if waiting is not None
-    ]
-    if not problems:
-        return None
-    name, waiting = min(problems, key=lambda problem: problem[0])
-    text = f"pod {name}: container {waiting.container} is waiting: {waiting.reason}"
-    if waiting.message:
-        text += f": {waiting.message}"
-    if len(problems) > 1:
-        text += f" (and {len(problems) - 1} more pod(s) waiting)"
-    return waiting.reason, text
 
 
 def _stall(facts: Facts, status: Mapping[str, Any]) -> Finish | Restart | str | None:

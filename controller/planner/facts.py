@@ -180,3 +180,9 @@ _STATES: Final[Mapping[str, State]] = {state.value: state for state in State}
 def state_of(status: Mapping[str, Any]) -> State | None:
     state = status.get("state")
     return _STATES.get(state) if isinstance(state, str) else None
+
+
+def resume_from(facts: Facts, status: Mapping[str, Any]) -> str | None:
+    """The checkpoint the next attempt starts from: the latest reported, else spec.checkpoint.resumeFrom."""
+    latest = (status.get("checkpoint") or {}).get("latest")
+    return str(latest) if latest else facts.spec.checkpoint.resume_from

@@ -204,6 +204,11 @@ def root_cause(failures: Sequence[PodFailure], pods_by_name: Mapping[str, JsonDi
         return disruptions[0]
 
     def finished_at(failure: PodFailure) -> str:
-        return podstate.finished_at(pods_by_name.get(failure.pod, {}), failure.container) or "9999"
+        pod = pods_by_name.get(failure.pod, {})
+        ended = podstate.finished_at(pod, failure.container)
+        if ended is None:  # a supervised process that ended while its container runs on (inplace.py)
+            report = podstate.run(pod)
+            ended = report.at if report is not None and report.state == "Exited" else None
+        return ended or "9999"
 
     return sorted(failures, key=lambda failure: (finished_at(failure), failure.pod))[0]

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from builders.meta import selector_labels
-from controller.planner import guards, roles, texts, tracking, volcano
+from controller.planner import guards, inplace, roles, texts, tracking, volcano
 from controller.planner.admission import apply_queueing
 from controller.planner.change import Change, Moment, Step, moment
 from controller.planner.decide import AnyDecision, Finish, decide
@@ -129,7 +129,13 @@ def plan(observed: Observed, settings: Settings | None = None) -> Plan:
     all_creates = [*creates, *result.creates]
     deletes = list(result.deletes.values())
     update, _ = progress(facts, final)
-    requeue_after = wake_up(facts, final, gang, update.retry_in if update is not None else None)
+    requeue_after = wake_up(
+        facts,
+        final,
+        gang,
+        update.retry_in if update is not None else None,
+        inplace.deadlines(facts, final, gang),
+    )
     if job.prebuilt_workload and observed.kueue is not None and current_workload(job, observed.owned) is None:
         # Kueue's Workload for the job is not cached yet; nothing that shows it wakes an unowned job.
         requeue_after = min(requeue_after or PREBUILT_WAIT, PREBUILT_WAIT)

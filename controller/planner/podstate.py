@@ -8,6 +8,7 @@ code readable and lets tests feed it pod dicts straight from the API.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -20,6 +21,7 @@ from crd.contract import (
     NUM_WORKERS_ANNOTATION,
     REPLICA_INDEX_LABEL,
     REPLICA_TYPE_LABEL,
+    RUN_ANNOTATION,
     ReplicaType,
 )
 from crd.replicas import Replicas
@@ -29,6 +31,8 @@ JsonDict = dict[str, Any]
 # Pod condition reasons (set by the scheduler, the eviction API, the taint manager or the kubelet)
 # that mean the infrastructure took the pod away, not that the training program failed.
 DISRUPTION_CONDITION = "DisruptionTarget"
+# A run annotation is a few dozen bytes; one far larger is not the supervisor's and is not parsed.
+MAX_RUN_ANNOTATION = 1024
 
 
 def _number(label: object) -> int | None:
@@ -59,8 +63,49 @@ def slot(pod: Mapping[str, Any], replicas: Replicas) -> int | None:
 
 
 def attempt(pod: Mapping[str, Any]) -> int | None:
-    """The gang attempt the pod was created for (its label), None when absent or unreadable."""
-    return _number(pod.get("metadata", {}).get("labels", {}).get(ATTEMPT_LABEL))
+    """The gang attempt the pod's training process runs: the attempt it was created for (its label),
+    or a later one its supervisor restarted it for in place (the run annotation, see `run`); None when
+    neither is readable."""
+    created = _number(pod.get("metadata", {}).get("labels", {}).get(ATTEMPT_LABEL))
+    report = run(pod)
+    if report is not None and (created is None or report.attempt > created):
+        return report.attempt
+    return created
+
+
+@dataclass(frozen=True)
+class Run:
+    """What an in-place restart's supervisor last reported of its pod's training process (the run
+    annotation): the attempt, Running or Exited, the exit code (with Exited) and when."""
+
+    attempt: int
+    state: str
+    exit_code: int | None
+    at: str
+
+
+RUN_STATES = ("Running", "Exited")
+
+
+def run(pod: Mapping[str, Any]) -> Run | None:
+    """The pod's run annotation, None when absent or not one (a malformed report is as good as none:
+    the in-place restart's deadlines then recreate the pod)."""
+    text = pod.get("metadata", {}).get("annotations", {}).get(RUN_ANNOTATION)
+    if not isinstance(text, str) or len(text) > MAX_RUN_ANNOTATION:
+        return None
+    try:
+        report = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(report, dict):
+        return None
+    attempt, state, code = report.get("attempt"), report.get("state"), report.get("exitCode")
+    if type(attempt) is not int or attempt < 0 or state not in RUN_STATES:
+        return None
+    if state == "Exited" and type(code) is not int:
+        return None
+    exit_code = code if state == "Exited" else None
+    return Run(attempt, str(state), exit_code, str(report.get("at") or ""))
 
 
 def built_for_another_size(pod: Mapping[str, Any], num_workers: int) -> bool:
@@ -317,11 +362,14 @@ def node_is_lost(node: Mapping[str, Any] | None, now: datetime | None = None, gr
 
 def changes_the_gang(old: Mapping[str, Any], new: Mapping[str, Any], siblings: list[JsonDict]) -> bool:
     """Whether a pod update may move its job to another state, so the job should not wait behind the
-    first reconciles of newer jobs: the pod ended, started terminating, or started running as the last
+    first reconciles of newer jobs: the pod ended, started terminating, its supervisor reported its
+    process started or ended (the run annotation), or started running as the last
     of the pods the cache holds for its job (`siblings`, `new` among them). A pod being bound or one
     of several starting only changes counters, which the job's next reconcile picks up anyway."""
     if is_terminating(new) and not is_terminating(old):
         return True
+    if run(new) != run(old):
+        return True  # an in-place restart's supervisor reported its process (planner/inplace.py)
     before, after = phase(old), phase(new)
     if before == after:
         return False

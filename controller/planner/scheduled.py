@@ -18,8 +18,8 @@ from typing import Any
 
 from controller.planner import podstate, volcano
 from controller.planner.change import Change, moment
-from controller.planner.decide import unschedulable_summary
 from controller.planner.facts import Facts, attempt_of, state_of
+from controller.planner.summaries import unschedulable_summary
 from crd.contract import FINISHED_STATES, Condition, State
 
 JsonDict = dict[str, Any]

@@ -10,7 +10,7 @@ then simply finds nothing due yet.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
 
@@ -43,11 +43,17 @@ def later(moment: datetime, seconds: float) -> datetime:
 
 
 def wake_up(
-    facts: Facts, status: Mapping[str, Any], gang: Gang, progress_retry: float | None
+    facts: Facts,
+    status: Mapping[str, Any],
+    gang: Gang,
+    progress_retry: float | None,
+    others: Iterable[float] = (),
 ) -> float | None:
-    """Seconds until the earliest timer of the job as planned (None: nothing to wait for)."""
+    """Seconds until the earliest timer of the job as planned (None: nothing to wait for); `others`:
+    timers kept elsewhere (an in-place restart's deadlines, planner/inplace.py)."""
     # A timer at or past zero has fired: what it waited for was decided in this plan.
-    timers = [seconds for seconds in _timers(facts, status, gang, progress_retry) if seconds and seconds > 0]
+    found = [*_timers(facts, status, gang, progress_retry), *others]
+    timers = [seconds for seconds in found if seconds and seconds > 0]
     if not timers:
         return None
     return min(max(min(timers), MIN_WAKE_UP_SECONDS), MAX_WAKE_UP_SECONDS)

@@ -17,7 +17,7 @@ from builders import mpi
 from builders.names import pod_name
 from builders.pods import build_pod
 from controller.planner import conditions as cond
-from controller.planner import texts
+from controller.planner import inplace, inplace_steps, texts
 from controller.planner.change import Change, Moment, Step, moment
 from controller.planner.decide import (
     Accept,
@@ -37,7 +37,7 @@ from controller.planner.decide import (
     Wait,
 )
 from controller.planner.elastic import AddWorkers, Rejoined, Shrink, replacing
-from controller.planner.facts import Facts, attempt_of, state_of
+from controller.planner.facts import Facts, attempt_of, resume_from, state_of
 from controller.planner.failures import Cause, restart_delay
 from controller.planner.kueue import admitted_placement
 from controller.planner.model import Delete, Event
@@ -92,6 +92,10 @@ def apply(  # noqa: PLR0911, PLR0912 - one case per decision
             return rejoined(facts, status, decision)
         case AddWorkers():
             return add_workers(facts, status, decision)
+        case inplace.RecreatePods():
+            return inplace_steps.recreate_pods(facts, status, decision)
+        case inplace.NextAttemptInPlace():
+            return inplace_steps.next_attempt_in_place(facts, status)
 
 
 # -------------------------------------------------------------------------------------- the end
@@ -158,6 +162,7 @@ def suspend(facts: Facts, status: Mapping[str, Any]) -> Step:
         change.set(Condition.SUSPENDED, True, "Suspended", "spec.suspend is true")
         change.set(Condition.RUNNING, False, "Suspended", "spec.suspend is true")
     change.status.pop("restartAt", None)
+    change.status.pop(inplace.FIELD, None)
     change.clear(Condition.RESTARTING, "Suspended", "spec.suspend is true")
     change.stop(gang.live, "job suspended")
     remaining = len(gang.live) + len(gang.terminating)
@@ -179,12 +184,6 @@ def resume(facts: Facts, status: Mapping[str, Any]) -> Step:
     message = "resuming from the latest checkpoint" if resume_from(facts, status) else "resuming"
     change.move_to(State.PENDING, message, "Resumed")
     return change.step()
-
-
-def resume_from(facts: Facts, status: Mapping[str, Any]) -> str | None:
-    """The checkpoint the next attempt starts from: the latest reported, else spec.checkpoint.resumeFrom."""
-    latest = (status.get("checkpoint") or {}).get("latest")
-    return str(latest) if latest else facts.spec.checkpoint.resume_from
 
 
 # ------------------------------------------------------------------------------------- the gang
@@ -340,6 +339,13 @@ def restart(facts: Facts, status: Mapping[str, Any], decision: Restart) -> Step:
     change.status["restartAt"] = rfc3339(ceil_to_second(later(facts.now, delay)))
     if decision.cause is Cause.STALL:
         change.set(Condition.STALLED, True, "ProgressDeadlineExceeded", decision.message)
+    kept = inplace.blocker(facts, facts.gang(status), decision.cause) if inplace.asked(facts) else ""
+    if kept is None:
+        text = f"{decision.message}; restarting the whole gang in place in {format_duration(delay)}"
+        return inplace_steps.stop_in_place(change, facts, status, text, decision.reason)
+    if kept:
+        inplace_steps.recreated_instead(change, kept)
+    change.status.pop(inplace.FIELD, None)
     text = f"{decision.message}; restarting the whole gang in {format_duration(delay)}"
     change.set(Condition.RESTARTING, True, decision.reason, text)
     change.set(Condition.RUNNING, False, "Restarting", text)

@@ -276,12 +276,16 @@ def test_the_trainers_are_bound_to_the_shipped_cluster_role_and_share_one_accoun
     assert build_rbac(tj, trainer_rights=False) == [account]
 
 
-def test_the_trainers_cluster_role_allows_patching_pods_only() -> None:
+def test_the_trainers_cluster_role_allows_patching_pods_and_reading_training_jobs_only() -> None:
     (role,) = yaml.safe_load_all((REPO / "crd" / "trainer-clusterrole.yaml").read_text(encoding="utf-8"))
     assert role["kind"] == "ClusterRole"
     assert role["metadata"]["name"] == contract.TRAINER_CLUSTER_ROLE
-    # No resourceNames and no get: crd/trainer-progress-policy.yaml narrows patch to the caller's own pod.
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]}]
+    # No resourceNames and no get on pods: crd/trainer-progress-policy.yaml narrows patch to the caller's
+    # own pod. TrainingJobs are readable: an in-place restart's supervisor watches its job.
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]},
+        {"apiGroups": [contract.GROUP], "resources": [contract.PLURAL], "verbs": ["get", "list", "watch"]},
+    ]
 
 
 def test_checkpoint_pvc_only_when_the_operator_creates_it() -> None:

@@ -259,10 +259,17 @@ def test_deployment_args_parse_with_the_operators_cli(target: str) -> None:
 
 
 @pytest.mark.parametrize("target", TARGETS)
-def test_the_operator_binds_the_trainers_cluster_role_which_allows_patching_pods_only(target: str) -> None:
+def test_the_operator_binds_the_trainers_cluster_role_which_allows_patching_pods_and_reading_jobs_only(
+    target: str,
+) -> None:
+    """Trainers patch pods (narrowed by the admission policy to two annotations of their own pod) and
+    read TrainingJobs (an in-place restart's supervisor watches its job); nothing else, no pod reads."""
     objects = rendered(target)
     trainer = one(objects, "ClusterRole", contract.TRAINER_CLUSTER_ROLE)
-    assert trainer["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]}]
+    assert trainer["rules"] == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]},
+        {"apiGroups": [contract.GROUP], "resources": [contract.PLURAL], "verbs": ["get", "list", "watch"]},
+    ]
     binds = {
         permission
         for permission in effective_permissions(objects)
