@@ -8,14 +8,16 @@ slow restart look fast, so each is checked here on pods as the watch sees them.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
 from crd import contract
-from testbed.harness.bench.podtimeline import RankRun, all_running_again, new_run_reported, rank_run
-from testbed.harness.bench.recovery import parse_options, summary
-from testbed.harness.bench.recoverygang import gang_sizes, restarted
+from testbed.harness.bench.podtimeline import RankRun, all_running_again, new_run_reported, next_run, rank_run
+from testbed.harness.bench.recovery import parse_options, summary, training_job
+from testbed.harness.bench.recoverygang import gang_job, gang_sizes, restarted
+from testbed.harness.bench.supervisors import answers, run_annotation
 
 
 def pod(
@@ -27,12 +29,19 @@ def pod(
     running: bool = True,
     reported: bool = False,
     deleting: bool = False,
+    progress: str | None = None,
+    run: tuple[int, str] | None = None,
 ) -> dict[str, Any]:
+    annotations: dict[str, str] = {}
+    if reported or progress is not None:
+        annotations[contract.PROGRESS_ANNOTATION] = progress or ""
+    if run is not None:
+        annotations[contract.RUN_ANNOTATION] = json.dumps({"attempt": run[0], "state": run[1], "at": "x"})
     metadata: dict[str, Any] = {
         "name": name,
         "uid": uid,
         "labels": {contract.ATTEMPT_LABEL: str(attempt)},
-        "annotations": {contract.PROGRESS_ANNOTATION: ""} if reported else {},
+        "annotations": annotations,
     }
     if deleting:
         metadata["deletionTimestamp"] = "2026-01-01T00:00:00Z"
@@ -84,8 +93,71 @@ def test_a_container_restarted_in_its_pod_or_a_new_attempt_label_is_a_new_run() 
     assert new_run_reported(kept, RANKS[0], BEFORE)
 
 
+def test_a_kept_pod_runs_again_when_its_supervisor_reports_a_newer_attempt_running() -> None:
+    """InPlace: the pods, their UIDs, attempt labels and containers stay; the run annotation moves on."""
+    old = runs(
+        pod("job-worker-0", "a", progress="epoch 3", run=(0, "Running")),
+        pod("job-worker-1", "b", run=(0, "Running")),
+    )
+    before = {name: run.identity for name, run in old.items()}
+    assert all_running_again(old, RANKS, {})
+    failed = runs(pod("job-worker-0", "a", run=(0, "Running")), pod("job-worker-1", "b", run=(0, "Exited")))
+    assert not all_running_again(failed, RANKS, {}), "a rank whose process exited does not run"
+    half = runs(pod("job-worker-0", "a", run=(1, "Running")), pod("job-worker-1", "b", run=(0, "Exited")))
+    assert not all_running_again(half, RANKS, before)
+    both = runs(pod("job-worker-0", "a", run=(1, "Running")), pod("job-worker-1", "b", run=(1, "Running")))
+    assert all_running_again(both, RANKS, before)
+
+
+def test_a_kept_pods_new_run_has_reported_only_when_its_progress_changed_after_it_began() -> None:
+    """The kept pod still holds the previous run's last report: that is not the new run's."""
+    first = next_run(None, rank_run(pod("job-worker-0", "a", progress="epoch 3", run=(0, "Running"))))
+    assert first.reported
+    before = {first.name: first.identity}
+    saved = next_run(first, rank_run(pod("job-worker-0", "a", progress="epoch 3 step 7", run=(0, "Exited"))))
+    started = next_run(
+        saved, rank_run(pod("job-worker-0", "a", progress="epoch 3 step 7", run=(1, "Running")))
+    )
+    assert not new_run_reported({started.name: started}, RANKS[0], before)
+    same_run = next_run(
+        started, rank_run(pod("job-worker-0", "a", progress="epoch 3 step 7", run=(1, "Running")))
+    )
+    assert not new_run_reported({started.name: same_run}, RANKS[0], before)
+    reported = next_run(same_run, rank_run(pod("job-worker-0", "a", progress="epoch 4", run=(1, "Running"))))
+    assert new_run_reported({reported.name: reported}, RANKS[0], before)
+    # A new pod of the same name begins without a report.
+    fresh = next_run(reported, rank_run(pod("job-worker-0", "c", attempt=2)))
+    assert not fresh.reported
+
+
+def test_the_bench_answers_orders_as_the_supervisors_would() -> None:
+    reported = {"p-0": (0, "Exited"), "p-1": (0, "Running"), "p-2": (1, "Running")}
+    assert answers({"attempt": 1, "phase": "Stopping"}, reported) == {"p-1": (0, "Exited", 143)}
+    assert answers({"attempt": 1, "phase": "Starting"}, reported) == {
+        "p-0": (1, "Running", None),
+        "p-1": (1, "Running", None),
+    }
+    assert answers(None, reported) == {}
+    assert answers({"attempt": "1", "phase": "Starting"}, reported) == {}
+    text = run_annotation(2, "Exited", 1)["metadata"]["annotations"][contract.RUN_ANNOTATION]
+    report = json.loads(text)
+    assert report["attempt"] == 2
+    assert report["state"] == "Exited"
+    assert report["exitCode"] == 1
+    assert " " not in text
+
+
+def test_in_place_jobs_ask_for_it_and_name_their_command() -> None:
+    for job in (training_job("InPlace"), gang_job("ns", "g", 4, "InPlace")):
+        assert job["spec"]["failurePolicy"]["restartStrategy"] == "InPlace"
+        assert job["spec"]["command"] == list(contract.DEFAULT_COMMAND)
+    for job in (training_job(), gang_job("ns", "g", 4)):
+        assert "restartStrategy" not in job["spec"]["failurePolicy"]
+        assert "command" not in job["spec"]
+
+
 def test_a_gang_restart_at_scale_is_done_when_every_pod_runs_anew() -> None:
-    before = {"g-worker-0": ("a", "0", 0), "g-worker-1": ("b", "0", 0)}
+    before = {"g-worker-0": ("a", "0", 0, -1), "g-worker-1": ("b", "0", 0, -1)}
     partial = runs(pod("g-worker-0", "c", attempt=1))
     assert not restarted(partial, 2, before)
     old = runs(pod("g-worker-0", "c", attempt=1), pod("g-worker-1", "b"))
@@ -111,6 +183,7 @@ def test_summary_is_the_median_and_max() -> None:
         (["--gang", "101"], "--gang"),
         (["--sizes", "many"], "--sizes"),
         (["--failures", "-1"], "--failures"),
+        (["--restart-strategy", "Sometimes"], "--restart-strategy"),
     ],
 )
 def test_options_that_cannot_work_are_refused_naming_the_flag(

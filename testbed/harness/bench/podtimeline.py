@@ -5,15 +5,17 @@ Why: the recovery bench (testbed/harness/bench/recovery.py) times what a user wa
 fails: every rank's container running again, and the first progress report of the next attempt. A
 watch sees each change as it happens (no polling of the API server being measured), and a slim
 transform keeps only what these questions need: which run of the container a pod holds (its UID, the
-container's restart count, the gang attempt on its label) and whether it runs and has reported.
+container's restart count, the gang attempt on its label, and for a job restarted in place the attempt
+its supervisor reports on the run annotation) and whether it runs and has reported in that run.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from controller.resources import PODS
 from controller.runtime.client import KubeClient
@@ -23,41 +25,86 @@ from controller.runtime.store import Store
 from crd import contract
 from testbed.common import JsonDict, ToolError
 
+Identity = tuple[str, str, int, int]
+RUN = contract.RUN_ANNOTATION
+
 
 @dataclass(frozen=True)
 class RankRun:
     """One pod's run of the trainer as the watch last saw it. `identity` changes whenever the trainer
-    starts again: a new pod (UID), the kubelet restarting its container, or another gang attempt."""
+    starts again: a new pod (UID), the kubelet restarting its container, another gang attempt, or the
+    supervisor of a kept pod reporting a newer attempt's process Running (run_attempt).
+
+    progress: the progress annotation's value (None without one); progress_at_start: its value when this
+    run began (a kept pod still holds the previous run's last report), so `reported` means this run's."""
 
     name: str
     uid: str
     attempt: str
     restarts: int
     phase: str
-    running: bool
-    reported: bool
+    container_running: bool
     deleting: bool
+    run_attempt: int = -1
+    run_state: str = ""
+    progress: str | None = None
+    progress_at_start: str | None = None
 
     @property
-    def identity(self) -> tuple[str, str, int]:
-        return (self.uid, self.attempt, self.restarts)
+    def identity(self) -> Identity:
+        return (self.uid, self.attempt, self.restarts, self.run_attempt)
+
+    @property
+    def running(self) -> bool:
+        """The trainer runs: its container, and under a supervisor the supervisor's child."""
+        return self.container_running and self.run_state in ("", "Running")
+
+    @property
+    def reported(self) -> bool:
+        return self.progress is not None and self.progress != self.progress_at_start
+
+
+def run_report(text: object) -> tuple[int, str]:
+    """The run annotation's (attempt, state); (-1, "") without a readable one."""
+    try:
+        report = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        report = None
+    if not isinstance(report, dict) or type(report.get("attempt")) is not int:
+        return -1, ""
+    return report["attempt"], str(report.get("state") or "")
 
 
 def rank_run(pod: JsonDict) -> RankRun:
     """The pod's slim view (the informer's transform keeps the fields this reads)."""
     metadata = pod.get("metadata") or {}
+    annotations = metadata.get("annotations") or {}
     statuses = (pod.get("status") or {}).get("containerStatuses") or []
     trainer: JsonDict = next((s for s in statuses if s.get("name") == contract.CONTAINER_NAME), {})
+    run_attempt, run_state = run_report(annotations.get(RUN))
+    progress = annotations.get(contract.PROGRESS_ANNOTATION)
     return RankRun(
         name=str(metadata.get("name", "")),
         uid=str(metadata.get("uid", "")),
         attempt=str((metadata.get("labels") or {}).get(contract.ATTEMPT_LABEL, "")),
         restarts=int(trainer.get("restartCount") or 0),
         phase=str((pod.get("status") or {}).get("phase") or ""),
-        running="running" in (trainer.get("state") or {}),
-        reported=contract.PROGRESS_ANNOTATION in (metadata.get("annotations") or {}),
+        container_running="running" in (trainer.get("state") or {}),
         deleting=bool(metadata.get("deletionTimestamp")),
+        run_attempt=run_attempt,
+        run_state=run_state,
+        progress=progress if isinstance(progress, str) else None,
     )
+
+
+def next_run(previous: RankRun | None, seen: RankRun) -> RankRun:
+    """`seen` with the progress report its run began with: the previous view's, carried while the run is
+    the same, or that view's last report when a kept pod starts a new run."""
+    if previous is None or previous.uid != seen.uid:
+        return seen
+    if previous.identity == seen.identity:
+        return replace(seen, progress_at_start=previous.progress_at_start)
+    return replace(seen, progress_at_start=previous.progress)
 
 
 def _slim(pod: JsonDict) -> JsonDict:
@@ -74,7 +121,7 @@ def _slim(pod: JsonDict) -> JsonDict:
             "labels": {
                 k: v for k, v in labels.items() if k in (contract.ATTEMPT_LABEL, contract.JOB_NAME_LABEL)
             },
-            "annotations": {k: "" for k in annotations if k == contract.PROGRESS_ANNOTATION},
+            "annotations": {k: v for k, v in annotations.items() if k in (contract.PROGRESS_ANNOTATION, RUN)},
         },
         "status": {
             "phase": (pod.get("status") or {}).get("phase"),
@@ -87,7 +134,7 @@ def _slim(pod: JsonDict) -> JsonDict:
 
 
 def all_running_again(
-    runs: Mapping[str, RankRun], ranks: Collection[str], before: Mapping[str, tuple[str, str, int]]
+    runs: Mapping[str, RankRun], ranks: Collection[str], before: Mapping[str, Identity]
 ) -> bool:
     """Every rank of `ranks` runs a trainer that started after the fault (an identity not in `before`)."""
     return all(
@@ -99,9 +146,7 @@ def all_running_again(
     )
 
 
-def new_run_reported(
-    runs: Mapping[str, RankRun], reporter: str, before: Mapping[str, tuple[str, str, int]]
-) -> bool:
+def new_run_reported(runs: Mapping[str, RankRun], reporter: str, before: Mapping[str, Identity]) -> bool:
     """The reporting rank's new run has put its first progress report on its pod."""
     run = runs.get(reporter)
     return run is not None and run.reported and run.identity != before.get(reporter)
@@ -147,7 +192,8 @@ class PodTimeline:
             return dict(self._runs)
 
     def _seen(self, pod: JsonDict) -> None:
-        self._changed(lambda runs: runs.__setitem__(pod["metadata"]["name"], rank_run(pod)))
+        name = pod["metadata"]["name"]
+        self._changed(lambda runs: runs.__setitem__(name, next_run(runs.get(name), rank_run(pod))))
 
     def _gone(self, pod: JsonDict) -> None:
         self._changed(lambda runs: runs.pop(pod["metadata"]["name"], None))

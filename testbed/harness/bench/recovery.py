@@ -6,7 +6,9 @@ measures it as a user sees it, from the fault to (a) every rank's container runn
 first progress report of the next attempt, for a rank that exits 1 mid-epoch and for an eviction,
 over several faults of one 2-rank job of the reference trainer (real torch) on the real node. The
 gang part (testbed/harness/bench/recoverygang.py) restarts gangs of 256 and 1,024 kwok pods and counts
-the operator's time and API requests.
+the operator's time and API requests. `--restart-strategy InPlace` runs both parts with jobs that
+restart in place (spec.failurePolicy.restartStrategy): the pods stay, and a rank runs again when its
+supervisor reports the next attempt's process Running on the pod's run annotation.
 
 The real node is one per machine: the node part takes the machine-wide lock the test sessions take
 (tests/sessions.py) and holds it until its cluster, node included, is down.
@@ -35,7 +37,7 @@ from testbed.common import JsonDict, Say, ToolError
 from testbed.harness.base import HarnessCluster, HarnessParser, run_to_end
 from testbed.harness.bench.operator import Operator
 from testbed.harness.bench.podtimeline import PodTimeline, all_running_again, new_run_reported
-from testbed.harness.bench.recoverygang import gang_restarts, load_average
+from testbed.harness.bench.recoverygang import RECREATE, RESTART_STRATEGIES, gang_restarts, load_average
 from testbed.node import nodehost
 from testbed.node.placement import REAL_NODE
 
@@ -87,6 +89,7 @@ class Options:
     timeout: float
     refreshes: int
     dev_dir: Path
+    restart_strategy: str = RECREATE
 
 
 def parse_options(argv: Sequence[str] | None) -> Options:
@@ -104,6 +107,12 @@ def parse_options(argv: Sequence[str] | None) -> Options:
     setting("--parts", str, "node,gang", "what to run: node, gang or both")
     setting("--refreshes", int, 3, "annotation updates timed into a pod's downward-API volume")
     setting("--timeout", float, 300.0, "seconds before one recovery or bring-up is given up")
+    setting(
+        "--restart-strategy",
+        str,
+        RECREATE,
+        "the jobs' spec.failurePolicy.restartStrategy: Recreate (new pods) or InPlace (the pods stay)",
+    )
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     parts = tuple(part for part in args.parts.split(",") if part)
     if not parts or set(parts) - {"node", "gang"}:
@@ -116,6 +125,10 @@ def parse_options(argv: Sequence[str] | None) -> Options:
         parser.error(f"--gang must be within 1-{contract.MAX_WORKERS} and --sizes positive")
     if args.failures < 0 or args.evictions < 0:
         parser.error("--failures and --evictions must be at least 0")
+    if args.restart_strategy not in RESTART_STRATEGIES:
+        parser.error(
+            f"--restart-strategy: {args.restart_strategy!r} is not one of {', '.join(RESTART_STRATEGIES)}"
+        )
     return Options(
         failures=args.failures,
         evictions=args.evictions,
@@ -125,6 +138,7 @@ def parse_options(argv: Sequence[str] | None) -> Options:
         timeout=args.timeout,
         refreshes=args.refreshes,
         dev_dir=args.dev_dir.resolve(),
+        restart_strategy=args.restart_strategy,
     )
 
 
@@ -159,10 +173,11 @@ def real_node_lock() -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def training_job() -> JsonDict:
+def training_job(restart_strategy: str = RECREATE) -> JsonDict:
     """Two ranks of the reference trainer with real torch on the real node, checkpoints every epoch on
-    a claim, many epochs (the bench deletes it), no restart delay: the time measured is the restart's."""
-    return {
+    a claim, many epochs (the bench deletes it), no restart delay: the time measured is the restart's.
+    InPlace: restarted in place, with the default command named (the supervisor runs a job's command)."""
+    job: JsonDict = {
         "apiVersion": contract.API_VERSION,
         "kind": contract.KIND,
         "metadata": {"name": JOB, "namespace": NAMESPACE},
@@ -185,6 +200,10 @@ def training_job() -> JsonDict:
             "resources": {"requests": {"cpu": "100m", "memory": "1Gi"}, "limits": {"memory": "1Gi"}},
         },
     }
+    if restart_strategy != RECREATE:
+        job["spec"]["failurePolicy"]["restartStrategy"] = restart_strategy
+        job["spec"]["command"] = list(contract.DEFAULT_COMMAND)
+    return job
 
 
 class NodeBusy(Exception):
@@ -260,10 +279,14 @@ class NodeRecovery:
         )
         self.timeline = PodTimeline(client, NAMESPACE, f"{contract.JOB_NAME_LABEL}={JOB}")
         self.timeline.start()
-        client.create(TRAININGJOBS, NAMESPACE, training_job())
-        say(f"{JOB}: 2 ranks of the reference trainer on the real node; waiting for its first reports")
+        strategy = self.options.restart_strategy
+        client.create(TRAININGJOBS, NAMESPACE, training_job(strategy))
+        say(
+            f"{JOB}: 2 ranks of the reference trainer on the real node ({strategy}); "
+            "waiting for its first reports"
+        )
         before_load = load_average()
-        results: dict[str, Any] = {"load_average_before": before_load}
+        results: dict[str, Any] = {"restart_strategy": strategy, "load_average_before": before_load}
         for kind, count in (("failure", self.options.failures), ("eviction", self.options.evictions)):
             running, reported = [], []
             for index in range(count):
@@ -277,6 +300,7 @@ class NodeRecovery:
             results[kind] = {"to_every_rank_running": summary(running), "to_first_report": summary(reported)}
         status = client.get(TRAININGJOBS, NAMESPACE, JOB).get("status") or {}
         results["restarts"] = status.get("restarts") or {}
+        results["last_restart_kind"] = status.get("lastRestartKind")
         client.delete(TRAININGJOBS, NAMESPACE, JOB)
         results["downward_api_refresh"] = summary(
             annotation_refreshes(
@@ -405,13 +429,21 @@ def wait(check: Any, what: str, timeout: float, guard: Any) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     options = parse_options(argv)
-    result: JsonDict = {"options": {"failures": options.failures, "evictions": options.evictions}}
+    result: JsonDict = {
+        "options": {
+            "failures": options.failures,
+            "evictions": options.evictions,
+            "restart_strategy": options.restart_strategy,
+        }
+    }
 
     def run() -> int:
         if "node" in options.parts:
             result["node"] = NodeRecovery(options).run()
         if "gang" in options.parts:
-            result["gang"] = gang_restarts(options.dev_dir, options.sizes, options.gang, options.timeout, say)
+            result["gang"] = gang_restarts(
+                options.dev_dir, options.sizes, options.gang, options.timeout, say, options.restart_strategy
+            )
         print(json.dumps(result, indent=2), flush=True)
         return 0
 

@@ -4,7 +4,10 @@ Why apart from the node part (testbed/harness/bench/recovery.py): no container r
 take any number of pods, so the question is the operator's own: its wall time from the failure to
 every pod running again, its CPU seconds and its API requests by method. A gang has at most 100
 workers (crd/contract.py MAX_WORKERS), so N pods are N / --gang gangs, one rank of each failing at
-the same moment, as one bad switch would fail them.
+the same moment, as one bad switch would fail them. With `--restart-strategy InPlace` the gangs keep
+their pods: the bench answers the operator's orders for every pod as its supervisor would
+(testbed/harness/bench/supervisors.py), a rank's failure is its supervisor's Exited report, and a pod
+runs again when it reports the next attempt Running.
 """
 
 from __future__ import annotations
@@ -23,10 +26,14 @@ from testbed.cluster.podstatus import terminated_status_patch
 from testbed.common import JsonDict, ToolError
 from testbed.harness.base import HarnessCluster, create_namespace
 from testbed.harness.bench.operator import Metrics, Operator
-from testbed.harness.bench.podtimeline import PodTimeline, RankRun
+from testbed.harness.bench.podtimeline import Identity, PodTimeline, RankRun
+from testbed.harness.bench.supervisors import SupervisorPlayer
 
 PODS_PER_NODE: Final = 100  # of the 110 a kwok node allows, as `make bench` packs them
 WRITES: Final = ("POST", "PATCH", "DELETE")  # PUT is the leader's Lease renewal alone
+RECREATE: Final = "Recreate"
+IN_PLACE: Final = "InPlace"
+RESTART_STRATEGIES: Final = (RECREATE, IN_PLACE)
 
 
 def load_average() -> list[float]:
@@ -42,18 +49,19 @@ def gang_sizes(pods: int, gang: int) -> list[int]:
     return sizes
 
 
-def gang_job(namespace: str, name: str, workers: int) -> JsonDict:
+def gang_job(namespace: str, name: str, workers: int, strategy: str = RECREATE) -> JsonDict:
+    policy: JsonDict = {"restartBackoff": {"initialDelaySeconds": 0, "maxDelaySeconds": 0}}
+    spec: JsonDict = {"model": "bench", "dataset": "synthetic", "numWorkers": workers, "gpusPerWorker": 0}
+    if strategy != RECREATE:
+        # The supervisor runs a job's own command (builders/supervisor.py): name one, kwok runs nothing.
+        policy["restartStrategy"] = strategy
+        spec["command"] = list(contract.DEFAULT_COMMAND)
+    spec["failurePolicy"] = policy
     return {
         "apiVersion": contract.API_VERSION,
         "kind": contract.KIND,
         "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "model": "bench",
-            "dataset": "synthetic",
-            "numWorkers": workers,
-            "gpusPerWorker": 0,
-            "failurePolicy": {"restartBackoff": {"initialDelaySeconds": 0, "maxDelaySeconds": 0}},
-        },
+        "spec": spec,
     }
 
 
@@ -61,14 +69,19 @@ def running_pods(runs: Mapping[str, RankRun]) -> int:
     return sum(1 for run in runs.values() if run.phase == "Running" and not run.deleting)
 
 
-def restarted(runs: Mapping[str, RankRun], pods: int, before: Mapping[str, tuple[str, str, int]]) -> bool:
+def restarted(runs: Mapping[str, RankRun], pods: int, before: Mapping[str, Identity]) -> bool:
     """Every pod of every gang runs, each one a run that started after the failures."""
     fresh = [run for run in runs.values() if run.phase == "Running" and not run.deleting]
     return len(fresh) == pods and all(run.identity != before.get(run.name) for run in fresh)
 
 
-def gang_restarts(
-    dev_dir: Path, sizes: Sequence[int], gang: int, timeout: float, say: Callable[[str], None]
+def gang_restarts(  # noqa: PLR0917
+    dev_dir: Path,
+    sizes: Sequence[int],
+    gang: int,
+    timeout: float,
+    say: Callable[[str], None],
+    strategy: str = RECREATE,
 ) -> JsonDict:
     """Each size in turn on one kwok cluster (nodes for the largest), with one operator process."""
     harness = HarnessCluster("recovery-gang", dev_dir, say)
@@ -86,7 +99,7 @@ def gang_restarts(
             if time.monotonic() > deadline:
                 raise ToolError("the operator did not lead within 120s")
             time.sleep(0.2)
-        return {str(size): one_size(client, started, size, gang, timeout, say) for size in sizes}
+        return {str(size): one_size(client, started, size, gang, timeout, say, strategy) for size in sizes}
     finally:
         if operator is not None:
             operator.stop()
@@ -136,7 +149,13 @@ def settle(  # noqa: PLR0917
 
 
 def one_size(  # noqa: PLR0917
-    client: KubeClient, operator: Operator, pods: int, gang: int, timeout: float, say: Callable[[str], None]
+    client: KubeClient,
+    operator: Operator,
+    pods: int,
+    gang: int,
+    timeout: float,
+    say: Callable[[str], None],
+    strategy: str = RECREATE,
 ) -> JsonDict:
     namespace = f"gang-{pods}"
     create_namespace(client, namespace)
@@ -144,31 +163,41 @@ def one_size(  # noqa: PLR0917
     names = [f"gang-{index}" for index in range(len(sizes))]
     timeline = PodTimeline(client, namespace)
     timeline.start()
+    player = SupervisorPlayer(client, namespace, dict(zip(names, sizes, strict=True)))
+    if strategy == IN_PLACE:
+        player.start()
+
+    def guard() -> None:
+        operator.check_alive()
+        player.check()
+
     try:
         for name, workers in zip(names, sizes, strict=True):
-            client.create(TRAININGJOBS, namespace, gang_job(namespace, name, workers))
-        say(f"{pods} pods in {len(sizes)} gangs: waiting until they run")
-        timeline.wait(
-            f"{pods} pods running", lambda runs: running_pods(runs) == pods, timeout, operator.check_alive
-        )
+            client.create(TRAININGJOBS, namespace, gang_job(namespace, name, workers, strategy))
+        say(f"{pods} pods in {len(sizes)} gangs ({strategy}): waiting until they run")
+        timeline.wait(f"{pods} pods running", lambda runs: running_pods(runs) == pods, timeout, guard)
+        if strategy == IN_PLACE:
+            player.all_running()  # each supervisor reports its first process running
         counted_before = settle(operator, client, namespace, names, 0, timeout)
         before = {name: run.identity for name, run in timeline.runs().items()}
         start = operator.metrics()
         load = load_average()
         failed = time.monotonic()
         for name in names:
-            fail_rank(client, namespace, f"{name}-worker-0")
+            if strategy == IN_PLACE:
+                player.fail(f"{name}-worker-0")
+            else:
+                fail_rank(client, namespace, f"{name}-worker-0")
         done = timeline.wait(
-            f"{pods} pods running again",
-            lambda runs: restarted(runs, pods, before),
-            timeout,
-            operator.check_alive,
+            f"{pods} pods running again", lambda runs: restarted(runs, pods, before), timeout, guard
         )
         counted = settle(operator, client, namespace, names, 1, timeout)
         end = operator.metrics()
         result = cost(start, end, pods, len(sizes), done - failed)
         # One per gang; more when a gang restarted again before it ran (docs/bench.md, "Recovery").
         result["restarts_counted"] = counted - counted_before
+        result["restart_strategy"] = strategy
+        result["restart_kinds"] = restart_kinds(client, namespace, names)
         result["load_average_at_failure"] = load
         say(
             f"{pods} pods: running again after {result['seconds_to_every_pod_running']}s, "
@@ -179,7 +208,18 @@ def one_size(  # noqa: PLR0917
         timeline.wait(f"{namespace}'s pods gone", lambda runs: not runs, timeout, operator.check_alive)
         return result
     finally:
+        player.stop()
         timeline.stop()
+
+
+def restart_kinds(client: KubeClient, namespace: str, names: Sequence[str]) -> dict[str, int]:
+    """How the jobs' last restarts went (status.lastRestartKind: InPlace or Recreate), by kind."""
+    kinds: dict[str, int] = {}
+    for name in names:
+        status = client.get(TRAININGJOBS, namespace, name).get("status") or {}
+        kind = str(status.get("lastRestartKind") or "unknown")
+        kinds[kind] = kinds.get(kind, 0) + 1
+    return kinds
 
 
 def fail_rank(client: KubeClient, namespace: str, name: str) -> None:
