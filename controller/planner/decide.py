@@ -319,6 +319,9 @@ def _attempt(  # noqa: PLR0911 - one return per check of the state machine
             f"{unschedulable_summary(gang)} after {format_duration(waited)} "
             f"(scheduling.scheduleTimeoutSeconds {timeout}); releasing all pods",
         )
+    restarting = inplace.starting_message(facts, status, gang)
+    if restarting is not None:  # one message until every rank runs the attempt: no write per rank
+        return Track(State.INITIALIZING, "PodsScheduled", restarting, "PodsStarting")
     return _track(facts, status, gang, deferred=update is not None and update.retry_in is not None)
 
 
@@ -416,12 +419,8 @@ def _track(facts: Facts, status: Mapping[str, Any], gang: Gang, *, deferred: boo
     for are the training cluster's and a live evaluator (roles.expected)."""
     expected = roles.expected(gang)
     total = len(expected)
-    restarting = set(inplace.not_started(facts, status, gang))  # processes of an earlier attempt
     running = sum(
-        1
-        for slot in expected
-        if podstate.worker_phase(gang.ranks.get(slot, {})) in ("Running", "Succeeded")
-        and slot not in restarting
+        1 for slot in expected if podstate.worker_phase(gang.ranks.get(slot, {})) in ("Running", "Succeeded")
     )
     elastic_running = elastic.running_message(facts, gang)
     if gang.unscheduled and elastic_running is None:
@@ -436,8 +435,6 @@ def _track(facts: Facts, status: Mapping[str, Any], gang: Gang, *, deferred: boo
             message = f"{running}/{total} pods running; {text}"
             return Track(State.INITIALIZING, "PodsScheduled", message, reason, warning=True)
         message = f"{running}/{total} pods running"
-        if restarting:
-            message += f"; {len(restarting)} restarting their training process in place"
         if gang.held_launcher is not None:
             message += "; the launcher is created once every worker is Ready (its SSH server answers)"
         return Track(State.INITIALIZING, "PodsScheduled", message, "PodsStarting")

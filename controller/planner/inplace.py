@@ -224,6 +224,16 @@ def not_started(facts: Facts, status: Mapping[str, Any], gang: Gang) -> list[int
     ]
 
 
+def starting_message(facts: Facts, status: Mapping[str, Any], gang: Gang) -> str | None:
+    """What the status says while the current attempt's processes start in place (the same until every
+    rank runs it, so the ranks' reports cost no status write); None when none is starting."""
+    current = starting(status)
+    if current is None or not not_started(facts, status, gang):
+        return None
+    message = f"restarting the training processes in place for attempt {current.attempt}"
+    return message + (f", resuming from {current.resume_from}" if current.resume_from else "")
+
+
 def stopping_step(
     facts: Facts, status: Mapping[str, Any], gang: Gang
 ) -> RecreatePods | NextAttemptInPlace | Hold | None:

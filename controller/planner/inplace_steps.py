@@ -73,8 +73,7 @@ def next_attempt_in_place(facts: Facts, status: Mapping[str, Any]) -> Step:
     change.status[inplace.FIELD] = inplace.order_json(attempt, inplace.STARTING, facts.stamp, resume)
     change.status[inplace.KIND_FIELD] = inplace.IN_PLACE
     message = f"restarting the training processes in place for attempt {attempt}"
-    if resume:
-        message += f", resuming from {resume}"
+    message += f", resuming from {resume}" if resume else ""  # as inplace.starting_message says it
     kept = f"{facts.spec.replicas.size} pod(s) kept for attempt {attempt}"
     change.set(Condition.CREATED, True, inplace.RESTARTED_REASON, kept)
     for type_ in (Condition.RESTARTING, Condition.STALLED, Condition.EVALUATOR_FAILED):
