@@ -9,6 +9,7 @@ it (trainer/trainingjob_progress/supervise.py; its own tests run real processes)
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 from datetime import timedelta
 from typing import Any
@@ -412,3 +413,29 @@ def test_a_supervisors_report_is_an_urgent_pod_update() -> None:
     report(w, 1, 0, "Exited", 1)
     assert podstate.changes_the_gang(old, w.pod(1), list(w.pods.values()))
     assert not podstate.changes_the_gang(w.pod(1), copy.deepcopy(w.pod(1)), list(w.pods.values()))
+
+
+def test_a_large_gang_restarts_in_place_with_a_few_status_writes_and_no_pod_write() -> None:
+    """Each rank's report is reconciled on its own (the worst case): only the restart, the start of the
+    next attempt and its running again change the status; no pod is created or deleted."""
+    workers = 16
+    w = running(workers=workers)
+    plans_before = len(w.plans)
+    report(w, 7, 0, "Exited", 1)
+    w.step()
+    for index in range(workers):
+        if index != 7:
+            report(w, index, 0, "Exited", 143)
+            w.step()
+    w.advance((parse_time(w.status["restartAt"]) - w.now).total_seconds())
+    w.step()
+    for index in range(workers):
+        report(w, index, 1, "Running")
+        w.step()
+    assert w.state == "Running"
+    assert w.status["attempt"] == 1
+    plans = w.plans[plans_before:]
+    assert not any(plan.creates or plan.deletes for plan in plans)
+    statuses = [w.plans[plans_before - 1].status, *(plan.status for plan in plans)]
+    changed = sum(1 for before, after in itertools.pairwise(statuses) if before != after)
+    assert changed == 3, changed
