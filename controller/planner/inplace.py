@@ -53,6 +53,11 @@ RESTARTED_REASON: Final = "RestartedInPlace"
 # The causes whose restart may keep the pods: the processes failed or stalled. A disruption took a pod
 # away, a scheduling timeout and a resize must free or rebuild them.
 IN_PLACE_CAUSES: Final = (Cause.FAILURE, Cause.STALL)
+FREEING_CAUSES: Final[Mapping[Cause | None, str]] = {
+    Cause.DISRUPTION: "a disruption took a pod away",
+    Cause.SCHEDULING: "the gang could not be scheduled, so its pods are released",
+    None: "the gang is resized",
+}
 
 
 @dataclass(frozen=True)
@@ -185,13 +190,9 @@ def _rank_blocker(name: str, pod: JsonDict | None) -> str | None:
 def blocker(facts: Facts, gang: Gang, cause: Cause | None) -> str | None:
     """Why a restart of `cause` of a job that asked for InPlace recreates the pods; None: it may keep
     them."""
-    if cause not in IN_PLACE_CAUSES:
-        why = {
-            Cause.DISRUPTION: "a disruption took a pod away",
-            Cause.SCHEDULING: "the gang could not be scheduled, so its pods are released",
-        }
-        return why.get(cause, "the gang is rebuilt") if cause is not None else "numWorkers changed"
-    return _gang_blocker(facts, gang)
+    if cause in IN_PLACE_CAUSES:
+        return _gang_blocker(facts, gang)
+    return unsupported(facts.spec) or FREEING_CAUSES[cause]
 
 
 # ----------------------------------------------------------------------------- how far they got

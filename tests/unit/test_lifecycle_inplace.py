@@ -439,3 +439,13 @@ def test_a_large_gang_restarts_in_place_with_a_few_status_writes_and_no_pod_writ
     statuses = [w.plans[plans_before - 1].status, *(plan.status for plan in plans)]
     changed = sum(1 for before, after in itertools.pairwise(statuses) if before != after)
     assert changed == 3, changed
+
+
+def test_a_resize_recreates_the_pods_and_says_why() -> None:
+    w = running()
+    w.update_spec(numWorkers=3)
+    result = w.step()
+    fallbacks = [event for event in result.events if event.reason == "InPlaceRestartFallback"]
+    assert [event.message.split(";")[0] for event in fallbacks] == ["the gang is resized"]
+    assert w.status["lastRestartKind"] == "Recreate"
+    assert names(result.deletes) == [W0, W1]
