@@ -365,8 +365,9 @@ def spec() -> Schema:
             "serviceAccountName": string(
                 "Run the workers under this existing ServiceAccount. Unset: they run under "
                 f"{contract.TRAINER_ACCOUNT}, which the operator creates in the namespace and which may "
-                "only patch the progress annotation of the pod it runs in; when set, that account needs "
-                "patch on the job's pods for progress reporting.",
+                "only patch the progress and run annotations of the pod it runs in and read the "
+                "namespace's TrainingJobs; when set, that account needs patch on the job's pods for "
+                "progress reporting, and get, list and watch on trainingjobs for in-place restarts.",
                 max_length=NAME_LENGTH,
                 pattern=DNS_SUBDOMAIN_PATTERN,
             ),
