@@ -38,6 +38,7 @@ from crd.contract import (
     IN_PLACE_START_SECONDS,
     IN_PLACE_STOP_MARGIN_SECONDS,
     RUN_ANNOTATION,
+    TRAINER_POLICY,
 )
 
 JsonDict = dict[str, Any]
@@ -157,6 +158,11 @@ def _gang_blocker(facts: Facts, gang: Gang) -> str | None:
     of the training cluster has a live pod whose supervisor runs and has reported."""
     if not asked(facts):
         return "spec.failurePolicy.restartStrategy is no longer InPlace"
+    if facts.trainer_reports_withheld:
+        return (
+            f"the trainers may not report or watch their job while the admission policy {TRAINER_POLICY} "
+            "is missing"
+        )
     why = unsupported(facts.spec) or (
         f"numWorkers changed to {facts.spec.num_workers}" if gang.stale else None
     )

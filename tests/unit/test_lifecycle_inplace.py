@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from controller.planner import podstate
+from controller.planner.model import Guards
 from controller.runtime.clock import parse_time, rfc3339
 from crd import contract
 from tests.unit.lifecycle_steps import W0, W1, assert_steady, created_pod_names, pod_creates
@@ -449,3 +450,13 @@ def test_a_resize_recreates_the_pods_and_says_why() -> None:
     assert [event.message.split(";")[0] for event in fallbacks] == ["the gang is resized"]
     assert w.status["lastRestartKind"] == "Recreate"
     assert names(result.deletes) == [W0, W1]
+
+
+def test_without_the_trainers_admission_policy_a_restart_recreates_at_once() -> None:
+    """The operator takes the trainers' rights away while the policy is missing: no supervisor could
+    report or watch, so the restart does not wait for their deadline."""
+    w = running()
+    w.guards = Guards(missing={contract.TRAINER_POLICY: f"{contract.TRAINER_POLICY} is not installed"})
+    report(w, 1, 0, "Exited", 1)
+    result = w.step()
+    assert_recreated(w, result, f"while the admission policy {contract.TRAINER_POLICY} is missing")
