@@ -53,6 +53,9 @@ class JobApi:
         self.patch_headers: list[dict[str, str]] = []
         self.lists = 0
         self.watches: list[dict[str, str]] = []
+        self.refuse_lists = 0  # the next lists answered 500
+        self.refuse_patches = 0  # the next PATCHes answered 500
+        self.refused_patches = 0
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.02,), daemon=True)
@@ -125,10 +128,14 @@ class JobApi:
             self._events.append((self._version, event))
         self._cond.notify_all()
 
-    def _list(self) -> Json:
+    def _list(self) -> Json | None:
+        """The list's answer; None for a list refused (refuse_lists)."""
         with self._cond:
             self.lists += 1
             self._cond.notify_all()
+            if self.refuse_lists:
+                self.refuse_lists -= 1
+                return None
             items = [copy.deepcopy(self._job)] if self._job is not None else []
             return {
                 "kind": "TrainingJobList",
@@ -136,12 +143,19 @@ class JobApi:
                 "items": items,
             }
 
-    def _record_patch(self, headers: dict[str, str], body: bytes) -> None:
+    def _record_patch(self, headers: dict[str, str], body: bytes) -> bool:
+        """Records a run report; False for one refused (refuse_patches)."""
         text = json.loads(body)["metadata"]["annotations"][RUN_ANNOTATION]
         with self._cond:
+            if self.refuse_patches:
+                self.refuse_patches -= 1
+                self.refused_patches += 1
+                self._cond.notify_all()
+                return False
             self.reports.append((time.monotonic(), json.loads(text)))
             self.patch_headers.append(headers)
             self._cond.notify_all()
+            return True
 
     def _stream(self, query: dict[str, str], write: Callable[[bytes], None]) -> str:
         """Writes the watch's events; returns how it ended: "cut", "expired" or "stopped"."""
@@ -202,16 +216,20 @@ def _handler_for(api: JobApi) -> type[BaseHTTPRequestHandler]:
                 self._reply(404, {"kind": "Status", "code": 404, "message": f"no {split.path}"})
             elif query.get("watch") in ("1", "true"):
                 self._watch(query)
+            elif (answer := api._list()) is None:
+                self._reply(500, {"kind": "Status", "code": 500, "message": "etcdserver: request timed out"})
             else:
-                self._reply(200, api._list())
+                self._reply(200, answer)
 
         def do_PATCH(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             if urlsplit(self.path).path != POD_PATH:
                 self._reply(404, {"kind": "Status", "code": 404, "message": "no such pod"})
                 return
-            api._record_patch(dict(self.headers.items()), body)
-            self._reply(200, {"kind": "Pod"})
+            if api._record_patch(dict(self.headers.items()), body):
+                self._reply(200, {"kind": "Pod"})
+            else:
+                self._reply(500, {"kind": "Status", "code": 500, "message": "the pod is busy"})
 
         def _reply(self, code: int, body: Json) -> None:
             payload = json.dumps(body).encode()

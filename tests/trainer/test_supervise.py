@@ -267,6 +267,44 @@ def test_an_expired_watch_is_listed_again_and_sees_the_order_it_missed(api: JobA
     assert any("expired" in line for line in run.stderr)
 
 
+def test_lists_that_fail_are_tried_again_after_a_short_backoff_and_said_once(
+    api: JobApi, supervise: Start
+) -> None:
+    run = supervise("0=exit1,*=run")
+    api.wait_for_runs(2)
+    watching(api)
+    lists = api.lists
+    api.refuse_lists = 3
+    api.set_status(silent=True, attempt=1, inPlaceRestart=starting(1))
+    api.cut_watches()
+    run.wait_line("child attempt=1 ")
+    assert api.lists >= lists + 4
+    refused = [line for line in run.stderr if "cannot watch the TrainingJob (HTTP 500" in line]
+    assert refused == [
+        "trainingjob-supervisor: cannot watch the TrainingJob "
+        "(HTTP 500: etcdserver: request timed out); retrying"
+    ]
+
+
+def test_a_refused_report_is_sent_again_and_one_refused_every_time_is_said_once(
+    api: JobApi, supervise: Start
+) -> None:
+    api.refuse_patches = 2
+    run = supervise("0=exit1,*=run")
+    assert api.wait_for_runs(1) == [running(0)]  # the third try
+    api.wait_for_runs(2)
+    api.refuse_patches = 4
+    api.set_status(attempt=1, inPlaceRestart=starting(1))
+    run.wait_line("child attempt=1 ")
+    api.wait_until(
+        lambda: any("could not report Running of attempt 1 after 4 tries" in line for line in run.stderr),
+        message="the report given up",
+    )
+    assert api.runs() == [running(0), exited(0, 1)]
+    assert api.refused_patches == 6
+    assert run.alive
+
+
 def test_the_watch_asks_for_bookmarks_from_the_lists_version(api: JobApi, supervise: Start) -> None:
     supervise("0=run")
     watching(api)

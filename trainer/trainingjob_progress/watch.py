@@ -95,7 +95,7 @@ class JobWatch:
                 failures = 0 if healthy or time.monotonic() - started >= HEALTHY_WATCH else failures + 1
             except Expired:
                 log.info("the watch of the job expired (410 Gone): listing it again")
-                failures = 0
+                failures = 1  # at once, nearly: a list that keeps expiring must not spin
             except Exception as error:
                 failures += 1
                 self._warn(error)
