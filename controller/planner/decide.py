@@ -384,19 +384,18 @@ def _react_to_failure(
         else ("Disruption" if failure.disruption else "PodFailed")
     )
     restarts = status.get("restarts") or {}
+    holding = inplace.still_holding(gang)
     judged = verdict(failure, policy)
     if judged is Verdict.PERMANENT:
         why = "restartPolicy Never" if policy.restart_policy == "Never" else "a permanent exit code"
-        return fail(
-            facts, reason if reason == "OOMKilled" else "PodFailed", f"{described} ({why})", gang.holding
-        )
+        return fail(facts, reason if reason == "OOMKilled" else "PodFailed", f"{described} ({why})", holding)
     if judged is Verdict.DISRUPTION:
         limit = policy.max_disruption_restarts
         if int(restarts.get(Cause.DISRUPTION.value, 0)) >= limit:
             message = (
                 f"{limit} restarts after disruptions (failurePolicy.maxDisruptionRestarts); last: {described}"
             )
-            return fail(facts, "DisruptionLimitExceeded", message, gang.holding)
+            return fail(facts, "DisruptionLimitExceeded", message, holding)
         return Restart(Cause.DISRUPTION, failure.reason, described)
     used = backoff_used(status)
     if used >= policy.backoff_limit:
@@ -404,7 +403,7 @@ def _react_to_failure(
             f"failed after {used} restart(s) (failurePolicy.backoffLimit {policy.backoff_limit}); "
             f"last failure: {described}"
         )
-        return fail(facts, "BackoffLimitExceeded", message, gang.holding)
+        return fail(facts, "BackoffLimitExceeded", message, holding)
     return Restart(Cause.FAILURE, reason, described)
 
 

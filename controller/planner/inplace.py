@@ -298,6 +298,18 @@ def deadlines(facts: Facts, status: Mapping[str, Any], gang: Gang) -> Iterator[f
         yield (current.since + timedelta(seconds=IN_PLACE_START_SECONDS) - facts.now).total_seconds()
 
 
+def still_holding(gang: Gang) -> list[JsonDict]:
+    """The pods a failed job stops (gang.holding) but those whose supervisor reported its process failed:
+    it ends its container by itself once the job is Failed, and the pod is kept, with its logs, as a
+    failed pod is."""
+    return [pod for pod in gang.holding if not _failed_run(pod)]
+
+
+def _failed_run(pod: Mapping[str, Any]) -> bool:
+    report = podstate.run(pod)
+    return report is not None and report.state == "Exited" and bool(report.exit_code)
+
+
 def run_failures(facts: Facts, status: Mapping[str, Any], gang: Gang) -> list[PodFailure]:
     """Ranks whose supervisor reports the current attempt's process Exited with a non-zero code, while
     the container runs on (waiting for the operator's order): failures of the attempt, judged by their

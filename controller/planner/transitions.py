@@ -140,7 +140,7 @@ def release(facts: Facts, status: Mapping[str, Any]) -> Step:
     if policy == "All":
         change.stop(gang.live, f"job {state}; cleanPodPolicy All")
     elif policy == "Running":
-        change.stop(gang.holding, f"job {state}; cleanPodPolicy Running")
+        change.stop(inplace.still_holding(gang), f"job {state}; cleanPodPolicy Running")
     return change.step()
 
 

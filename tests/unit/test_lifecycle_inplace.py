@@ -460,3 +460,14 @@ def test_without_the_trainers_admission_policy_a_restart_recreates_at_once() -> 
     report(w, 1, 0, "Exited", 1)
     result = w.step()
     assert_recreated(w, result, f"while the admission policy {contract.TRAINER_POLICY} is missing")
+
+
+def test_a_permanent_failure_keeps_the_failed_ranks_pod_for_its_logs() -> None:
+    """As without a supervisor: the running rank is stopped, the failed one kept (its supervisor ends
+    its container once the job is Failed)."""
+    w = running({"spec.failurePolicy.restartPolicy": "Never"})
+    report(w, 1, 0, "Exited", 2)
+    result = w.step()
+    assert w.state == "Failed"
+    assert "exit code 2" in w.status["message"]
+    assert names(result.deletes) == [W0]
