@@ -11,6 +11,7 @@ with a deadline.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -317,3 +318,61 @@ def test_active_deadline_fails_the_job_and_removes_its_pods(kubectl: Kubectl, na
         kubectl, namespace, "deadline", {"DeadlineExceeded": ["Failed: the job was active"]}
     )
     assert {e["type"] for e in events if e["reason"] == "DeadlineExceeded"} == {"Warning"}
+
+
+# --------------------------------------------------------------------------------- in-place restarts
+
+
+def report_run(
+    kubectl: Kubectl, namespace: str, pod: str, attempt: int, state: str, *, code: int = 0
+) -> None:
+    """Plays rank `pod`'s supervisor (kwok runs no process): its run annotation, as it patches it."""
+    body: JsonDict = {"attempt": attempt, "state": state, "at": "2026-03-01T12:00:00.000Z"}
+    if state == "Exited":
+        body["exitCode"] = code
+    annotation = f"{contract.RUN_ANNOTATION}={json.dumps(body)}"
+    kubectl.run("annotate", "pod", pod, "-n", namespace, "--overwrite", annotation)
+
+
+def in_place_phase(phase: str, attempt: int) -> Callable[[JsonDict], bool]:
+    return lambda status: (
+        status.get("inPlaceRestart", {}).get("phase") == phase
+        and (status["inPlaceRestart"].get("attempt") == attempt)
+    )
+
+
+def test_an_in_place_restart_keeps_every_pod_and_counts_the_failure_once(
+    kubectl: Kubectl, namespace: str
+) -> None:
+    """restartStrategy InPlace through the real API server: the orders in status.inPlaceRestart (the
+    schema keeps them), the supervisors' run annotations, no pod deleted or created, one restart."""
+    policy = {"restartPolicy": "OnFailure", "restartBackoff": backoff(1), "restartStrategy": "InPlace"}
+    kubectl.apply(job_manifest("inplace", failurePolicy=policy), "-n", namespace)
+    wait_state(kubectl, namespace, "inplace", "Running")
+    old = running_pods(kubectl, namespace, "inplace", 0, 2)
+    for pod in old:
+        command = pod["spec"]["containers"][0]["command"]
+        assert command[:2] == ["python3", "-c"], command
+        assert command[3:] == ["--", *contract.DEFAULT_COMMAND], command
+    pods = ["inplace-worker-0", "inplace-worker-1"]
+    for name in pods:
+        report_run(kubectl, namespace, name, 0, "Running")
+
+    report_run(kubectl, namespace, pods[1], 0, "Exited", code=1)
+    stopping = wait_status(kubectl, namespace, "inplace", "Stopping 1", in_place_phase("Stopping", 1))
+    assert stopping["state"] == "Restarting"
+    assert stopping["restarts"] == {"failure": 1}
+    assert "exit code 1" in stopping["message"]
+    report_run(kubectl, namespace, pods[0], 0, "Exited", code=143)
+    starting = wait_status(kubectl, namespace, "inplace", "Starting 1", in_place_phase("Starting", 1))
+    assert starting["attempt"] == 1
+    assert starting["lastRestartKind"] == "InPlace"
+    for name in pods:
+        report_run(kubectl, namespace, name, 1, "Running")
+    status = wait_status(kubectl, namespace, "inplace", "attempt 1 Running", running_attempt(1))
+    assert status["restartCount"] == 1
+    assert status["restarts"] == {"failure": 1}
+    assert uids(pods_of(kubectl, namespace, "inplace")) == uids(old)
+    wait_for_events(
+        kubectl, namespace, "inplace", {"RestartedInPlace": ["restarting the training processes"]}
+    )
