@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Local Kubernetes control plane for development, tests and the demo (see testbed/cluster/README.md).
 #   hack/dev-cluster.sh up [--nodes N --gpus-per-node G --cpu-per-node C --memory-per-node M]
-#                          [--with kueue,coscheduling,volcano]   (optional components; also on a running cluster)
+#                          [--with kueue,coscheduling,volcano,multikueue]   (optional components; also on a running cluster)
 #                          [--images all|NAME,...]       (the real node's images besides its own; default all)
 #   hack/dev-cluster.sh down | status | env
 #   hack/dev-cluster.sh restart | stop | start <component>

@@ -13,6 +13,7 @@ before `python3 -m testbed.cluster` runs.
 """
 
 from testbed.addons.mlflow import MLFLOW
+from testbed.addons.multikueue import multikueue_cluster
 from testbed.addons.multikueue import start_worker as start_worker_cluster
 from testbed.addons.multikueue import stop_worker as stop_worker_cluster
 from testbed.addons.optional import BUILDS_BY_NAME as BUILDS
@@ -82,6 +83,7 @@ __all__ = [
     "is_ready",
     "listening_addresses",
     "lose_node",
+    "multikueue_cluster",
     "now_rfc3339",
     "patch_pod_status",
     "pid_running",

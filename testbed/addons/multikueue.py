@@ -23,6 +23,12 @@ test run leaves no second control plane behind.
     python3 -m testbed.addons.multikueue up [--name worker1] [--nodes 2]   # beside the TJ_DEV_DIR cluster
     python3 -m testbed.addons.multikueue down [--name worker1]
 
+`hack/dev-cluster.sh up --with multikueue` (Kueue comes with it) starts `worker1` the same way, like
+any optional component (`add`; `remove multikueue` takes it off), and also creates its
+MultiKueueCluster on the manager, so the manager's Kueue connects to it at once (`kubectl get
+multikueueclusters`: Active). The MultiKueueConfig, AdmissionCheck and queues that use it stay the
+platform team's (docs/shared-clusters.md's blocks).
+
 Standard library only, like the rest of the control plane.
 """
 
@@ -36,6 +42,7 @@ from typing import Any, Final
 
 from testbed.addons import kueue
 from testbed.cluster.handle import Cluster
+from testbed.cluster.state import record_started, say, write_state
 from testbed.common import ToolError
 
 NAME: Final = "multikueue"
@@ -90,6 +97,45 @@ def start_worker(manager: Cluster, name: str = WORKER, *, nodes: int = 2) -> Clu
 def stop_worker(manager: Cluster, name: str = WORKER) -> None:
     """Takes the worker cluster `name` down (a no-op when it does not run); its Secret stays."""
     Cluster(worker_dir(manager.dev_dir, name)).down()
+
+
+def multikueue_cluster(name: str = WORKER) -> dict[str, Any]:
+    """The manager's MultiKueueCluster for the worker `name`, reading its Secret (`kubeconfig_secret`)."""
+    return {
+        "apiVersion": f"{kueue.GROUP}/v1beta2",
+        "kind": "MultiKueueCluster",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "dev-cluster"}},
+        "spec": {"clusterSource": {"kubeConfig": {"locationType": "Secret", "location": secret_name(name)}}},
+    }
+
+
+def add(state: dict[str, Any]) -> None:
+    """`up --with multikueue`: the worker cluster `worker1` running with its Kueue, its kubeconfig in the
+    manager's Secret and its MultiKueueCluster on the manager. The manager's Kueue must run (`--with`
+    puts it first)."""
+    if kueue.NAME not in state.get("processes", {}):
+        raise ToolError(f"{NAME} needs Kueue on the manager: `hack/dev-cluster.sh up --with kueue,{NAME}`")
+    manager = Cluster.default()
+    worker = start_worker(manager)
+    manager.kubectl.apply(multikueue_cluster(), "--server-side", "--force-conflicts")
+    say(f"{NAME}: worker cluster {WORKER} runs with Kueue, KUBECONFIG={worker.kubeconfig}")
+    say(f"{NAME}: MultiKueueCluster {WORKER} on the manager reads Secret {kueue.NAMESPACE}/{secret_name()}")
+    if NAME not in state.get("optional", []):
+        record_started(state, NAME, {})
+
+
+def remove(state: dict[str, Any]) -> None:
+    """`remove multikueue`: the worker cluster down, its MultiKueueCluster and Secret deleted, forgotten."""
+    manager = Cluster.default()
+    stop_worker(manager)
+    for kind, name, namespace in (
+        ("multikueuecluster", WORKER, ()),
+        ("secret", secret_name(), ("-n", kueue.NAMESPACE)),
+    ):
+        manager.kubectl.run("delete", kind, name, *namespace, "--ignore-not-found", check=False)
+    added = [name for name in state.get("optional", []) if name != NAME]
+    state["optional"] = added
+    write_state("optional", added)
 
 
 def main(argv: list[str] | None = None) -> int:

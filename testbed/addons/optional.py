@@ -8,7 +8,9 @@ is built (or taken from the cache) by hack/kube-bins.sh before the cluster lock 
 come from the same module, and its process (each of Volcano's two) is one more component in
 state.json: `status` lists it, `restart|stop|start <name>` work on it, `down` stops it,
 and a restarted API server restarts it too (lifecycle.after_api_server_start). `state.json`'s
-`optional` remembers what was added, so a cluster rebuilt after a crash gets it back.
+`optional` remembers what was added, so a cluster rebuilt after a crash gets it back. MultiKueue's
+worker cluster (testbed/addons/multikueue.py) is a control plane of its own rather than a process:
+`down` takes it down with the cluster.
 
 On a fresh `up`, their CRDs are installed with the project's, before the garbage collector starts.
 Added to a running cluster, the garbage collector picks the new kinds up at its next discovery
@@ -22,13 +24,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Final
 
-from testbed.addons import coscheduling, kueue, mlflow, volcano
+from testbed.addons import coscheduling, kueue, mlflow, multikueue, volcano
 from testbed.cluster import kube_bins
 from testbed.cluster.pki import issue, self_signed_context
 from testbed.cluster.processes import kubectl, spawn, stop_processes, wait_for
 from testbed.cluster.state import (
     LOGS,
     MLFLOW,
+    MULTIKUEUE,
     NETWORK_POLICIES,
     REAL_NODE,
     REGISTRY,
@@ -59,7 +62,8 @@ BUILDS_BY_NAME: Final = {**BUILDS, KUBEFLOW_TRAINING_OPERATOR: KUBEFLOW_TRAINING
 
 def parse_with(text: str) -> list[str]:
     """`--with a,b`: known names, in the order given, without repeats; network-policies, the
-    registry and mlflow bring the real node, which they run on, before them."""
+    registry and mlflow bring the real node, which they run on, before them, and multikueue brings
+    Kueue (the manager's, which its worker cluster is connected to)."""
     names: list[str] = []
     for name in (part.strip() for part in text.split(",")):
         if not name or name in names:
@@ -68,6 +72,8 @@ def parse_with(text: str) -> list[str]:
             raise ToolError(f"unknown optional component {name!r}; one of: {', '.join(OPTIONAL)}")
         if name in (NETWORK_POLICIES, REGISTRY, MLFLOW) and REAL_NODE not in names:
             names.append(REAL_NODE)
+        if name == MULTIKUEUE and kueue.NAME not in names:
+            names.append(kueue.NAME)
         names.append(name)
     return names
 
@@ -87,6 +93,8 @@ def build(names: list[str], node_images: tuple[str, ...] = nodeimages.IMAGES) ->
             if name == REAL_NODE
             else mlflow.build()
             if name == MLFLOW
+            else kube_bins.ensure(kueue.BUILD)  # the worker cluster's Kueue is the same build
+            if name == MULTIKUEUE
             else kube_bins.ensure(BUILDS[name])
             for name in names
         }
@@ -96,7 +104,7 @@ def build(names: list[str], node_images: tuple[str, ...] = nodeimages.IMAGES) ->
 
 
 def crd_files(name: str, build_dir: Path) -> list[Path]:
-    if name in (REAL_NODE, NETWORK_POLICIES, REGISTRY, MLFLOW):
+    if name in (REAL_NODE, NETWORK_POLICIES, REGISTRY, MLFLOW, MULTIKUEUE):
         return []
     if name == kueue.NAME:
         return sorted((build_dir / kueue.CRD_DIR).glob("*.yaml"))
@@ -154,6 +162,9 @@ def add(
             continue
         if name == MLFLOW:
             mlflow.add(state)
+            continue
+        if name == MULTIKUEUE:
+            multikueue.add(state)
             continue
         if not crds_installed:
             install_crds(bin_dir, name, build_dir)

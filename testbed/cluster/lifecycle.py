@@ -34,6 +34,7 @@ from testbed.cluster.state import (
     KUBECONFIG,
     KUBECTL_LINK,
     MLFLOW,
+    MULTIKUEUE,
     NETWORK_POLICIES,
     NETWORK_POLICY_COMPONENTS,
     NODE_COMPONENTS,
@@ -230,7 +231,8 @@ def teardown(state: dict[str, Any]) -> None:
 
 def remove_optional(name: str) -> None:
     """Takes an optional part off the running cluster (`remove real-node|kueue|coscheduling|
-    network-policies|registry`): its processes stopped and, for the real node and the enforcer on it,
+    network-policies|registry|multikueue`): its processes (or MultiKueue's worker cluster) stopped
+    and, for the real node and the enforcer on it,
     every change on the machine undone (the node drained first; the enforcer and the registry go with
     the node)."""
     with cluster_lock():
@@ -248,6 +250,8 @@ def remove_optional(name: str) -> None:
             mlflow.remove(state)  # its pod runs on the node
         if name == REAL_NODE:
             realnode.remove(state)
+        elif name == MULTIKUEUE:
+            multikueue.remove(state)
         elif name not in (NETWORK_POLICIES, REGISTRY, MLFLOW):
             names = (name, *OPTIONAL_SIDE_PROCESSES.get(name, ()))
             stop_processes({n: state["processes"].pop(n) for n in names if n in state["processes"]})

@@ -54,8 +54,11 @@ NETWORK_POLICY_COMPONENTS: Final = ("api-endpoint", "network-policies")
 REGISTRY: Final = "registry"
 # MLflow's tracking server (`up --with mlflow`, testbed/addons/mlflow.py): a Deployment on the real node.
 MLFLOW: Final = "mlflow"
+# MultiKueue's worker cluster (`up --with multikueue`, testbed/addons/multikueue.py): a second control
+# plane with its own Kueue, connected to this cluster's Kueue.
+MULTIKUEUE: Final = "multikueue"
 # What `up --with` takes.
-WITH_CHOICES: Final = (*OPTIONAL_COMPONENTS, REAL_NODE, NETWORK_POLICIES, REGISTRY, MLFLOW)
+WITH_CHOICES: Final = (*OPTIONAL_COMPONENTS, REAL_NODE, NETWORK_POLICIES, REGISTRY, MLFLOW, MULTIKUEUE)
 # A component stopped on purpose longer ago than this was forgotten (its test was killed): `up` starts it.
 STOP_EXPIRY: Final = 300.0
 # Names of dev processes (`run <name>`): lower-case letters, digits and dashes.
