@@ -76,12 +76,12 @@ def report_and_wait(
 
 
 @pytest.mark.usefixtures("operator")
-def test_the_trainer_token_may_patch_only_the_progress_annotation_of_its_own_pod(
+def test_the_trainer_token_may_patch_only_the_progress_and_run_annotations_of_its_own_pod(
     cluster: Kubectl, kubectl: Kubectl, namespace: str, tmp_path: Path
 ) -> None:
-    """RBAC lets the namespace's trainer account patch pods; the admission policy
-    (crd/trainer-progress-policy.yaml) narrows that to the progress annotation of the pod its token is
-    bound to. Proven with real requests against the real API server."""
+    """RBAC lets the namespace's trainer account patch pods and read TrainingJobs; the admission policy
+    (crd/trainer-progress-policy.yaml) narrows the patch to the progress and run annotations of the pod
+    its token is bound to. Proven with real requests against the real API server."""
     for name in ("alpha", "beta"):
         kubectl.apply(job_manifest(name), "-n", namespace)
     for name in ("alpha", "beta"):
@@ -98,6 +98,9 @@ def test_the_trainer_token_may_patch_only_the_progress_annotation_of_its_own_pod
         return result.stdout.strip()
 
     assert can_i("patch", "pod/alpha-worker-0") == "yes"
+    # An in-place restart's supervisor watches its job: the namespace's TrainingJobs are readable.
+    for verb in ("get", "list", "watch"):
+        assert can_i(verb, "trainingjobs") == "yes", verb
     refused = [
         ("get", "pod/alpha-worker-0"),
         ("get", "pod/beta-worker-0"),
@@ -110,6 +113,8 @@ def test_the_trainer_token_may_patch_only_the_progress_annotation_of_its_own_pod
         ("get", "secrets"),
         ("get", "configmaps"),
         ("patch", "trainingjob/alpha"),
+        ("patch", "trainingjob/alpha", "--subresource=status"),
+        ("delete", "trainingjob/alpha"),
     ]
     for args in refused:
         assert can_i(*args) == "no", args
@@ -118,12 +123,21 @@ def test_the_trainer_token_may_patch_only_the_progress_annotation_of_its_own_pod
     report_progress(trainer, namespace, "alpha-worker-0", {"epoch": 1, "metrics": {"accuracy": 0.5}})
     status = wait_status(kubectl, namespace, "alpha", "epoch 1", lambda s: s.get("currentEpoch") == 1)
     assert status["metrics"] == {"accuracy": 0.5}
+    job = json.loads(trainer.kubectl.run("get", "trainingjob", "alpha", "-n", namespace, "-o", "json"))
+    assert job["metadata"]["name"] == "alpha"
+    # The run annotation of its own pod too (an in-place restart's supervisor reports on it).
+    run = json.dumps({"attempt": 0, "state": "Running", "at": "2026-03-01T12:00:00.000Z"})
+    code, message = trainer.patch_pod(
+        namespace, "alpha-worker-0", json.dumps({"metadata": {"annotations": {contract.RUN_ANNOTATION: run}}})
+    )
+    assert code == 200, message
     # Anything else is refused by the admission policy: another pod's annotation (of this job or
     # another), its own labels, another annotation of its own.
     before = {pod["metadata"]["name"]: pod["metadata"] for pod in pods_of(kubectl, namespace, "alpha")}
     attempts = [
         ("beta-worker-0", progress_patch({"epoch": 9})),
         ("alpha-worker-1", progress_patch({"epoch": 9})),
+        ("alpha-worker-1", json.dumps({"metadata": {"annotations": {contract.RUN_ANNOTATION: "{}"}}})),
         ("alpha-worker-0", json.dumps({"metadata": {"labels": {contract.REPLICA_INDEX_LABEL: "7"}}})),
         ("alpha-worker-0", json.dumps({"metadata": {"annotations": {"other": "x"}}})),
         ("alpha-worker-0", json.dumps({"metadata": {"finalizers": ["example.com/hold"]}})),

@@ -152,7 +152,10 @@ def test_running_job_has_services_configmap_and_rbac(
         assert obj["metadata"]["labels"][contract.COMPONENT_LABEL] == contract.SHARED_COMPONENT
     assert kubectl.items("roles", "-n", namespace) == []
     role = kubectl.get_json("clusterrole", contract.TRAINER_CLUSTER_ROLE)
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]}]
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]},
+        {"apiGroups": [contract.GROUP], "resources": [contract.PLURAL], "verbs": ["get", "list", "watch"]},
+    ]
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
         "kind": "ClusterRole",
@@ -163,8 +166,8 @@ def test_running_job_has_services_configmap_and_rbac(
     ]
     assert sources["data"] == TRAINER_SOURCES
 
-    # What the account may do, as the API server's authorizer sees it (the admission policy then
-    # narrows patch to the progress annotation of the caller's own pod: test_lifecycle_progress_e2e.py).
+    # What the account may do, as the API server's authorizer sees it (the admission policy then narrows
+    # patch to the progress and run annotations of the caller's own pod: test_lifecycle_progress_e2e.py).
     trainer = f"system:serviceaccount:{namespace}:{contract.TRAINER_ACCOUNT}"
 
     def can(*args: str) -> str:
@@ -175,6 +178,8 @@ def test_running_job_has_services_configmap_and_rbac(
     assert can("get", "pod/bert-worker-2") == "no"
     assert can("delete", "pod/bert-worker-0") == "no"
     assert can("list", "pods") == "no"
+    assert can("watch", "trainingjob/bert") == "yes"  # an in-place restart's supervisor watches its job
+    assert can("patch", "trainingjob/bert") == "no"
 
 
 def test_running_job_status_and_events(kubectl: Kubectl, namespace: str, running_job: JsonDict) -> None:
