@@ -352,6 +352,7 @@ def valid_manifests() -> dict[str, dict[str, Any]]:
     """The examples plus manifests exercising each storage form and policy the examples leave out."""
     extra = {
         "cpu-only-gloo": job({"spec.gpusPerWorker": 0, "spec.networking.backend": "gloo"}),
+        "restart-in-place": job({"spec.failurePolicy.restartStrategy": "InPlace"}),
         "name-at-limit": job({"spec.numWorkers": contract.MAX_WORKERS}, name="a" * contract.MAX_JOB_NAME),
         "mig-slices-nccl": job(
             {

@@ -197,6 +197,12 @@ def schema_cases() -> list[InvalidCase]:
             "schema",
         ),
         case(
+            "restartStrategy-unknown",
+            {"spec.failurePolicy.restartStrategy": "Rolling"},
+            "spec.failurePolicy.restartStrategy",
+            "schema",
+        ),
+        case(
             "backoffLimit-above-100",
             {"spec.failurePolicy.backoffLimit": 101},
             "spec.failurePolicy.backoffLimit",
