@@ -133,7 +133,13 @@ class Supervised:
         self.process.send_signal(signum)
 
     def kill(self) -> None:
-        """Test cleanup: the supervisor and every child's process group."""
+        """Test cleanup: as a pod's deletion ends it (SIGTERM, which it passes to a child it may have
+        started before printing anything; a second one kills the child), then SIGKILL for what is left."""
+        for _ in range(2):
+            if self.process.poll() is None:
+                self.process.send_signal(signal.SIGTERM)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.process.wait(DEADLINE / 3)
         if self.process.poll() is None:
             self.process.kill()
             self.process.wait(DEADLINE)
