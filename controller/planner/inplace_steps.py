@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from builders.storage import checkpoint_storage, resume_path
 from controller.planner import inplace
 from controller.planner.change import Change, Step, moment
 from controller.planner.facts import Facts, attempt_of, resume_from, state_of
@@ -66,7 +67,9 @@ def next_attempt_in_place(facts: Facts, status: Mapping[str, Any]) -> Step:
     """Every rank stopped and the backoff has passed: the next attempt starts in the same pods."""
     change = Change(moment(facts), status)
     attempt = attempt_of(status) + 1
-    resume = resume_from(facts, status)
+    # RESUME_FROM as a recreated pod's environment would have it (a volume's relative path made absolute).
+    reported = resume_from(facts, status)
+    resume = resume_path(checkpoint_storage(facts.job), reported) if reported else None
     change.status.pop("restartAt", None)
     change.status["attempt"] = attempt
     change.status["attemptStartTime"] = facts.stamp

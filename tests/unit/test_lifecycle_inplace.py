@@ -153,6 +153,14 @@ def test_every_rank_stopped_and_the_backoff_passed_starts_the_next_attempt_in_pl
     assert_steady(w)
 
 
+def test_a_relative_resume_from_reaches_the_supervisors_as_a_recreated_pods_environment_has_it() -> None:
+    """spec.checkpoint.resumeFrom relative to the checkpoint volume (no checkpoint reported yet): the
+    Starting order carries the absolute path, as RESUME_FROM in a recreated pod would."""
+    w = running({"spec.checkpoint.enabled": True, "spec.checkpoint.resumeFrom": "epoch-1"})
+    restarted(w)
+    assert order(w)["resumeFrom"] == "/checkpoints/epoch-1"
+
+
 def test_the_attempt_runs_once_every_rank_reports_it_running() -> None:
     w = restarted(running())
     report(w, 0, 1, "Running")
