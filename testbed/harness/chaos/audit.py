@@ -6,7 +6,9 @@
 - every job converges: Running with its accounting (or gone, when deleted);
 - no orphan (a pod whose TrainingJob is gone) and no pod held Terminating at the end;
 - never two writers: each replica's writes (from its JSON log) fall inside the time it led, and no two
-  replicas led at once.
+  replicas led at once;
+- an in-place restart keeps its pods (the same UIDs, unless the operator fell back and its Event says
+  why) and leaves no rank on the old attempt (each reports Running for status.attempt).
 
 The same numbers make the one summary line and the JSON report.
 """
@@ -19,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from controller.planner import podstate
 from testbed.harness.chaos.plan import Ledger, restarts_of
 
 JsonDict = dict[str, Any]
@@ -49,6 +52,7 @@ class Findings:
     orphans: list[str] = field(default_factory=list)
     held: list[str] = field(default_factory=list)
     writers: list[str] = field(default_factory=list)
+    in_place: list[str] = field(default_factory=list)
 
     @property
     def clean(self) -> bool:
@@ -59,6 +63,7 @@ class Findings:
             or self.orphans
             or self.held
             or self.writers
+            or self.in_place
         )
 
 
@@ -95,6 +100,43 @@ def final_counts(ledger: Ledger, statuses: Mapping[str, JsonDict], jobs: Sequenc
         expected = sum(ledger.expected(job).values())
         if count != expected:
             found.append(f"{job}: restartCount {count}, expected {expected}")
+    return found
+
+
+def pods_replaced(
+    before: Mapping[str, Mapping[str, str]],
+    after: Mapping[str, Mapping[str, str]],
+    fallbacks: Mapping[str, Sequence[str]],
+) -> list[str]:
+    """In-place jobs whose pods (rank name -> UID, before the fault and once the job settled) were
+    replaced without an InPlaceRestartFallback Event that says why."""
+    found = []
+    for job, uids in before.items():
+        if after.get(job) == uids:
+            continue
+        reasons = [message for message in fallbacks.get(job, ()) if message.strip()]
+        if not reasons:
+            found.append(f"{job}: pods replaced by an in-place restart with no fallback Event saying why")
+    return found
+
+
+def left_on_old_attempt(
+    statuses: Mapping[str, JsonDict], pods: Mapping[str, Sequence[JsonDict]], jobs: Sequence[str]
+) -> list[str]:
+    """Ranks of the in-place `jobs` whose run annotation does not report Running for status.attempt."""
+    found = []
+    for job in jobs:
+        status = statuses.get(job)
+        if status is None or status.get("state") in ("Completed", "Failed"):
+            continue
+        attempt = int(status.get("attempt") or 0)
+        for pod in pods.get(job, ()):
+            if podstate.is_terminating(pod):
+                continue
+            report = podstate.run(pod)
+            if report is None or report.state != "Running" or report.attempt != attempt:
+                seen = "nothing" if report is None else f"{report.state} for attempt {report.attempt}"
+                found.append(f"{job}: pod {pod['metadata']['name']} reports {seen}, status.attempt {attempt}")
     return found
 
 

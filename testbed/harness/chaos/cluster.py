@@ -12,10 +12,11 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, Final
 
-from controller.resources import NODES, PODS, TRAININGJOBS
+from controller.planner.inplace import FALLBACK_REASON
+from controller.resources import EVENTS, NODES, PODS, TRAININGJOBS
 from controller.runtime.client import KubeClient
 from controller.runtime.errors import KubeError, NotFound
 from crd import contract
@@ -23,15 +24,17 @@ from testbed.cluster.nodes import KWOK_NODE_LABEL
 from testbed.cluster.podstatus import disruption_condition, now_rfc3339, terminated_status_patch
 from testbed.common import JsonDict, ToolError, wait_until
 from testbed.harness.chaos.plan import Fault, FaultKind
+from testbed.harness.chaos.supervisors import failed_report
 
 NAMESPACE: Final = "chaos"
 WHO: Final = "make chaos"
 
 
-def job_manifest(name: str, *, strict: bool) -> JsonDict:
+def job_manifest(name: str, *, strict: bool, in_place: bool = False) -> JsonDict:
     """Two CPU workers that restart fast: OnFailure retries every failure, backoff 1-2 s; a strict job
-    fails at its first failure (backoffLimit 0)."""
-    return {
+    fails at its first failure (backoffLimit 0); an in-place job restarts its processes in place (its
+    supervisor wraps the command, so it names one: kwok runs nothing)."""
+    manifest: JsonDict = {
         "apiVersion": contract.API_VERSION,
         "kind": contract.KIND,
         "metadata": {"name": name, "namespace": NAMESPACE},
@@ -48,6 +51,10 @@ def job_manifest(name: str, *, strict: bool) -> JsonDict:
             },
         },
     }
+    if in_place:
+        manifest["spec"]["failurePolicy"]["restartStrategy"] = "InPlace"
+        manifest["spec"]["command"] = list(contract.DEFAULT_COMMAND)
+    return manifest
 
 
 def rank(job: str, index: int) -> str:
@@ -66,6 +73,9 @@ class Faults:
         match fault.kind:
             case FaultKind.FAIL:
                 self._end(rank(job, 1), exit_code=1)
+            case FaultKind.FAIL_IN_PLACE:  # the process exits, its supervisor (the container) runs on
+                pod = self._client.get(PODS, NAMESPACE, rank(job, 1))
+                self._client.patch(PODS, NAMESPACE, rank(job, 1), failed_report(pod))
             case FaultKind.PREEMPT:
                 self._preempt(rank(job, 1))
             case FaultKind.EVICT_IN_PLACE:
@@ -182,6 +192,34 @@ class Observer:
 def pods_of_namespace(client: KubeClient) -> list[JsonDict]:
     items: list[JsonDict] = client.list(PODS, NAMESPACE)["items"]
     return items
+
+
+def pods_by_job(client: KubeClient, jobs: Collection[str]) -> dict[str, list[JsonDict]]:
+    """The live pods of `jobs`, by job."""
+    found: dict[str, list[JsonDict]] = {job: [] for job in jobs}
+    for pod in pods_of_namespace(client):
+        job = (pod["metadata"].get("labels") or {}).get(contract.JOB_NAME_LABEL)
+        if job in found and not pod["metadata"].get("deletionTimestamp"):
+            found[job].append(pod)
+    return found
+
+
+def rank_uids(client: KubeClient, jobs: Collection[str]) -> dict[str, dict[str, str]]:
+    """Each job's live pods: name -> UID (the same after a restart that kept them)."""
+    return {
+        job: {pod["metadata"]["name"]: pod["metadata"]["uid"] for pod in pods}
+        for job, pods in pods_by_job(client, jobs).items()
+    }
+
+
+def fallback_messages(client: KubeClient, jobs: Collection[str]) -> dict[str, list[str]]:
+    """The messages of the InPlaceRestartFallback Events of `jobs` (why the operator recreated)."""
+    found: dict[str, list[str]] = {}
+    for event in client.list(EVENTS, NAMESPACE)["items"]:
+        job = (event.get("involvedObject") or {}).get("name")
+        if isinstance(job, str) and job in jobs and event.get("reason") == FALLBACK_REASON:
+            found.setdefault(job, []).append(str(event.get("message") or ""))
+    return found
 
 
 def node_with_most_pods(client: KubeClient) -> tuple[str, list[str]]:

@@ -17,6 +17,7 @@ class Options:
     node_losses: int
     faults_per_round: int
     job_deletions: int
+    in_place_every: int
     seed: int
     round_timeout: float
     dev_dir: Path
@@ -38,6 +39,12 @@ def parse_options(argv: list[str] | None = None) -> Options:
     setting("--node-losses", int, 2, "nodes whose kubelet dies")
     setting("--faults-per-round", int, 6, "jobs faulted in each round")
     setting("--job-deletions", int, 6, "jobs deleted while they restart")
+    setting(
+        "--in-place-every",
+        int,
+        4,
+        "every Nth job not strict restarts in place (restartStrategy InPlace; 0: none)",
+    )
     setting("--seed", int, 15)
     setting(
         "--round-timeout",
@@ -48,6 +55,8 @@ def parse_options(argv: list[str] | None = None) -> Options:
     parsed = parser.parse_args(argv)
     if parsed.jobs < 2:
         parser.error("--jobs must be at least 2")
+    if parsed.in_place_every < 0:
+        parser.error("--in-place-every must be 0 or more")
     return Options(
         jobs=parsed.jobs,
         leader_kills=parsed.leader_kills,
@@ -56,6 +65,7 @@ def parse_options(argv: list[str] | None = None) -> Options:
         node_losses=parsed.node_losses,
         faults_per_round=parsed.faults_per_round,
         job_deletions=parsed.job_deletions,
+        in_place_every=parsed.in_place_every,
         seed=parsed.seed,
         round_timeout=parsed.round_timeout,
         dev_dir=parsed.dev_dir.resolve(),

@@ -19,6 +19,7 @@ from typing import Any, Final
 
 class FaultKind(StrEnum):
     FAIL = "fail"  # rank 1's trainer exits 1
+    FAIL_IN_PLACE = "fail-in-place"  # an InPlace job: rank 1's supervisor reports its process Exited 1
     PREEMPT = "preempt"  # rank 1 marked DisruptionTarget (PreemptionByScheduler) and deleted
     EVICT_IN_PLACE = "evict-in-place"  # rank 1 marked DisruptionTarget (TerminationByKubelet), Failed, kept
     PREEMPT_PEER_FAILS = "preempt-peer-fails"  # rank 1 preempted and deleted, then rank 0 exits 1
@@ -36,6 +37,7 @@ class Disturbance(StrEnum):
 # What each fault costs its job: (restarts.failure, restarts.disruption).
 COST: Final[dict[FaultKind, tuple[int, int]]] = {
     FaultKind.FAIL: (1, 0),
+    FaultKind.FAIL_IN_PLACE: (1, 0),
     FaultKind.PREEMPT: (0, 1),
     FaultKind.EVICT_IN_PLACE: (0, 1),
     FaultKind.PREEMPT_PEER_FAILS: (0, 1),
@@ -52,6 +54,9 @@ class JobPlan:
     name: str
     # A strict job has backoffLimit 0: a disruption charged as a failure would fail it.
     strict: bool
+    # An in-place job (restartStrategy InPlace) restarts its processes, not its pods; its faults are
+    # `fail-in-place` (its supervisors are played by the run: testbed/harness/chaos/supervisors.py).
+    in_place: bool = False
 
 
 @dataclass(frozen=True)
@@ -85,13 +90,23 @@ def make_plan(
     node_losses: int,
     faults_per_round: int,
     job_deletions: int,
+    in_place_every: int = 4,
 ) -> ChaosPlan:
-    """A seeded plan: every third job strict; one round per disturbance (kills spread among the
-    others), each with `faults_per_round` faults on distinct live jobs, the first of every kill -9
-    round the nasty case (preempt and delete, then the peer fails); `job_deletions` jobs deleted mid-restart
-    in the last rounds."""
+    """A seeded plan: every third job strict, every `in_place_every`th of the others in place (0: none);
+    one round per disturbance (kills spread among the others), each with `faults_per_round` faults on
+    distinct live jobs, the first of every kill -9 round the nasty case (preempt and delete, then the
+    peer fails) on a job that recreates; an in-place job always fails in place and is never deleted;
+    `job_deletions` jobs deleted mid-restart in the last rounds."""
     rng = random.Random(seed)  # noqa: S311 - a reproducible schedule, not a secret
-    planned = tuple(JobPlan(f"chaos-{index:03d}", strict=index % 3 == 0) for index in range(jobs))
+    planned = tuple(
+        JobPlan(
+            f"chaos-{index:03d}",
+            strict=index % 3 == 0,
+            in_place=in_place_every > 0 and index % in_place_every == 1 and index % 3 != 0,
+        )
+        for index in range(jobs)
+    )
+    in_place = {job.name for job in planned if job.in_place}
     disturbances: list[Disturbance | None] = [
         *([Disturbance.KILL9] * leader_kills),
         *([Disturbance.SIGTERM] * sigterm_kills),
@@ -108,9 +123,12 @@ def make_plan(
     for number, disturbance in enumerate(disturbances):
         remaining_rounds = len(disturbances) - number
         picked = rng.sample(live, min(faults_per_round, len(live)))
+        picked.sort(key=lambda job: job in in_place)  # stable: a recreating job first, when one is
         faults: list[Fault] = []
         for position, job in enumerate(picked):
-            if position == 0 and disturbance is Disturbance.KILL9:
+            if job in in_place:
+                kind = FaultKind.FAIL_IN_PLACE
+            elif position == 0 and disturbance is Disturbance.KILL9:
                 kind = FaultKind.PREEMPT_PEER_FAILS
             elif deletions_left and job not in strict and rng.random() < deletions_left / remaining_rounds:
                 kind = FaultKind.DELETE_JOB

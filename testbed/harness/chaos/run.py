@@ -8,6 +8,7 @@ deleted, and the run checks that no pod is left behind or held.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -26,9 +27,12 @@ from testbed.harness.chaos.cluster import (
     Faults,
     Observer,
     complete_and_delete,
+    fallback_messages,
     job_manifest,
     lose_node,
     node_with_most_pods,
+    pods_by_job,
+    rank_uids,
     restore_node,
 )
 from testbed.harness.chaos.options import Options
@@ -43,6 +47,7 @@ from testbed.harness.chaos.plan import (
     settled,
 )
 from testbed.harness.chaos.replicas import Replicas
+from testbed.harness.chaos.supervisors import SupervisorStandIn
 
 say = Say("chaos")
 
@@ -56,8 +61,10 @@ class Chaos:
     unconverged: set[str] = field(default_factory=set)
     skipped: int = 0
     first_writes: list[float] = field(default_factory=list)
+    in_place_findings: list[str] = field(default_factory=list)
     _replicas: Replicas | None = None
     _observer: Observer | None = None
+    _supervisors: SupervisorStandIn | None = None
     cluster: HarnessCluster = field(init=False)
 
     def __post_init__(self) -> None:
@@ -72,6 +79,7 @@ class Chaos:
             node_losses=options.node_losses,
             faults_per_round=options.faults_per_round,
             job_deletions=options.job_deletions,
+            in_place_every=options.in_place_every,
         )
 
     @property
@@ -83,6 +91,16 @@ class Chaos:
         if self._replicas is None:
             raise ToolError("the replicas are not started")
         return self._replicas
+
+    @property
+    def supervisors(self) -> SupervisorStandIn:
+        if self._supervisors is None:
+            raise ToolError("the supervisors' stand-in is not started")
+        return self._supervisors
+
+    @property
+    def in_place_jobs(self) -> list[str]:
+        return [job.name for job in self.plan.jobs if job.in_place]
 
     @property
     def observer(self) -> Observer:
@@ -97,8 +115,10 @@ class Chaos:
         self.up()
         names = [job.name for job in self.plan.jobs]
         for job in self.plan.jobs:
-            self.client.create(TRAININGJOBS, NAMESPACE, job_manifest(job.name, strict=job.strict))
+            manifest = job_manifest(job.name, strict=job.strict, in_place=job.in_place)
+            self.client.create(TRAININGJOBS, NAMESPACE, manifest)
         self.wait_settled(names, "every job Running")
+        self.audit_in_place({})  # and every in-place rank's supervisor reported its process Running
         for number, planned in enumerate(self.plan.rounds, start=1):
             say(
                 f"round {number}/{len(self.plan.rounds)}: {planned.disturbance or 'no disturbance'}, "
@@ -115,6 +135,7 @@ class Chaos:
                 *audit.final_counts(self.ledger, statuses, live),
             ],
             unconverged=sorted(self.unconverged),
+            in_place=self.in_place_findings,
         )
         findings.held, findings.orphans = self.finish(live)
         end = time.time()
@@ -132,8 +153,14 @@ class Chaos:
         self.skipped += len(planned.faults) - len(faults)
         lost: tuple[str, list[str]] | None = None
         handover: tuple[str, float] | None = None
+        kept: dict[str, dict[str, str]] = {}
+        early: list[Fault] = []
         match planned.disturbance:
             case Disturbance.KILL9 | Disturbance.SIGTERM:
+                in_place = [fault for fault in faults if fault.kind is FaultKind.FAIL_IN_PLACE]
+                faults = [fault for fault in faults if fault not in in_place]
+                kept = rank_uids(self.client, [fault.job for fault in in_place])
+                early = self._stop_in_place(in_place)
                 how = signal.SIGKILL if planned.disturbance is Disturbance.KILL9 else signal.SIGTERM
                 stopped, at = self.replicas.stop_leader(how)
                 say(f"{stopped.name} ({'killed' if how is signal.SIGKILL else 'stopped'}) led; injecting")
@@ -148,7 +175,9 @@ class Chaos:
                 lose_node(self.client, node)
                 self.ledger.node_lost(jobs)
                 faults = [fault for fault in faults if fault.job not in jobs]
-        injected = self._inject(faults)
+        kept.update(rank_uids(self.client, [f.job for f in faults if f.kind is FaultKind.FAIL_IN_PLACE]))
+        injected = early + self._inject(faults)
+        self.supervisors.release()  # the ranks stopping in place answer, while no replica leads
         if handover is not None:
             kind, at = handover
             seconds = self.replicas.handover(at)
@@ -160,8 +189,47 @@ class Chaos:
                 Faults(self.client).delete_job_once_restarting(fault.job)
         waited = [fault.job for fault in injected] + (lost[1] if lost else [])
         self.wait_settled(waited, "the faulted jobs to settle")
+        self.audit_in_place({job: uids for job, uids in kept.items() if job not in self.unconverged})
         if lost is not None:
             restore_node(self.client, lost[0])
+
+    def _stop_in_place(self, faults: list[Fault]) -> list[Fault]:
+        """A kill round's in-place failures, injected while the leader still leads: once it ordered
+        their ranks to stop, the other ranks are held there, so the leader is killed in the middle of
+        the in-place restart and the next one must finish it."""
+        if not faults:
+            return []
+        jobs = [fault.job for fault in faults]
+        self.supervisors.hold(jobs)
+        injected = self._inject(faults)
+
+        def ordered() -> bool:
+            statuses = self._statuses()
+            return all(
+                ((statuses.get(job) or {}).get("inPlaceRestart") or {}).get("phase") == "Stopping"
+                for job in jobs
+            )
+
+        try:
+            wait_until("the in-place jobs' Stopping orders", ordered, timeout=30, interval=0.2)
+        except ToolError as error:
+            say(f"killing the leader anyway: {error}")
+        return injected
+
+    def audit_in_place(self, kept: dict[str, dict[str, str]]) -> None:
+        """After a round: the in-place jobs' pods kept (or a fallback Event says why), and every rank of
+        every in-place job on status.attempt (its supervisor answers within a look or two)."""
+        jobs = [job for job in self.in_place_jobs if job not in self.unconverged | self.ledger.deleted]
+        self.in_place_findings.extend(
+            audit.pods_replaced(kept, rank_uids(self.client, kept), fallback_messages(self.client, kept))
+        )
+
+        def behind() -> list[str]:
+            return audit.left_on_old_attempt(self._statuses(), pods_by_job(self.client, jobs), jobs)
+
+        with contextlib.suppress(ToolError):
+            wait_until("every in-place rank on its job's attempt", lambda: not behind(), timeout=15)
+        self.in_place_findings.extend(behind())
 
     def _inject(self, faults: list[Fault]) -> list[Fault]:
         injected = []
@@ -236,6 +304,7 @@ class Chaos:
                 "orphans": findings.orphans,
                 "held": findings.held,
                 "two_writers": findings.writers,
+                "in_place": findings.in_place,
             },
             "passed": findings.clean,
             "seconds": round(time.monotonic() - started),
@@ -261,8 +330,12 @@ class Chaos:
         say(f"two replicas run; {leader.name} leads")
         self._observer = Observer(self.client)
         self.observer.start()
+        self._supervisors = SupervisorStandIn(self.client, NAMESPACE, self.in_place_jobs)
+        self.supervisors.start()
 
     def down(self) -> None:
+        if self._supervisors is not None:
+            self._supervisors.stop()
         if self._observer is not None:
             self._observer.stop()
         if self._replicas is not None:
