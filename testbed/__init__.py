@@ -16,6 +16,7 @@ from testbed.addons.mlflow import MLFLOW
 from testbed.addons.multikueue import multikueue_cluster
 from testbed.addons.multikueue import start_worker as start_worker_cluster
 from testbed.addons.multikueue import stop_worker as stop_worker_cluster
+from testbed.addons.multikueue import worker_lost_timeout as kueue_worker_lost_timeout
 from testbed.addons.optional import BUILDS_BY_NAME as BUILDS
 from testbed.cluster.handle import Cluster, throwaway_cluster
 from testbed.cluster.kube_bins import BackgroundBuilds, component_binary, image_build, is_cached, uncached
@@ -81,6 +82,7 @@ __all__ = [
     "image_build",
     "is_cached",
     "is_ready",
+    "kueue_worker_lost_timeout",
     "listening_addresses",
     "lose_node",
     "multikueue_cluster",

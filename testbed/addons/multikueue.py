@@ -36,7 +36,10 @@ from __future__ import annotations
 
 import argparse
 import base64
+import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final
 
@@ -97,6 +100,25 @@ def start_worker(manager: Cluster, name: str = WORKER, *, nodes: int = 2) -> Clu
 def stop_worker(manager: Cluster, name: str = WORKER) -> None:
     """Takes the worker cluster `name` down (a no-op when it does not run); its Secret stays."""
     Cluster(worker_dir(manager.dev_dir, name)).down()
+
+
+@contextmanager
+def worker_lost_timeout(manager: Cluster, seconds: int) -> Iterator[None]:
+    """The manager's Kueue with MultiKueue's `workerLostTimeout` set to `seconds` in the block (Kueue's
+    default, 15 minutes, is too long for a test): Kueue reads its Configuration only as it starts, so
+    the file is changed and Kueue restarted, and after the block the same again without it. The
+    manager's MultiKueueClusters reconnect after each restart."""
+    path = manager.dev_dir / "run" / kueue.NAME / "configuration.json"
+    original = path.read_text()
+    settings = json.loads(original)
+    settings.setdefault("multiKueue", {})["workerLostTimeout"] = f"{seconds}s"
+    path.write_text(json.dumps(settings, indent=2))
+    manager.restart(kueue.NAME)
+    try:
+        yield
+    finally:
+        path.write_text(original)
+        manager.restart(kueue.NAME)
 
 
 def multikueue_cluster(name: str = WORKER) -> dict[str, Any]:

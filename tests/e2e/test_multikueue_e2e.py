@@ -12,13 +12,18 @@ manager (Running, then Completed) while the manager's operator writes nothing of
 on the manager deletes the worker's copy; an unknown spec.managedBy and a change of it are refused at
 admission; the worker's API server stopped mid-run (the manager's job says so, and nothing is lost when
 it returns); MultiKueue taking the copy away (the manager's Workload deactivated: the manager's job
-says why, and runs again once reactivated), with another job unaffected throughout.
+says why, and runs again once reactivated), with another job unaffected throughout; and a worker lost
+for longer than MultiKueue's workerLostTimeout (shortened on the manager's Kueue for that test), with a
+second worker cluster: Kueue requeues the job and dispatches it to the other worker, and once the lost
+worker is back keeps its copy, which Completes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +36,8 @@ from testbed import (
     Kubectl,
     KubectlError,
     end_pod,
+    kueue_worker_lost_timeout,
+    multikueue_cluster,
     start_worker_cluster,
     stop_worker_cluster,
     wait_for,
@@ -39,6 +46,7 @@ from tests.cluster import SESSION
 from tests.e2e.conftest import StartOperator
 from tests.e2e.jobs import (
     condition,
+    events_of,
     get_job,
     pods_of,
     reconciled_versions,
@@ -53,6 +61,9 @@ JsonDict = dict[str, Any]
 SECTION = "## MultiKueue"
 JOB = "llama-finetune"
 WORKER = "worker1"
+WORKER2 = "worker2"
+# MultiKueue's workerLostTimeout on the manager while a test loses a worker (Kueue's default: 15 min).
+LOST_TIMEOUT = 20
 
 
 def section_blocks() -> list[str]:
@@ -91,9 +102,9 @@ def worker_cluster(kueue: Kubectl) -> Iterator[Cluster]:
         stop_worker_cluster(SESSION, WORKER)
 
 
-def worker_active(manager: Kubectl) -> bool:
+def worker_active(manager: Kubectl, name: str = WORKER) -> bool:
     """Whether the manager's Kueue is connected to the worker (its MultiKueueCluster Active)."""
-    found = manager.get_or_none("multikueuecluster", WORKER) or {}
+    found = manager.get_or_none("multikueuecluster", name) or {}
     active = condition(found.get("status") or {}, "Active") or {}
     return active.get("status") == "True"
 
@@ -119,25 +130,25 @@ class Clusters:
         self.worker_operator = OperatorProcess(self.worker_cluster.kubeconfig, log, args).start()
         self.worker_operator.wait_ready()
 
-    def copy(self, name: str) -> JsonDict | None:
+    def copy(self, name: str, worker: Kubectl | None = None) -> JsonDict | None:
         """The worker's copy of the job `name`."""
-        return self.worker.get_or_none("trainingjob", name, "-n", self.namespace)
+        return (worker or self.worker).get_or_none("trainingjob", name, "-n", self.namespace)
 
-    def worker_pods(self, name: str) -> list[JsonDict]:
-        return pods_of(self.worker, self.namespace, name)
+    def worker_pods(self, name: str, worker: Kubectl | None = None) -> list[JsonDict]:
+        return pods_of(worker or self.worker, self.namespace, name)
 
-    def running_on_worker(self, name: str) -> list[JsonDict]:
+    def running_on_worker(self, name: str, worker: Kubectl | None = None) -> list[JsonDict]:
         def probe() -> list[JsonDict] | None:
-            pods = self.worker_pods(name)
+            pods = self.worker_pods(name, worker)
             return (
                 pods if len(pods) == 2 and all(p["status"].get("phase") == "Running" for p in pods) else None
             )
 
         return wait_for(f"{name}'s 2 pods Running on the worker", probe, timeout=90)
 
-    def finish_on_worker(self, name: str) -> None:
-        for pod in self.worker_pods(name):
-            end_pod(self.worker, self.namespace, pod["metadata"]["name"])
+    def finish_on_worker(self, name: str, worker: Kubectl | None = None) -> None:
+        for pod in self.worker_pods(name, worker):
+            end_pod(worker or self.worker, self.namespace, pod["metadata"]["name"])
 
 
 @pytest.fixture
@@ -306,3 +317,162 @@ def test_multikueue_taking_the_copy_away_is_explained_on_the_manager(clusters: C
     for name in (JOB, "bystander"):
         clusters.finish_on_worker(name)
         wait_state(manager, ns, name, "Completed")
+
+
+class Workers:
+    """Both worker clusters by name, each with an operator for the test's namespace."""
+
+    def __init__(self, clusters: Clusters, second: Cluster, log_dir: Path) -> None:
+        self.clusters = clusters
+        self.by_name = {WORKER: clusters.worker_cluster, WORKER2: second}
+        self.log_dir = log_dir
+        self.operators: list[OperatorProcess] = []
+
+    def start_operator(self, name: str) -> None:
+        ns = self.clusters.namespace
+        log = self.log_dir / f"{name}-operator-{len(self.operators)}.log"
+        args = (f"--namespace={ns}", f"--lease-namespace={ns}")
+        operator = OperatorProcess(self.by_name[name].kubeconfig, log, args).start()
+        self.operators.append(operator)
+        operator.wait_ready()
+
+    def revive_operator(self, name: str) -> None:
+        """A worker's operator gives up its leadership while its API server is away (as a deployed one
+        does before its Deployment restarts it): started again."""
+        if name == WORKER:
+            operator = self.clusters.worker_operator
+            if operator is not None and not operator.alive():
+                self.clusters.start_worker_operator(operator.log_path)
+        elif not all(operator.alive() for operator in self.operators):
+            self.start_operator(name)
+
+    def running_copies(self, job: str) -> list[str]:
+        """The workers holding a copy of `job` whose 2 pods are Running."""
+        found = []
+        for name, cluster in self.by_name.items():
+            pods = (
+                self.clusters.worker_pods(job, cluster.kubectl)
+                if self.clusters.copy(job, cluster.kubectl)
+                else []
+            )
+            if len(pods) == 2 and all(pod["status"].get("phase") == "Running" for pod in pods):
+                found.append(name)
+        return found
+
+    def copies(self, job: str) -> list[str]:
+        return [name for name, cluster in self.by_name.items() if self.clusters.copy(job, cluster.kubectl)]
+
+    def all_active(self) -> bool:
+        return all(worker_active(self.clusters.manager, name) for name in self.by_name)
+
+
+@pytest.fixture
+def workers(clusters: Clusters, tmp_path: Path) -> Iterator[Workers]:
+    """A second worker cluster `worker2` beside worker1, set up as the section sets up a worker (its
+    queues, the test's namespace, an operator), with its MultiKueueCluster on the manager (the test
+    names it in the MultiKueueConfig); the manager's Kueue with a workerLostTimeout of LOST_TIMEOUT
+    (restarted with it while worker2 starts). All of it is taken away after the test."""
+    with ThreadPoolExecutor(max_workers=1) as pool, contextlib.ExitStack() as undo:
+        starting = pool.submit(start_worker_cluster, SESSION, WORKER2)
+        undo.callback(stop_worker_cluster, SESSION, WORKER2)
+        undo.enter_context(kueue_worker_lost_timeout(SESSION, LOST_TIMEOUT))
+        found = Workers(clusters, starting.result(), tmp_path)
+        undo.callback(_forget_worker2, found)
+        _set_up_worker2(found)
+        yield found
+
+
+def _set_up_worker2(found: Workers) -> None:
+    manager, ns = found.clusters.manager, found.clusters.namespace
+    second = found.by_name[WORKER2].kubectl
+    second.run("create", "namespace", ns)
+    wait_for(
+        f"default ServiceAccount in {ns} on {WORKER2}",
+        lambda: second.get_or_none("serviceaccount", "default", "-n", ns),
+    )
+    second.run("apply", "-n", ns, "-f", "-", stdin=WORKER_SETUP)
+    manager.apply(multikueue_cluster(WORKER2))
+    found.start_operator(WORKER2)
+
+
+def _forget_worker2(found: Workers) -> None:
+    """worker2's operators stopped, and the manager's MultiKueue objects as the section has them."""
+    manager = found.clusters.manager
+    for operator in found.operators:
+        operator.stop()
+    one = json.dumps({"spec": {"clusters": [WORKER]}})
+    manager.run("patch", "multikueueconfig", "workers", "--type=merge", "-p", one, check=False)
+    manager.run("delete", "multikueuecluster", WORKER2, "--ignore-not-found", check=False)
+
+
+def test_a_worker_lost_past_the_timeout_requeues_the_job_which_completes(
+    clusters: Clusters, workers: Workers
+) -> None:
+    """Its worker's API server stopped for longer than MultiKueue's workerLostTimeout: Kueue evicts the
+    manager's Workload (its admission check back to Retry) and requeues it, MultiKueue dispatches it to
+    the other worker, where it runs from the start, mirrored to the manager. Once the lost worker is
+    back, MultiKueue keeps one copy (the one that reserved first: the lost worker's, which ran on
+    meanwhile, so the second is deleted) and the job Completes; nothing is lost, nothing loops.
+
+    worker2 joins the MultiKueueConfig once the job runs on worker1: with both in it from the start,
+    Kueue v0.17 dispatches to both at once, and a second copy left over from that race has kept it
+    from dispatching the requeued job anywhere (its webhook refused the Workload's clusterName)."""
+    manager, ns = clusters.manager, clusters.namespace
+    manager.run("apply", "-n", ns, "-f", "-", stdin=USER_JOB)
+    uid = get_job(manager, ns, JOB)["metadata"]["uid"]
+    clusters.running_on_worker(JOB)
+    first = wait_state(manager, ns, JOB, "Running")["status"]
+    workload = str(first["queue"]["workload"])
+    both = json.dumps({"spec": {"clusters": [WORKER, WORKER2]}})
+    manager.run("patch", "multikueueconfig", "workers", "--type=merge", "-p", both)
+    wait_for("both MultiKueueClusters Active", lambda: workers.all_active() or None, timeout=90)
+    workers.by_name[WORKER].stop("kube-apiserver")
+    try:
+        wait_for_events(
+            manager,
+            ns,
+            JOB,
+            {"WorkerClusterUnreachable": [f"worker cluster {WORKER} is unreachable"]},
+            timeout=60,
+        )
+        evicted = wait_for(
+            f"Kueue evicting Workload {workload} past the timeout",
+            lambda: (
+                [
+                    event
+                    for event in events_of(manager, ns, workload, kind="Workload")
+                    if event["reason"] == "EvictedDueToAdmissionCheck"
+                ]
+                or None
+            ),
+            timeout=LOST_TIMEOUT * 4,
+        )
+        clusters.running_on_worker(JOB, workers.by_name[WORKER2].kubectl)
+        moved = wait_status(
+            manager,
+            ns,
+            JOB,
+            f"Running, mirrored from {WORKER2}",
+            lambda s: s.get("state") == "Running" and s.get("startTime") != first["startTime"],
+        )
+    finally:
+        workers.by_name[WORKER].start("kube-apiserver")
+    assert [event["message"] for event in evicted] == ["At least one admission check is false"]
+    assert condition(moved, "WorkerReachable") is None  # the other worker's status, mirrored whole
+    wait_for(f"MultiKueueCluster {WORKER} Active again", lambda: worker_active(manager) or None, timeout=90)
+    workers.revive_operator(WORKER)
+    left = wait_for(
+        "one copy of the job left",
+        lambda: workers.copies(JOB) if len(workers.copies(JOB)) == 1 else None,
+        timeout=90,
+    )
+    assert left == [WORKER]
+    clusters.running_on_worker(JOB)
+    clusters.finish_on_worker(JOB)
+    done = wait_state(manager, ns, JOB, "Completed")
+    assert done["metadata"]["uid"] == uid
+    assert done["status"]["startTime"] == first["startTime"]  # the lost worker's run, which went on
+    touch(clusters, "1")
+    writes = write_requests(clusters.operator)
+    touch(clusters, "2")
+    assert write_requests(clusters.operator) == writes
