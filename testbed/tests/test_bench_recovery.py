@@ -147,12 +147,12 @@ def test_the_bench_answers_orders_as_the_supervisors_would() -> None:
     assert " " not in text
 
 
-def test_in_place_jobs_ask_for_it_and_name_their_command() -> None:
+def test_in_place_jobs_ask_for_it_and_keep_the_default_command() -> None:
     for job in (training_job("InPlace"), gang_job("ns", "g", 4, "InPlace")):
         assert job["spec"]["failurePolicy"]["restartStrategy"] == "InPlace"
-        assert job["spec"]["command"] == list(contract.DEFAULT_COMMAND)
     for job in (training_job(), gang_job("ns", "g", 4)):
         assert "restartStrategy" not in job["spec"]["failurePolicy"]
+    for job in (training_job("InPlace"), gang_job("ns", "g", 4, "InPlace"), training_job()):
         assert "command" not in job["spec"]
 
 

@@ -176,7 +176,7 @@ def real_node_lock() -> Iterator[None]:
 def training_job(restart_strategy: str = RECREATE) -> JsonDict:
     """Two ranks of the reference trainer with real torch on the real node, checkpoints every epoch on
     a claim, many epochs (the bench deletes it), no restart delay: the time measured is the restart's.
-    InPlace: restarted in place, with the default command named (the supervisor runs a job's command)."""
+    InPlace: `restartStrategy: InPlace` (the supervisor runs the default command, as for any job)."""
     job: JsonDict = {
         "apiVersion": contract.API_VERSION,
         "kind": contract.KIND,
@@ -202,7 +202,6 @@ def training_job(restart_strategy: str = RECREATE) -> JsonDict:
     }
     if restart_strategy != RECREATE:
         job["spec"]["failurePolicy"]["restartStrategy"] = restart_strategy
-        job["spec"]["command"] = list(contract.DEFAULT_COMMAND)
     return job
 
 

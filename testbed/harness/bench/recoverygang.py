@@ -53,9 +53,7 @@ def gang_job(namespace: str, name: str, workers: int, strategy: str = RECREATE) 
     policy: JsonDict = {"restartBackoff": {"initialDelaySeconds": 0, "maxDelaySeconds": 0}}
     spec: JsonDict = {"model": "bench", "dataset": "synthetic", "numWorkers": workers, "gpusPerWorker": 0}
     if strategy != RECREATE:
-        # The supervisor runs a job's own command (builders/supervisor.py): name one, kwok runs nothing.
         policy["restartStrategy"] = strategy
-        spec["command"] = list(contract.DEFAULT_COMMAND)
     spec["failurePolicy"] = policy
     return {
         "apiVersion": contract.API_VERSION,
