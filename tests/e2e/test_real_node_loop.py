@@ -3,11 +3,11 @@
 Why: the tests on kwok end pods by hand (kwok runs nothing), so none of them shows that a
 TrainingJob actually trains to Completed, that the trainer's reports reach the status through the
 API server with the per-job ServiceAccount's own token, that a gang restart resumes from the
-checkpoint the trainer reported, or that deleting a job stops its trainers. Here the real operator
-runs for the test's namespace and the jobs run on the local cluster's real node
-(testbed/node/realnode.py): the reference trainer with real torch in the trainer image, its
-checkpoints on a claim of the default StorageClass (the local-path provisioner), its token the one
-the kubelet projects into the container.
+checkpoint the trainer reported (in place: in the same pods), or that deleting a job stops its
+trainers. Here the real operator runs for the test's namespace and the jobs run on the local
+cluster's real node (testbed/node/realnode.py): the reference trainer with real torch in the trainer
+image, its checkpoints on a claim of the default StorageClass (the local-path provisioner), its token
+the one the kubelet projects into the container.
 
 Epochs are 5 steps of at least 0.2 s (tests/e2e/realnode.py PACE): long enough to look at a running
 trainer, short enough for 2 busy cores. The operator runs with --progress-interval=0 so each report
@@ -32,7 +32,7 @@ from crd import contract
 from testbed import REAL_NODE, Kubectl, claim_directory, pod_processes, terminated, wait_for
 from tests.cluster import DEV
 from tests.e2e.conftest import StartOperator
-from tests.e2e.jobs import PodWatch, pods_of, status_of, wait, wait_for_state
+from tests.e2e.jobs import PodWatch, event_messages, events_of, pods_of, status_of, wait, wait_for_state
 from tests.e2e.operator import OperatorProcess
 from tests.e2e.realnode import training_job, wait_running
 
@@ -51,13 +51,6 @@ for directory, folders, files in os.walk(root, followlinks=True):
     found += [os.path.relpath(os.path.join(directory, name), root) for name in files]
 print(json.dumps(sorted(found)))
 """
-
-
-def resume_from(pod: JsonDict) -> str | None:
-    for entry in pod["spec"]["containers"][0].get("env", []):
-        if entry["name"] == "RESUME_FROM":
-            return str(entry["value"])
-    return None
 
 
 def jwt_claims(token: str) -> JsonDict:
@@ -174,12 +167,22 @@ def test_a_job_trains_to_completed_reporting_with_its_own_service_account(
 
 
 # ---------------------------------------------------------------------------------------------------
-# A gang restart resumes from the reported checkpoint
+# A gang restart in place resumes from the reported checkpoint in the same pods
 
 
-def test_a_failed_worker_restarts_the_gang_from_the_reported_checkpoint(
+def run_of(pod: JsonDict) -> JsonDict | None:
+    """What the pod's supervisor last reported (the run annotation), None before its first report."""
+    text = pod["metadata"].get("annotations", {}).get(contract.RUN_ANNOTATION)
+    return json.loads(text) if text else None
+
+
+def test_a_failed_worker_restarts_the_gang_in_place_from_the_reported_checkpoint(
     real_node: Kubectl, namespace: str, start_operator: StartOperator
 ) -> None:
+    """restartStrategy InPlace: the ranks' supervisors stop and start the trainers in the pods they are
+    in (the same names and UIDs), with the next attempt's RESUME_FROM; the restart is counted as any
+    other. (The recreating restart is proven on the real node by the fault tests: an OOM kill retried,
+    an eviction and a drain.)"""
     cluster = real_node
     start_operator("--progress-interval=0")
     name = "resumed"
@@ -187,43 +190,58 @@ def test_a_failed_worker_restarts_the_gang_from_the_reported_checkpoint(
     # after epoch 2 unless its run resumed past it. Which rank's exit the operator sees first decides
     # whether epoch-2's report made it into status; either way the restart must resume from what status
     # says, and a run resumed from epoch-1 fails again, so the backoff limit leaves room for that.
+    policy = {"backoffLimit": 8, "restartBackoff": {"initialDelaySeconds": 0}, "restartStrategy": "InPlace"}
     job = training_job(
-        name,
-        epochs=4,
-        env={"TRAIN_FAIL_AT_EPOCH": "2"},
-        checkpoint={"enabled": True},
-        failurePolicy={"backoffLimit": 8, "restartBackoff": {"initialDelaySeconds": 0}},
+        name, epochs=4, env={"TRAIN_FAIL_AT_EPOCH": "2"}, checkpoint={"enabled": True}, failurePolicy=policy
     )
     cluster.apply(job, "-n", namespace)
+
+    def created() -> dict[str, str] | None:
+        pods = pods_of(cluster, namespace, name)
+        return {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods} if len(pods) == 2 else None
+
+    pods_created = wait("both ranks created", created, 120)
 
     def restarted() -> tuple[JsonDict, list[JsonDict]] | None:
         status = status_of(cluster, namespace, name)
         if status.get("attempt", 0) < 1:
             return None
-        pods = [
-            p
-            for p in pods_of(cluster, namespace, name)
-            if p["metadata"]["labels"][contract.ATTEMPT_LABEL] == "1"
-        ]
-        return (status, pods) if len(pods) == 2 else None
+        pods = pods_of(cluster, namespace, name)
+        runs = [run_of(p) for p in pods]
+        started = all(r is not None and r["attempt"] >= 1 and r["state"] == "Running" for r in runs)
+        return (status, pods) if len(pods) == 2 and started else None
 
-    status, pods = wait("the gang restarted", restarted, 300)
-    latest = status["checkpoint"]["latest"]
-    assert re.fullmatch(rf"{CHECKPOINTS}/epoch-[12]", latest), latest
-    assert [resume_from(p) for p in pods] == [latest, latest]
+    status, pods = wait("the gang restarted in place", restarted, 300)
+    assert status["lastRestartKind"] == "InPlace", status
     assert status["lastRestartReason"] == "PodFailed"
+    assert re.fullmatch(rf"{CHECKPOINTS}/epoch-[12]", status["checkpoint"]["latest"]), status["checkpoint"]
+    assert {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods} == pods_created
 
     final = wait_for_state(cluster, namespace, name, "Completed", timeout=600)["status"]
     assert (final["currentEpoch"], final["checkpoint"]["latest"]) == (4, f"{CHECKPOINTS}/epoch-4")
     assert final["restarts"]["failure"] == final["restartCount"] >= 1
-    # The pods that finished resumed past the failing epoch and trained only the epochs left.
+    assert final["lastRestartKind"] == "InPlace"
+    # The same two pods ran every attempt: created for attempt 0, their processes now on the last one.
     finished = pods_of(cluster, namespace, name)
-    assert {p["metadata"]["labels"][contract.ATTEMPT_LABEL] for p in finished} == {str(final["attempt"])}
-    assert {resume_from(p) for p in finished} == {f"{CHECKPOINTS}/epoch-2"}
+    assert {p["metadata"]["name"]: p["metadata"]["uid"] for p in finished} == pods_created
+    assert {p["metadata"]["labels"][contract.ATTEMPT_LABEL] for p in finished} == {"0"}
+    assert [run_of(p) for p in finished] == [
+        {**(run_of(p) or {}), "attempt": final["attempt"], "state": "Exited", "exitCode": 0} for p in finished
+    ]
+    # The supervisors end with their last process's 0 (the job may be Completed a moment before).
+    wait(
+        "both pods Succeeded",
+        lambda: {p["status"]["phase"] for p in pods_of(cluster, namespace, name)} == {"Succeeded"} or None,
+        60,
+    )
+    events = events_of(cluster, namespace, name)
+    assert len(event_messages(events, "RestartedInPlace")) >= 1, [e["reason"] for e in events]
+    assert not event_messages(events, "InPlaceRestartFallback")
+    # One container log holds every attempt: the failure, then the run resumed past it.
     log = cluster.run("logs", f"{name}-worker-0", "-n", namespace)
+    assert "failing on purpose" in log
     assert f"resuming from epoch 2 (checkpoint {CHECKPOINTS}/epoch-2): 2 of 4 epochs left" in log, log
-    assert re.findall(r"epoch (\d)/4:", log) == ["3", "4"], log
-    assert "failing on purpose" not in log
+    assert re.findall(r"epoch (\d)/4:", log)[-2:] == ["3", "4"], log
     stored = claim_directory(cluster, namespace, checkpoints_claim(name))
     assert (stored / "epoch-4").is_dir()
 
