@@ -86,10 +86,10 @@ def test_an_in_place_failure_is_one_failure_restart() -> None:
     assert ledger.faults["fail-in-place"] == 1
 
 
-def test_an_in_place_job_names_its_command_for_the_supervisor_to_wrap() -> None:
+def test_an_in_place_job_asks_for_it_and_keeps_the_default_command() -> None:
     spec = job_manifest("chaos-001", strict=False, in_place=True)["spec"]
     assert spec["failurePolicy"]["restartStrategy"] == "InPlace"
-    assert spec["command"] == list(contract.DEFAULT_COMMAND)
+    assert "command" not in spec
     assert "restartStrategy" not in job_manifest("chaos-002", strict=False)["spec"]["failurePolicy"]
 
 

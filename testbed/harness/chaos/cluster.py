@@ -32,8 +32,8 @@ WHO: Final = "make chaos"
 
 def job_manifest(name: str, *, strict: bool, in_place: bool = False) -> JsonDict:
     """Two CPU workers that restart fast: OnFailure retries every failure, backoff 1-2 s; a strict job
-    fails at its first failure (backoffLimit 0); an in-place job restarts its processes in place (its
-    supervisor wraps the command, so it names one: kwok runs nothing)."""
+    fails at its first failure (backoffLimit 0); an in-place job restarts its processes in place (kwok
+    runs nothing: the chaos run plays the supervisors, testbed/harness/chaos/supervisors.py)."""
     manifest: JsonDict = {
         "apiVersion": contract.API_VERSION,
         "kind": contract.KIND,
@@ -53,7 +53,6 @@ def job_manifest(name: str, *, strict: bool, in_place: bool = False) -> JsonDict
     }
     if in_place:
         manifest["spec"]["failurePolicy"]["restartStrategy"] = "InPlace"
-        manifest["spec"]["command"] = list(contract.DEFAULT_COMMAND)
     return manifest
 
 
