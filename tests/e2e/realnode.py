@@ -92,3 +92,20 @@ def wait_running(kubectl: Kubectl, namespace: str, name: str, timeout: float = 1
         return pod if pod and is_ready(pod) else None
 
     return wait(f"pod {name} Running and Ready", probe, timeout=timeout)
+
+
+def evict(kubectl: Kubectl, namespace: str, pod: str) -> None:
+    """The Eviction API on `pod`, as `kubectl drain` calls it."""
+    eviction = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": pod, "namespace": namespace},
+    }
+    kubectl.run(
+        "create",
+        "--raw",
+        f"/api/v1/namespaces/{namespace}/pods/{pod}/eviction",
+        "-f",
+        "-",
+        stdin=json.dumps(eviction),
+    )

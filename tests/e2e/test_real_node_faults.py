@@ -12,7 +12,6 @@ loop.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -21,7 +20,7 @@ from testbed import Kubectl, wait_for
 from tests.cluster import dev_cluster
 from tests.e2e.conftest import StartOperator
 from tests.e2e.jobs import events_of, job_manifest, pods_of, status_of, wait, wait_for_state
-from tests.e2e.realnode import NODE, job_on_node
+from tests.e2e.realnode import NODE, evict, job_on_node
 
 JsonDict = dict[str, Any]
 
@@ -49,22 +48,6 @@ def training(name: str, epochs: int, **spec: Any) -> JsonDict:
 
 def restarts(status: JsonDict) -> JsonDict:
     return dict(status.get("restarts") or {})
-
-
-def evict(kubectl: Kubectl, namespace: str, pod: str) -> None:
-    eviction = {
-        "apiVersion": "policy/v1",
-        "kind": "Eviction",
-        "metadata": {"name": pod, "namespace": namespace},
-    }
-    kubectl.run(
-        "create",
-        "--raw",
-        f"/api/v1/namespaces/{namespace}/pods/{pod}/eviction",
-        "-f",
-        "-",
-        stdin=json.dumps(eviction),
-    )
 
 
 def wait_epoch(kubectl: Kubectl, namespace: str, name: str, epoch: int, timeout: float = 300) -> JsonDict:

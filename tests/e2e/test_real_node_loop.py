@@ -34,7 +34,7 @@ from tests.cluster import DEV
 from tests.e2e.conftest import StartOperator
 from tests.e2e.jobs import PodWatch, event_messages, events_of, pods_of, status_of, wait, wait_for_state
 from tests.e2e.operator import OperatorProcess
-from tests.e2e.realnode import training_job, wait_running
+from tests.e2e.realnode import evict, training_job, wait_running
 
 JsonDict = dict[str, Any]
 pytestmark = pytest.mark.slow
@@ -176,23 +176,29 @@ def run_of(pod: JsonDict) -> JsonDict | None:
     return json.loads(text) if text else None
 
 
-def test_a_failed_worker_restarts_the_gang_in_place_from_the_reported_checkpoint(
+def test_a_failed_worker_restarts_the_gang_in_place_and_an_eviction_falls_back_to_recreating(
     real_node: Kubectl, namespace: str, start_operator: StartOperator
 ) -> None:
     """restartStrategy InPlace: the ranks' supervisors stop and start the trainers in the pods they are
     in (the same names and UIDs), with the next attempt's RESUME_FROM; the restart is counted as any
-    other. (The recreating restart is proven on the real node by the fault tests: an OOM kill retried,
-    an eviction and a drain.)"""
+    other. Then a rank is evicted (the Eviction API, as a drain does): its pod is gone, so that restart
+    recreates the gang, says why in an Event, and counts one disruption. (The recreating restart alone
+    is proven on the real node by the fault tests: an OOM kill retried, an eviction and a drain.)"""
     cluster = real_node
     start_operator("--progress-interval=0")
     name = "resumed"
+    epochs = 8
     # TRAIN_FAIL_AT_EPOCH is the reference trainer's own knob, not a reserved name: every rank exits 1
     # after epoch 2 unless its run resumed past it. Which rank's exit the operator sees first decides
     # whether epoch-2's report made it into status; either way the restart must resume from what status
     # says, and a run resumed from epoch-1 fails again, so the backoff limit leaves room for that.
     policy = {"backoffLimit": 8, "restartBackoff": {"initialDelaySeconds": 0}, "restartStrategy": "InPlace"}
     job = training_job(
-        name, epochs=4, env={"TRAIN_FAIL_AT_EPOCH": "2"}, checkpoint={"enabled": True}, failurePolicy=policy
+        name,
+        epochs=epochs,
+        env={"TRAIN_FAIL_AT_EPOCH": "2"},
+        checkpoint={"enabled": True},
+        failurePolicy=policy,
     )
     cluster.apply(job, "-n", namespace)
 
@@ -201,49 +207,68 @@ def test_a_failed_worker_restarts_the_gang_in_place_from_the_reported_checkpoint
         return {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods} if len(pods) == 2 else None
 
     pods_created = wait("both ranks created", created, 120)
+    rank0 = f"{name}-worker-0"
+    resumed = (
+        f"resuming from epoch 2 (checkpoint {CHECKPOINTS}/epoch-2): {epochs - 2} of {epochs} epochs left"
+    )
 
-    def restarted() -> tuple[JsonDict, list[JsonDict]] | None:
+    def restarted_in_place() -> tuple[JsonDict, list[JsonDict]] | None:
         status = status_of(cluster, namespace, name)
         if status.get("attempt", 0) < 1:
             return None
         pods = pods_of(cluster, namespace, name)
         runs = [run_of(p) for p in pods]
-        started = all(r is not None and r["attempt"] >= 1 and r["state"] == "Running" for r in runs)
-        return (status, pods) if len(pods) == 2 and started else None
+        started = all(
+            r is not None and r["attempt"] == status["attempt"] and r["state"] == "Running" for r in runs
+        )
+        if len(pods) != 2 or not started or resumed not in cluster.run("logs", rank0, "-n", namespace):
+            return None
+        return status, pods
 
-    status, pods = wait("the gang restarted in place", restarted, 300)
+    status, pods = wait("the gang restarted in place past epoch 2", restarted_in_place, 300)
+    evict(cluster, namespace, f"{name}-worker-1")
     assert status["lastRestartKind"] == "InPlace", status
     assert status["lastRestartReason"] == "PodFailed"
-    assert re.fullmatch(rf"{CHECKPOINTS}/epoch-[12]", status["checkpoint"]["latest"]), status["checkpoint"]
+    assert status["restarts"] == {"failure": status["restartCount"]}, status
     assert {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods} == pods_created
+    assert {p["metadata"]["labels"][contract.ATTEMPT_LABEL] for p in pods} == {"0"}
+    # One container log holds every attempt of the kept pod: the failure, then the run resumed past it.
+    log = cluster.run("logs", rank0, "-n", namespace)
+    assert "failing on purpose" in log
+    assert re.findall(r"epoch (\d)/8:", log)[-1] != "8", "the job ended before the eviction"
 
     final = wait_for_state(cluster, namespace, name, "Completed", timeout=600)["status"]
-    assert (final["currentEpoch"], final["checkpoint"]["latest"]) == (4, f"{CHECKPOINTS}/epoch-4")
-    assert final["restarts"]["failure"] == final["restartCount"] >= 1
-    assert final["lastRestartKind"] == "InPlace"
-    # The same two pods ran every attempt: created for attempt 0, their processes now on the last one.
+    assert (final["currentEpoch"], final["checkpoint"]["latest"]) == (epochs, f"{CHECKPOINTS}/epoch-{epochs}")
+    assert final["restarts"] == {"failure": status["restartCount"], "disruption": 1}, final["restarts"]
+    assert final["restartCount"] == status["restartCount"] + 1
+    assert final["lastRestartKind"] == "Recreate"
+    events = events_of(cluster, namespace, name)
+    assert len(event_messages(events, "RestartedInPlace")) >= 1, [e["reason"] for e in events]
+    fallbacks = event_messages(events, "InPlaceRestartFallback")
+    assert len(fallbacks) == 1, fallbacks
+    assert "disruption" in next(iter(fallbacks)), fallbacks
+    # New pods for the last attempt, supervised too: each process ran that attempt and exited 0.
     finished = pods_of(cluster, namespace, name)
-    assert {p["metadata"]["name"]: p["metadata"]["uid"] for p in finished} == pods_created
-    assert {p["metadata"]["labels"][contract.ATTEMPT_LABEL] for p in finished} == {"0"}
-    assert [run_of(p) for p in finished] == [
-        {**(run_of(p) or {}), "attempt": final["attempt"], "state": "Exited", "exitCode": 0} for p in finished
-    ]
+    assert not {p["metadata"]["uid"] for p in finished} & set(pods_created.values())
+    assert {p["metadata"]["labels"][contract.ATTEMPT_LABEL] for p in finished} == {str(final["attempt"])}
+    for pod in finished:
+        assert {**(run_of(pod) or {}), "at": None} == {
+            "attempt": final["attempt"],
+            "state": "Exited",
+            "exitCode": 0,
+            "at": None,
+        }
     # The supervisors end with their last process's 0 (the job may be Completed a moment before).
     wait(
         "both pods Succeeded",
         lambda: {p["status"]["phase"] for p in pods_of(cluster, namespace, name)} == {"Succeeded"} or None,
         60,
     )
-    events = events_of(cluster, namespace, name)
-    assert len(event_messages(events, "RestartedInPlace")) >= 1, [e["reason"] for e in events]
-    assert not event_messages(events, "InPlaceRestartFallback")
-    # One container log holds every attempt: the failure, then the run resumed past it.
-    log = cluster.run("logs", f"{name}-worker-0", "-n", namespace)
-    assert "failing on purpose" in log
-    assert f"resuming from epoch 2 (checkpoint {CHECKPOINTS}/epoch-2): 2 of 4 epochs left" in log, log
-    assert re.findall(r"epoch (\d)/4:", log)[-2:] == ["3", "4"], log
+    log = cluster.run("logs", rank0, "-n", namespace)
+    assert "failing on purpose" not in log
+    assert re.findall(r"epoch (\d)/8:", log)[-1] == "8", log
     stored = claim_directory(cluster, namespace, checkpoints_claim(name))
-    assert (stored / "epoch-4").is_dir()
+    assert (stored / f"epoch-{epochs}").is_dir()
 
 
 # ---------------------------------------------------------------------------------------------------
