@@ -1,6 +1,7 @@
 """`hack/dev-cluster.sh`: the command line of the dev cluster (see the package's docstring).
 
-python3 -m testbed.cluster up [--with kueue,coscheduling,multikueue,real-node,network-policies,registry] [--images ...]
+python3 -m testbed.cluster up [--with kueue,coscheduling,multikueue,real-node,network-policies,registry]
+                              [--images ...]
 python3 -m testbed.cluster down|status|env
 python3 -m testbed.cluster remove|build real-node|kueue|coscheduling|network-policies|registry [--images ...]
 python3 -m testbed.cluster restart|stop|start <component>
