@@ -14,6 +14,7 @@ import os
 import shutil
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from controller.resources import NAMESPACES, TRAININGJOBS
@@ -146,7 +147,7 @@ class Chaos:
             *audit.writes_outside_leadership(writes, leaderships),
         ]
         self.first_writes = audit.first_writes(writes, leaderships)
-        return self.report(findings, started, load)
+        return write_report(self, findings, started, load)
 
     def play(self, planned: Round) -> None:
         faults = [fault for fault in planned.faults if fault.job not in self.unconverged]
@@ -202,34 +203,14 @@ class Chaos:
         jobs = [fault.job for fault in faults]
         self.supervisors.hold(jobs)
         injected = self._inject(faults)
-
-        def ordered() -> bool:
-            statuses = self._statuses()
-            return all(
-                ((statuses.get(job) or {}).get("inPlaceRestart") or {}).get("phase") == "Stopping"
-                for job in jobs
-            )
-
-        try:
-            wait_until("the in-place jobs' Stopping orders", ordered, timeout=30, interval=0.2)
-        except ToolError as error:
-            say(f"killing the leader anyway: {error}")
+        wait_for_stopping_orders(self._statuses, jobs)
         return injected
 
     def audit_in_place(self, kept: dict[str, dict[str, str]]) -> None:
         """After a round: the in-place jobs' pods kept (or a fallback Event says why), and every rank of
         every in-place job on status.attempt (its supervisor answers within a look or two)."""
         jobs = [job for job in self.in_place_jobs if job not in self.unconverged | self.ledger.deleted]
-        self.in_place_findings.extend(
-            audit.pods_replaced(kept, rank_uids(self.client, kept), fallback_messages(self.client, kept))
-        )
-
-        def behind() -> list[str]:
-            return audit.left_on_old_attempt(self._statuses(), pods_by_job(self.client, jobs), jobs)
-
-        with contextlib.suppress(ToolError):
-            wait_until("every in-place rank on its job's attempt", lambda: not behind(), timeout=15)
-        self.in_place_findings.extend(behind())
+        self.in_place_findings.extend(in_place_findings(self.client, self._statuses, kept, jobs))
 
     def _inject(self, faults: list[Fault]) -> list[Fault]:
         injected = []
@@ -285,35 +266,6 @@ class Chaos:
         say(f"completing {len(converged)} job(s)")
         return complete_and_delete(self.client, converged, live, timeout=self.options.round_timeout, say=say)
 
-    def report(self, findings: audit.Findings, started: float, load: float) -> JsonDict:
-        report: JsonDict = {
-            "jobs": len(self.plan.jobs),
-            "pods_created": len(self.observer.pod_uids),
-            "rounds": len(self.plan.rounds),
-            "leader_kills": len(self.handovers["kill-9"]),
-            "sigterm_kills": len(self.handovers["sigterm"]),
-            "apiserver_restarts": sum(1 for r in self.plan.rounds if r.disturbance is Disturbance.APISERVER),
-            "faults": dict(self.ledger.faults),
-            "skipped_faults": self.skipped,
-            "handover_seconds": {kind: audit.distribution(values) for kind, values in self.handovers.items()},
-            "first_write_after_takeover_seconds": audit.distribution(self.first_writes),
-            "findings": {
-                "mismatches": findings.mismatches,
-                "restart_count": findings.restart_count,
-                "unconverged": findings.unconverged,
-                "orphans": findings.orphans,
-                "held": findings.held,
-                "two_writers": findings.writers,
-                "in_place": findings.in_place,
-            },
-            "passed": findings.clean,
-            "seconds": round(time.monotonic() - started),
-            "load_average": round(load, 2),
-            "seed": self.options.seed,
-        }
-        (self.options.dev_dir / "chaos-report.json").write_text(json.dumps(report, indent=2) + "\n")
-        return report
-
     # ------------------------------------------------------------------------------ up and down
 
     def up(self) -> None:
@@ -342,3 +294,68 @@ class Chaos:
             say("stopping the replicas")
             self._replicas.stop_all()
         self.cluster.stop()
+
+
+def wait_for_stopping_orders(statuses: Callable[[], dict[str, JsonDict]], jobs: list[str]) -> None:
+    """Until every one of `jobs` shows the Stopping order of an in-place restart (30 s at most)."""
+
+    def ordered() -> bool:
+        seen = statuses()
+        return all(
+            ((seen.get(job) or {}).get("inPlaceRestart") or {}).get("phase") == "Stopping" for job in jobs
+        )
+
+    try:
+        wait_until("the in-place jobs' Stopping orders", ordered, timeout=30, interval=0.2)
+    except ToolError as error:
+        say(f"killing the leader anyway: {error}")
+
+
+def in_place_findings(
+    client: KubeClient,
+    statuses: Callable[[], dict[str, JsonDict]],
+    kept: dict[str, dict[str, str]],
+    jobs: list[str],
+) -> list[str]:
+    """The in-place jobs' pods kept (`kept`: their ranks' UIDs before the round, or a fallback Event
+    says why not), and every rank of `jobs` on its job's attempt (within a look or two of its
+    supervisor's stand-in)."""
+    found = audit.pods_replaced(kept, rank_uids(client, kept), fallback_messages(client, kept))
+
+    def behind() -> list[str]:
+        return audit.left_on_old_attempt(statuses(), pods_by_job(client, jobs), jobs)
+
+    with contextlib.suppress(ToolError):
+        wait_until("every in-place rank on its job's attempt", lambda: not behind(), timeout=15)
+    return [*found, *behind()]
+
+
+def write_report(chaos: Chaos, findings: audit.Findings, started: float, load: float) -> JsonDict:
+    """The run's report (what the summary line and chaos-report.json say), written to the dev dir."""
+    report: JsonDict = {
+        "jobs": len(chaos.plan.jobs),
+        "pods_created": len(chaos.observer.pod_uids),
+        "rounds": len(chaos.plan.rounds),
+        "leader_kills": len(chaos.handovers["kill-9"]),
+        "sigterm_kills": len(chaos.handovers["sigterm"]),
+        "apiserver_restarts": sum(1 for r in chaos.plan.rounds if r.disturbance is Disturbance.APISERVER),
+        "faults": dict(chaos.ledger.faults),
+        "skipped_faults": chaos.skipped,
+        "handover_seconds": {kind: audit.distribution(values) for kind, values in chaos.handovers.items()},
+        "first_write_after_takeover_seconds": audit.distribution(chaos.first_writes),
+        "findings": {
+            "mismatches": findings.mismatches,
+            "restart_count": findings.restart_count,
+            "unconverged": findings.unconverged,
+            "orphans": findings.orphans,
+            "held": findings.held,
+            "two_writers": findings.writers,
+            "in_place": findings.in_place,
+        },
+        "passed": findings.clean,
+        "seconds": round(time.monotonic() - started),
+        "load_average": round(load, 2),
+        "seed": chaos.options.seed,
+    }
+    (chaos.options.dev_dir / "chaos-report.json").write_text(json.dumps(report, indent=2) + "\n")
+    return report
