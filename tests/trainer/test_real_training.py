@@ -24,6 +24,7 @@ from tests.trainer.trainer_runs import (
     reports,
     run_pods,
     training_job,
+    with_broken_torch,
     without_torch,
 )
 from tests.unit.fakeapi import FakeApi
@@ -125,6 +126,23 @@ def test_without_torch_one_pod_runs_a_process_per_local_rank_and_resumes(
     assert listing(mount) == ["epoch-3"]
     final = reports(api, 0)[-1]
     assert (final.epoch, final.step, final.checkpoint) == (3, 6, str(mount / "epoch-3"))
+
+
+def test_torch_that_is_installed_but_does_not_load_fails_the_run_instead_of_simulating(
+    tmp_path: Path, api: FakeApi
+) -> None:
+    """A torch job's rank whose torch cannot load (a tight memory limit) must not write a simulation
+    checkpoint beside torch's: every later resume of the job would refuse it."""
+    mount = tmp_path / "checkpoints"
+    job = training_job(
+        mount, {"numWorkers": 1}, {"TRAIN_STEPS_PER_EPOCH": "2", "TRAIN_PROGRESS_INTERVAL": "0"}
+    )
+    run = run_pods(job, tmp_path, api, attempt=0, resume_from=None, extra_env=with_broken_torch(tmp_path))
+    [log] = run.logs
+    assert run.codes == [1], log
+    assert "torch is installed but failed to import: OSError: libtorch_cpu.so: failed to map segment" in log
+    assert "simulation" not in log
+    assert not mount.exists() or listing(mount) == []
 
 
 def test_a_bad_setting_exits_2_with_a_clear_message(tmp_path: Path, api: FakeApi) -> None:

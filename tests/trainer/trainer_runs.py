@@ -298,8 +298,18 @@ def agent_store() -> Iterator[Callable[[], dict[str, str]]]:
 
 
 def without_torch(tmp_path: Path) -> dict[str, str]:
-    """PYTHONPATH shadowing torch with a package that fails to import, as in an image without torch."""
-    shadow = tmp_path / "no-torch" / "torch"
+    """PYTHONPATH shadowing torch with a package that is not found, as in an image without torch."""
+    return shadowing_torch(tmp_path, 'ModuleNotFoundError("No module named \'torch\'", name="torch")')
+
+
+def with_broken_torch(tmp_path: Path) -> dict[str, str]:
+    """PYTHONPATH shadowing torch with one whose native library cannot be loaded, as under a memory
+    limit too tight to map it."""
+    return shadowing_torch(tmp_path, 'OSError("libtorch_cpu.so: failed to map segment from shared object")')
+
+
+def shadowing_torch(tmp_path: Path, raised: str) -> dict[str, str]:
+    shadow = tmp_path / "shadowed" / "torch"
     shadow.mkdir(parents=True, exist_ok=True)
-    (shadow / "__init__.py").write_text('raise ImportError("torch is not installed in this image")\n')
+    (shadow / "__init__.py").write_text(f"raise {raised}\n")
     return {"PYTHONPATH": str(shadow.parent)}

@@ -28,9 +28,10 @@ termination message). This file imports none of them: importing the package cost
   with loss scaling on a GPU; the simulation ignores it), and from additionalParams HP_WEIGHT_DECAY and
   HP_LABEL_SMOOTHING. One line of its log names them all ("training with optimizer adamw, ..."). It
   reads no other HP_<KEY> variable.
-- torch not importable (e.g. the jax default image): a pure-Python simulation of the same loop
+- torch not installed (e.g. the jax default image): a pure-Python simulation of the same loop
   (logistic regression, no gradient exchange between ranks) so the job still trains, checkpoints,
-  resumes and reports progress. It says so in its log.
+  resumes and reports progress. It says so in its log. torch installed but failing to load is a
+  failed run (retried like any other), never the simulation.
 
 Knobs besides the operator's variables (set them in spec.env): TRAIN_STEPS_PER_EPOCH (20),
 TRAIN_STEP_SECONDS (0: extra time per step, to watch progress in a demo), TRAIN_SAVE_SECONDS (0: extra

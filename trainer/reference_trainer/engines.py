@@ -1,5 +1,5 @@
 """The reference trainer's engines behind one interface: the torch one (torch_engine.py) and the
-pure-Python simulation used where torch is not importable, and the choice between them.
+pure-Python simulation used where torch is not installed, and the choice between them.
 
 A module of its own: the training loop (loop.py) sees only `Engine`.
 """
@@ -16,7 +16,7 @@ import time
 from typing import Protocol
 
 from .checkpoints import SIMULATION_STATE_FILE, locate_checkpoint, write_metadata
-from .config import Config, ConfigError
+from .config import Config, ConfigError, Terminated
 from .torch_engine import EVAL_SAMPLES, FEATURES, TorchEngine
 
 log = logging.getLogger("train")
@@ -158,12 +158,27 @@ def why_simulate(config: Config) -> str | None:
         return "TRAIN_SIMULATE is set: running the pure-Python simulation (no torch, no gradient exchange)"
     try:
         importlib.import_module("torch")
-    except Exception as error:  # ImportError, or a torch build whose native libraries do not load
+    except ModuleNotFoundError as error:
+        if error.name != "torch":
+            raise TorchBroken(error) from error
         return (
             f"torch is not importable ({error}): running the pure-Python simulation instead "
             "(logistic regression, no gradient exchange between ranks)"
         )
+    except Terminated:
+        raise  # SIGTERM while torch was loading: the run ends as told, it does not fall back
+    except Exception as error:
+        raise TorchBroken(error) from error
     return None
+
+
+class TorchBroken(RuntimeError):
+    """torch is installed but does not load (a native library that cannot be mapped under a tight
+    memory limit, a missing dependency). The run fails, and is retried, rather than falling back to
+    the simulation: simulation checkpoints in a torch job's directory would stop every later resume."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(f"torch is installed but failed to import: {type(error).__name__}: {error}")
 
 
 def make_engine(config: Config) -> Engine:
