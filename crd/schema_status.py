@@ -196,7 +196,9 @@ def status() -> Schema:
             "attemptStartTime": _timestamp(
                 "When the current attempt's pods were created (scheduling.scheduleTimeoutSeconds)."
             ),
-            "restartAt": _timestamp("Earliest time the next attempt may start (restart backoff)."),
+            "restartAt": _timestamp(
+                "Earliest time the next attempt may start (restart backoff); absent when the backoff is zero."
+            ),
             "activeSeconds": _count(
                 "Seconds the job ran before the current run (failurePolicy.activeDeadlineSeconds excludes "
                 "time suspended)."

@@ -335,8 +335,13 @@ def restart(facts: Facts, status: Mapping[str, Any], decision: Restart) -> Step:
     change.status["restarts"] = restarts
     change.status["restartCount"] = int(status.get("restartCount", 0)) + 1
     change.status["lastRestartReason"] = texts.reason(decision.reason)
-    # Kubernetes times have whole seconds: round up so the restart never comes before the delay.
-    change.status["restartAt"] = rfc3339(ceil_to_second(later(facts.now, delay)))
+    if delay > 0:
+        # Kubernetes times have whole seconds: round up so the restart never comes before the delay.
+        change.status["restartAt"] = rfc3339(ceil_to_second(later(facts.now, delay)))
+    else:
+        # No backoff: nothing to wait for but the old attempt's end (a restartAt rounded up to the
+        # second would hold an in-place restart, which is over in well under a second, for nothing).
+        change.status.pop("restartAt", None)
     if decision.cause is Cause.STALL:
         change.set(Condition.STALLED, True, "ProgressDeadlineExceeded", decision.message)
     kept = inplace.blocker(facts, facts.gang(status), decision.cause) if inplace.asked(facts) else ""

@@ -117,6 +117,25 @@ def test_the_next_attempt_waits_for_every_rank_to_stop_and_for_the_backoff() -> 
     assert_steady(w)
 
 
+def test_without_a_backoff_the_next_attempt_starts_as_soon_as_the_last_rank_stopped() -> None:
+    """No restartAt when the backoff is zero: a time rounded up to the second would hold the Starting
+    order for up to a second after every rank had stopped."""
+    w = running({"spec.failurePolicy.restartBackoff": {"initialDelaySeconds": 0, "maxDelaySeconds": 0}})
+    w.advance(0.25)
+    report(w, 1, 0, "Exited", 1)
+    w.step()
+    assert order(w)["phase"] == "Stopping"
+    assert "restartAt" not in w.status
+    assert "restarting the whole gang in place in 0s" in w.status["message"]
+    w.advance(0.1)
+    report(w, 0, 0, "Exited", 143)
+    result = w.step()
+    assert result.creates == []
+    assert result.deletes == []
+    assert (order(w)["phase"], order(w)["attempt"], w.status["attempt"]) == ("Starting", 1, 1)
+    assert w.status["restarts"] == {"failure": 1}
+
+
 def test_every_rank_stopped_and_the_backoff_passed_starts_the_next_attempt_in_place() -> None:
     w = running()
     stopped(w)
