@@ -17,6 +17,7 @@ from crd import contract
 from testbed.harness.bench.podtimeline import RankRun, all_running_again, new_run_reported, next_run, rank_run
 from testbed.harness.bench.recovery import parse_options, summary, training_job
 from testbed.harness.bench.recoverygang import gang_job, gang_sizes, restarted
+from testbed.harness.bench.restartphases import OrderSeen, RunReport, medians, run_report, steps
 from testbed.harness.bench.supervisors import answers, run_annotation
 
 
@@ -193,3 +194,48 @@ def test_options_that_cannot_work_are_refused_naming_the_flag(
         parse_options(argv)
     assert ended.value.code == 2
     assert error in capsys.readouterr().err
+
+
+def test_an_in_place_restarts_steps_are_timed_from_the_fault() -> None:
+    """Each step of the first in-place restart after the fault, from the supervisors' stamps and the
+    moments the orders were seen; an order of an earlier restart is not this one's."""
+    ranks = ("job-worker-0", "job-worker-1")
+
+    def report(pod: str, attempt: int, state: str, at: str) -> RunReport:
+        found = run_report(
+            pod, json.dumps({"attempt": attempt, "state": state, "at": f"2026-11-29T10:00:{at}Z"})
+        )
+        assert found is not None
+        return found
+
+    fault = report(ranks[0], 1, "Running", "00.000").at
+    reports = [
+        report(ranks[1], 0, "Exited", "00.300"),  # an earlier restart's
+        report(ranks[0], 1, "Running", "00.000"),
+        report(ranks[1], 1, "Exited", "01.250"),
+        report(ranks[0], 1, "Exited", "01.900"),
+        report(ranks[1], 2, "Running", "02.400"),
+        report(ranks[0], 2, "Running", "02.450"),
+    ]
+    orders = [
+        OrderSeen(1, "Stopping", fault - 30),
+        OrderSeen(2, "Stopping", fault + 1.5),
+        OrderSeen(2, "Starting", fault + 2.2),
+    ]
+    assert steps(fault, ranks, ranks[1], reports, orders) == {
+        "failed_rank_exited": 1.25,
+        "stopping_order_seen": 1.5,
+        "every_rank_exited": 1.9,
+        "starting_order_seen": 2.2,
+        "every_rank_running": 2.45,
+    }
+    # Pods recreated instead: no order after the fault, no steps.
+    assert steps(fault, ranks, ranks[1], reports, orders[:1]) == {}
+    # A rank that has not started the new attempt yet leaves that step out.
+    assert "every_rank_running" not in steps(fault, ranks, ranks[1], reports[:-1], orders)
+    assert medians([{"failed_rank_exited": 1.0}, {"failed_rank_exited": 3.0, "every_rank_running": 4.0}]) == {
+        "failed_rank_exited": 2.0,
+        "every_rank_running": 4.0,
+    }
+    assert run_report(ranks[0], "not json") is None
+    assert run_report(ranks[0], json.dumps({"attempt": 1, "state": "Running"})) is None  # no time

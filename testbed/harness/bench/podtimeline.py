@@ -159,7 +159,15 @@ class PodTimeline:
     """The pods of one namespace (optionally one label selector), watched; `wait` returns the monotonic
     time of the watch event at which a condition first held."""
 
-    def __init__(self, client: KubeClient, namespace: str, label_selector: str | None = None) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        namespace: str,
+        label_selector: str | None = None,
+        on_pod: Callable[[JsonDict], None] | None = None,
+    ) -> None:
+        """`on_pod`, when given, also sees every pod the watch delivers (slimmed)."""
+        self._on_pod = on_pod
         self._lock = threading.Condition()
         self._runs: dict[str, RankRun] = {}
         self._waiters: list[tuple[Condition, list[float]]] = []
@@ -192,6 +200,8 @@ class PodTimeline:
             return dict(self._runs)
 
     def _seen(self, pod: JsonDict) -> None:
+        if self._on_pod is not None:
+            self._on_pod(pod)
         name = pod["metadata"]["name"]
         self._changed(lambda runs: runs.__setitem__(name, next_run(runs.get(name), rank_run(pod))))
 

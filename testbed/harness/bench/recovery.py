@@ -38,6 +38,7 @@ from testbed.harness.base import HarnessCluster, HarnessParser, run_to_end
 from testbed.harness.bench.operator import Operator
 from testbed.harness.bench.podtimeline import PodTimeline, all_running_again, new_run_reported
 from testbed.harness.bench.recoverygang import RECREATE, RESTART_STRATEGIES, gang_restarts, load_average
+from testbed.harness.bench.restartphases import RestartLog, medians
 from testbed.node import nodehost
 from testbed.node.placement import REAL_NODE
 
@@ -217,6 +218,7 @@ class NodeRecovery:
         self.harness = HarnessCluster("recovery", options.dev_dir, say)
         self.operator: Operator | None = None
         self.timeline: PodTimeline | None = None
+        self.restart_log: RestartLog | None = None
 
     def guard(self) -> None:
         if self.operator is not None:
@@ -240,6 +242,8 @@ class NodeRecovery:
     def stop(self) -> None:
         if self.timeline is not None:
             self.timeline.stop()
+        if self.restart_log is not None:
+            self.restart_log.stop()
         if self.operator is not None:
             self.operator.stop()
         self.harness.stop()
@@ -276,9 +280,13 @@ class NodeRecovery:
             120,
             self.guard,
         )
-        self.timeline = PodTimeline(client, NAMESPACE, f"{contract.JOB_NAME_LABEL}={JOB}")
-        self.timeline.start()
         strategy = self.options.restart_strategy
+        if strategy != RECREATE:
+            self.restart_log = RestartLog(client, NAMESPACE, JOB)
+            self.restart_log.start()
+        on_pod = self.restart_log.pod_seen if self.restart_log is not None else None
+        self.timeline = PodTimeline(client, NAMESPACE, f"{contract.JOB_NAME_LABEL}={JOB}", on_pod)
+        self.timeline.start()
         client.create(TRAININGJOBS, NAMESPACE, training_job(strategy))
         say(
             f"{JOB}: 2 ranks of the reference trainer on the real node ({strategy}); "
@@ -287,9 +295,11 @@ class NodeRecovery:
         before_load = load_average()
         results: dict[str, Any] = {"restart_strategy": strategy, "load_average_before": before_load}
         for kind, count in (("failure", self.options.failures), ("eviction", self.options.evictions)):
-            running, reported = [], []
+            running, reported, in_place = [], [], []
             for index in range(count):
-                ran, first = self.recover(client, kind)
+                ran, first, fault = self.recover(client, kind)
+                if self.restart_log is not None and kind == "failure":
+                    in_place.append(self.restart_log.steps(fault, RANKS, RANKS[1]))
                 say(
                     f"{kind} {index + 1}/{count}: ranks running again after {ran:.2f}s, "
                     f"the first report after {first:.2f}s"
@@ -297,6 +307,8 @@ class NodeRecovery:
                 running.append(ran)
                 reported.append(first)
             results[kind] = {"to_every_rank_running": summary(running), "to_first_report": summary(reported)}
+            if in_place:
+                results[kind]["in_place_steps"] = {"median": medians(in_place), "each": in_place}
         status = client.get(TRAININGJOBS, NAMESPACE, JOB).get("status") or {}
         results["restarts"] = status.get("restarts") or {}
         results["last_restart_kind"] = status.get("lastRestartKind")
@@ -309,9 +321,9 @@ class NodeRecovery:
         results["load_average_after"] = load_average()
         return results
 
-    def recover(self, client: KubeClient, kind: str) -> tuple[float, float]:
+    def recover(self, client: KubeClient, kind: str) -> tuple[float, float, float]:
         """One fault once the current run has trained a whole epoch: (seconds to every rank running
-        again, seconds to the new run's first progress report)."""
+        again, seconds to the new run's first progress report, the fault's wall-clock time)."""
         timeline = self.timeline
         assert timeline is not None
         timeout = self.options.timeout
@@ -330,7 +342,7 @@ class NodeRecovery:
             )
         else:
             evict(client, RANKS[1])
-        fault = time.monotonic()
+        fault, fault_wall = time.monotonic(), time.time()
         ran = timeline.wait(
             "every rank running again",
             lambda runs: all_running_again(runs, RANKS, before),
@@ -343,7 +355,7 @@ class NodeRecovery:
             timeout,
             self.guard,
         )
-        return ran - fault, first - fault
+        return ran - fault, first - fault, fault_wall
 
 
 def annotation_refreshes(
