@@ -17,7 +17,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
-from reference_trainer.main import main  # noqa: E402
+from reference_trainer.main import end, main  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(main(os.path.abspath(__file__)))
+    end(main(os.path.abspath(__file__)))

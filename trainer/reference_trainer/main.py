@@ -8,10 +8,11 @@ checked like the rest of the package.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
-from typing import Final
+from typing import Final, NoReturn
 
 import trainingjob_progress as progress
 
@@ -92,6 +93,20 @@ def run_process(config: Config) -> int:
                 engine.close(finished=status == 0)
             except Exception as error:
                 log.warning("could not shut down cleanly: %s", error)
+
+
+def end(status: int) -> NoReturn:
+    """Ends the process with `status`. A run that did not succeed ends at once, its logs flushed: the
+    interpreter's shutdown with torch loaded (its thread pools, the process group) takes about half a
+    second, which the rest of the gang waits for before it can restart. Everything else the run wrote
+    (checkpoints, the termination message, the last progress report) is closed by then."""
+    if status == 0:
+        sys.exit(0)
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(status)
 
 
 def main(entry_script: str) -> int:

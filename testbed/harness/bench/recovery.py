@@ -32,7 +32,7 @@ from typing import Any, Final
 from controller.resources import PODS, TRAININGJOBS
 from controller.runtime.client import KubeClient
 from crd import contract
-from testbed.cluster.kubectl import Kubectl
+from testbed.cluster.kubectl import Kubectl, KubectlError
 from testbed.common import JsonDict, Say, ToolError
 from testbed.harness.base import HarnessCluster, HarnessParser, run_to_end
 from testbed.harness.bench.operator import Operator
@@ -312,6 +312,7 @@ class NodeRecovery:
         status = client.get(TRAININGJOBS, NAMESPACE, JOB).get("status") or {}
         results["restarts"] = status.get("restarts") or {}
         results["last_restart_kind"] = status.get("lastRestartKind")
+        keep_logs(self.harness.cluster.kubectl, logs)
         client.delete(TRAININGJOBS, NAMESPACE, JOB)
         results["downward_api_refresh"] = summary(
             annotation_refreshes(
@@ -406,6 +407,14 @@ def annotation_refreshes(
         say(f"downward API: annotation {sample} seen in the pod after {seen - written:.2f}s")
     client.delete(PODS, NAMESPACE, PROBE_POD, grace_period_seconds=0)
     return seconds
+
+
+def keep_logs(kubectl: Kubectl, directory: Path) -> None:
+    """The ranks' trainer logs beside the operator's (a kept pod's log holds every in-place attempt)."""
+    for rank in RANKS:
+        with contextlib.suppress(KubectlError):
+            text = kubectl.run("logs", rank, "-n", NAMESPACE, "-c", contract.CONTAINER_NAME)
+            (directory / f"{rank}.log").write_text(text)
 
 
 def probe_log(kubectl: Kubectl) -> dict[str, float]:
