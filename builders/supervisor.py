@@ -14,11 +14,14 @@ the planner says it in an Event). Every other job's pods are what they were with
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Mapping
+from typing import Any, Final
 
 from crd import contract
 from crd.spec import Spec, TrainingJob
 
+# Where the operator records that the job's image cannot run the supervisor (controller/planner/inplace.py).
+UNAVAILABLE_FIELD: Final = "inPlaceUnavailable"
 # The supervisor runs as a module with the mount first on its own path only (not in PYTHONPATH, which
 # the child would inherit); runpy gives it the argv `-m` would: [its file, "--", command...].
 BOOTSTRAP: Final = (
@@ -44,13 +47,23 @@ def unsupported(spec: Spec) -> str | None:
 
 
 def supervised(job: TrainingJob, slot: int) -> bool:
-    """Whether the trainer container of the pod in `slot` runs under the supervisor."""
+    """Whether the trainer container of the pod in `slot` runs under the supervisor: not once the
+    operator found that the job's image cannot run it (status.inPlaceUnavailable)."""
     spec = job.spec
     return (
         spec.failure_policy.restart_strategy == "InPlace"
         and unsupported(spec) is None
+        and not (job.manifest.get("status") or {}).get(UNAVAILABLE_FIELD)
         and slot in spec.replicas.training
     )
+
+
+def runs_supervisor(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod's trainer container was built to start under the supervisor."""
+    for container in pod.get("spec", {}).get("containers") or []:
+        if container.get("name") == contract.CONTAINER_NAME:
+            return list(container.get("command") or [])[:3] == ["python3", "-c", BOOTSTRAP]
+    return False
 
 
 def supervised_command(command: tuple[str, ...]) -> list[str]:

@@ -220,6 +220,12 @@ def status() -> Schema:
                 max_length=16,
                 enum=["InPlace", "Recreate"],
             ),
+            "inPlaceUnavailable": string(
+                "Why a job with failurePolicy.restartStrategy InPlace has its pods recreated at every "
+                "restart for the rest of its life: its image could not run the trainers' supervisor "
+                "(python3, 3.9 or later). Its pods run the command directly.",
+                max_length=MESSAGE_LENGTH,
+            ),
             "inPlaceRestart": obj(
                 "The operator's latest order to the trainers' supervisors of a job restarted in place "
                 "(failurePolicy.restartStrategy InPlace); they watch the job and act on it.",

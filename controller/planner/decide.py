@@ -290,6 +290,10 @@ def _attempt(  # noqa: PLR0911 - one return per check of the state machine
     finish = _success(facts, status, gang)
     if finish is not None:
         return finish
+    not_started = inplace.supervisor_not_started(gang) if inplace.asked(facts) else None
+    if not_started is not None:
+        # The operator's own mechanism failed, not the training: restarted without it, uncounted.
+        return Restart(None, inplace.SUPERVISOR_NOT_STARTED, not_started)
     reaction = _reaction(facts, status, gang)
     if reaction is not None:
         return reaction

@@ -27,7 +27,8 @@ from typing import Any, ClassVar, Final
 
 from builders.env import termination_grace_seconds
 from builders.names import pod_name
-from builders.supervisor import unsupported
+from builders import supervisor
+from builders.supervisor import runs_supervisor, unsupported
 from controller.planner import podstate
 from controller.planner.facts import Facts, attempt_of
 from controller.planner.failures import Cause, PodFailure
@@ -50,6 +51,10 @@ STARTING: Final = "Starting"
 IN_PLACE: Final = "InPlace"
 RECREATE: Final = "Recreate"
 FALLBACK_REASON: Final = "InPlaceRestartFallback"
+# The restart (not counted against backoffLimit) after a pod's image could not run the supervisor, and
+# the status field that, from then on, builds the job's pods without it.
+SUPERVISOR_NOT_STARTED: Final = "SupervisorNotStarted"
+UNAVAILABLE_FIELD: Final = supervisor.UNAVAILABLE_FIELD
 RESTARTED_REASON: Final = "RestartedInPlace"
 # The causes whose restart may keep the pods: the processes failed or stalled. A disruption took a pod
 # away, a scheduling timeout and a resize must free or rebuild them.
@@ -158,6 +163,8 @@ def _gang_blocker(facts: Facts, gang: Gang) -> str | None:
     of the training cluster has a live pod whose supervisor runs and has reported."""
     if not asked(facts):
         return "spec.failurePolicy.restartStrategy is no longer InPlace"
+    if unavailable(facts):
+        return unavailable(facts)
     if facts.trainer_reports_withheld:
         return (
             f"the trainers may not report or watch their job while the admission policy {TRAINER_POLICY} "
@@ -198,7 +205,7 @@ def blocker(facts: Facts, gang: Gang, cause: Cause | None) -> str | None:
     them."""
     if cause in IN_PLACE_CAUSES:
         return _gang_blocker(facts, gang)
-    return unsupported(facts.spec) or FREEING_CAUSES[cause]
+    return unsupported(facts.spec) or unavailable(facts) or FREEING_CAUSES[cause]
 
 
 # ----------------------------------------------------------------------------- how far they got
@@ -296,6 +303,32 @@ def deadlines(facts: Facts, status: Mapping[str, Any], gang: Gang) -> Iterator[f
     current = starting(status)
     if current is not None and current.since is not None and not_started(facts, status, gang):
         yield (current.since + timedelta(seconds=IN_PLACE_START_SECONDS) - facts.now).total_seconds()
+
+
+def supervisor_not_started(gang: Gang) -> str | None:
+    """Why the job's image cannot run the supervisor: a rank's trainer container, started under the
+    supervisor, failed before the supervisor ever reported (no python3 on the image's PATH, one too
+    old); None when there is no such rank. Its restart then builds the pods without the supervisor."""
+    pods = {str(pod["metadata"]["name"]): pod for pod in gang.all_pods}
+    for failure in gang.failures:
+        pod = pods.get(failure.pod)
+        if pod is None or failure.disruption or failure.reason == "OOMKilled" or not failure.exit_code:
+            continue
+        if podstate.run(pod) is None and runs_supervisor(pod):
+            return (
+                f"the supervisor did not start in pod {failure.pod} ({failure.describe()}): an in-place "
+                "restart needs python3, 3.9 or later, on the image's PATH, so the job's pods now run its "
+                "command directly and its restarts recreate them"
+            )
+    return None
+
+
+def unavailable(facts: Facts) -> str | None:
+    """Why this job's restarts recreate its pods although it asks for InPlace and could (its image
+    cannot run the supervisor: status.inPlaceUnavailable), or None."""
+    status = facts.job.manifest.get("status") or {}
+    why = status.get(UNAVAILABLE_FIELD)
+    return str(why) if why else None
 
 
 def still_holding(gang: Gang) -> list[JsonDict]:

@@ -344,7 +344,11 @@ def restart(facts: Facts, status: Mapping[str, Any], decision: Restart) -> Step:
         change.status.pop("restartAt", None)
     if decision.cause is Cause.STALL:
         change.set(Condition.STALLED, True, "ProgressDeadlineExceeded", decision.message)
-    kept = inplace.blocker(facts, facts.gang(status), decision.cause) if inplace.asked(facts) else ""
+    if decision.reason == inplace.SUPERVISOR_NOT_STARTED:
+        change.status[inplace.UNAVAILABLE_FIELD] = texts.message(decision.message)
+        kept: str | None = decision.message
+    else:
+        kept = inplace.blocker(facts, facts.gang(status), decision.cause) if inplace.asked(facts) else ""
     if kept is None:
         text = f"{decision.message}; restarting the whole gang in place in {format_duration(delay)}"
         return inplace_steps.stop_in_place(change, facts, status, text, decision.reason)

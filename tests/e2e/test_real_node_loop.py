@@ -28,13 +28,24 @@ import pytest
 import trainingjob_progress as tp
 
 from builders.configmap import PROGRESS_HELPER_FILE, TRAINER_FILES
+from controller.planner.inplace_steps import RECREATING
 from crd import contract
 from testbed import REAL_NODE, Kubectl, claim_directory, pod_processes, terminated, wait_for
+from testbed.node.realnode import image_reference
 from tests.cluster import DEV
 from tests.e2e.conftest import StartOperator
-from tests.e2e.jobs import PodWatch, event_messages, events_of, pods_of, status_of, wait, wait_for_state
+from tests.e2e.jobs import (
+    PodWatch,
+    event_messages,
+    events_of,
+    job_manifest,
+    pods_of,
+    status_of,
+    wait,
+    wait_for_state,
+)
 from tests.e2e.operator import OperatorProcess
-from tests.e2e.realnode import evict, training_job, wait_running
+from tests.e2e.realnode import evict, job_on_node, training_job, wait_running
 
 JsonDict = dict[str, Any]
 pytestmark = pytest.mark.slow
@@ -269,6 +280,37 @@ def test_a_failed_worker_restarts_the_gang_in_place_and_an_eviction_falls_back_t
     assert re.findall(r"epoch (\d)/8:", log)[-1] == "8", log
     stored = claim_directory(cluster, namespace, checkpoints_claim(name))
     assert (stored / f"epoch-{epochs}").is_dir()
+
+
+def test_an_image_without_python3_runs_its_command_directly_after_one_uncounted_restart(
+    real_node: Kubectl, namespace: str, start_operator: StartOperator
+) -> None:
+    """restartStrategy InPlace with an image that has no python3 (busybox) for the supervisor: the
+    kubelet cannot start the supervised container; the operator restarts the gang once without counting
+    it (backoffLimit 0 would otherwise fail the job), says why, and the pods it creates then run the
+    command directly, to Completed."""
+    cluster = real_node
+    start_operator("--progress-interval=0")
+    name = "no-python"
+    job = job_manifest(
+        name,
+        image=image_reference("busybox"),
+        command=["sh", "-c", "echo trained without python3"],
+        failurePolicy={"backoffLimit": 0, "restartStrategy": "InPlace"},
+    )
+    cluster.apply(job_on_node(job), "-n", namespace)
+    status = wait_for_state(cluster, namespace, name, "Completed", timeout=180)["status"]
+    assert (status.get("restarts") or {}, status["restartCount"]) == ({}, 1), status
+    assert (status["lastRestartReason"], status["lastRestartKind"]) == ("SupervisorNotStarted", "Recreate")
+    why = status["inPlaceUnavailable"]
+    assert "the supervisor did not start in pod no-python-worker-" in why, why
+    assert '"python3": executable file not found' in why, why  # the kubelet's StartError
+    events = events_of(cluster, namespace, name)
+    assert event_messages(events, "InPlaceRestartFallback") == {why + "; " + RECREATING}, events
+    for pod in pods_of(cluster, namespace, name):
+        assert pod["spec"]["containers"][0]["command"] == ["sh", "-c", "echo trained without python3"]
+        said = cluster.run("logs", pod["metadata"]["name"], "-n", namespace, "-c", contract.CONTAINER_NAME)
+        assert said.strip() == "trained without python3"
 
 
 # ---------------------------------------------------------------------------------------------------
