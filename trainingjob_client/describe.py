@@ -9,9 +9,10 @@ a row but no rank: mpirun gives the ranks to the workers' slots, and the launche
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Final
 
 from trainingjob_client.progressbar import postfix
-from trainingjob_client.views import JobEvent, RankStatus, TrainingJob, why_not_running
+from trainingjob_client.views import JobEvent, JobStatus, RankStatus, TrainingJob, why_not_running
 
 EVENTS_SHOWN = 10
 LAUNCHER_RANK = "launcher"  # what the RANK column shows for an MPI job's launcher
@@ -41,6 +42,19 @@ def rank_rows(ranks: Sequence[RankStatus], launcher_slot: int | None = None) -> 
     ]
 
 
+RESTART_KINDS: Final = {"InPlace": "in place", "Recreate": "pods recreated"}
+
+
+def restarts_line(status: JobStatus) -> str:
+    """How many restarts, and the last one's reason and (for a job restarted in place) its kind."""
+    last = [
+        part
+        for part in (status.last_restart_reason, RESTART_KINDS.get(status.last_restart_kind or ""))
+        if part
+    ]
+    return f"{status.restart_count}" + (f" (last: {', '.join(last)})" if last else "")
+
+
 def describe(job: TrainingJob, ranks: Sequence[RankStatus], events: Sequence[JobEvent]) -> str:
     status = job.status
     lines = [
@@ -59,10 +73,7 @@ def describe(job: TrainingJob, ranks: Sequence[RankStatus], events: Sequence[Job
     progress = f"{percent:.0f}%" if percent is not None else "-"
     details = postfix(status)
     lines.append(f"Progress:    {progress}" + (f"  {details}" if details else ""))
-    restarts = f"{status.restart_count}"
-    if status.last_restart_reason:
-        restarts += f" (last: {status.last_restart_reason})"
-    lines.append(f"Restarts:    {restarts}")
+    lines.append(f"Restarts:    {restarts_line(status)}")
     if status.failure_reason:
         lines.append(f"Failure:     {status.failure_reason}")
     if status.latest_checkpoint:

@@ -93,6 +93,8 @@ class JobStatus:
     metrics: Mapping[str, float] = field(default_factory=dict)
     restart_count: int = 0
     last_restart_reason: str | None = None
+    # InPlace (the pods stayed) or Recreate, for a job with failurePolicy.restartStrategy InPlace.
+    last_restart_kind: str | None = None
     failure_reason: str | None = None
     workers: Workers = Workers()
     conditions: tuple[Condition, ...] = ()
@@ -128,6 +130,7 @@ class JobStatus:
             },
             restart_count=_int(raw.get("restartCount")) or 0,
             last_restart_reason=raw.get("lastRestartReason") or None,
+            last_restart_kind=raw.get("lastRestartKind") or None,
             failure_reason=raw.get("failureReason") or None,
             workers=Workers(
                 **{k: _int(workers.get(k)) or 0 for k in ("pending", "active", "succeeded", "failed")}

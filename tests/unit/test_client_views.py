@@ -4,6 +4,7 @@ and `kubectl trainingjob describe`'s text, all from JSON as the API server retur
 from __future__ import annotations
 
 import io
+from typing import Any
 
 import pytest
 
@@ -250,6 +251,22 @@ def test_describe_shows_a_row_per_rank_and_why_the_job_is_not_running() -> None:
     assert "  1      mnist-worker-1   gpu-node-1   Failed   exit 137 (OOMKilled)" in text
     assert "  Restarting   True     OOMKilled   rank 1 exited 137" in text
     assert "  Warning   OOMKilled   1       Restarting: rank 1 exited 137" in text
+
+
+@pytest.mark.parametrize(
+    ("kind", "shown"),
+    [
+        ("InPlace", "Restarts:    2 (last: PodFailed, in place)"),
+        ("Recreate", "Restarts:    2 (last: PodFailed, pods recreated)"),
+        (None, "Restarts:    2 (last: PodFailed)"),
+    ],
+)
+def test_describe_says_how_an_in_place_jobs_last_restart_restarted(kind: str | None, shown: str) -> None:
+    fields: dict[str, Any] = {"state": "Running", "restartCount": 2, "lastRestartReason": "PodFailed"}
+    if kind is not None:
+        fields["lastRestartKind"] = kind
+    current = view(**fields)
+    assert shown in describe(current, rank_statuses(current, []), []).splitlines()
 
 
 def test_describe_shows_an_mpi_launcher_without_a_rank() -> None:
