@@ -15,6 +15,7 @@ import importlib
 import io
 import logging
 import os
+import socket
 import time
 from datetime import timedelta
 from typing import Any, Final
@@ -28,6 +29,24 @@ CLASSES: Final = 2
 EVAL_SAMPLES: Final = 512
 
 log = logging.getLogger("train")
+
+
+def wait_for_master(timeout: float) -> None:
+    """Waits until rank 0's store accepts connections at MASTER_ADDR:MASTER_PORT (at most `timeout`
+    seconds; init_process_group then reports what went wrong). torch's client waits about half a
+    second before it tries a refused connection again, and ranks that start together, as a gang
+    restarted in place does, find rank 0 not listening yet as often as not: polling every 20 ms
+    saves that pause."""
+    address, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT", "")
+    if not address or not port.isdigit():
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((address, int(port)), timeout=1.0):
+                return
+        except OSError:
+            time.sleep(0.02)
 
 
 class TorchEngine:
@@ -63,6 +82,8 @@ class TorchEngine:
                 config.world_size,
                 backend,
             )
+            if config.rank > 0:
+                wait_for_master(config.dist_timeout)
             self.dist.init_process_group(
                 backend=backend,
                 init_method="env://",
