@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, Final
 
+from builders import supervisor
 from builders.env import termination_grace_seconds
 from builders.names import pod_name
-from builders import supervisor
 from builders.supervisor import runs_supervisor, unsupported
 from controller.planner import podstate
 from controller.planner.facts import Facts, attempt_of
@@ -163,15 +163,15 @@ def _gang_blocker(facts: Facts, gang: Gang) -> str | None:
     of the training cluster has a live pod whose supervisor runs and has reported."""
     if not asked(facts):
         return "spec.failurePolicy.restartStrategy is no longer InPlace"
-    if unavailable(facts):
-        return unavailable(facts)
     if facts.trainer_reports_withheld:
         return (
             f"the trainers may not report or watch their job while the admission policy {TRAINER_POLICY} "
             "is missing"
         )
-    why = unsupported(facts.spec) or (
-        f"numWorkers changed to {facts.spec.num_workers}" if gang.stale else None
+    why = (
+        unsupported(facts.spec)
+        or unavailable(facts)
+        or (f"numWorkers changed to {facts.spec.num_workers}" if gang.stale else None)
     )
     if why is not None:
         return why
