@@ -17,7 +17,7 @@ from crd import contract
 from testbed.harness.bench.podtimeline import RankRun, all_running_again, new_run_reported, next_run, rank_run
 from testbed.harness.bench.recovery import parse_options, summary, training_job
 from testbed.harness.bench.recoverygang import gang_job, gang_sizes, restarted
-from testbed.harness.bench.restartphases import OrderSeen, RunReport, medians, run_report, steps
+from testbed.harness.bench.restartphases import OrderSeen, RunReport, compared, medians, run_report, steps
 from testbed.harness.bench.supervisors import answers, run_annotation
 
 
@@ -185,6 +185,7 @@ def test_summary_is_the_median_and_max() -> None:
         (["--sizes", "many"], "--sizes"),
         (["--failures", "-1"], "--failures"),
         (["--restart-strategy", "Sometimes"], "--restart-strategy"),
+        (["--restart-strategy", "InPlace,InPlace"], "--restart-strategy"),
     ],
 )
 def test_options_that_cannot_work_are_refused_naming_the_flag(
@@ -239,3 +240,20 @@ def test_an_in_place_restarts_steps_are_timed_from_the_fault() -> None:
     }
     assert run_report(ranks[0], "not json") is None
     assert run_report(ranks[0], json.dumps({"attempt": 1, "state": "Running"})) is None  # no time
+
+
+def test_both_strategies_in_one_run_are_compared_by_their_medians() -> None:
+    assert parse_options(["--restart-strategy", "InPlace,Recreate"]).restart_strategies == (
+        "InPlace",
+        "Recreate",
+    )
+    assert parse_options([]).restart_strategies == ("Recreate",)
+
+    def node(running: float, reported: float) -> dict[str, Any]:
+        figures = {"to_every_rank_running": running, "to_first_report": reported}
+        return {"failure": {name: {"count": 5, "median": value} for name, value in figures.items()}}
+
+    both = compared({"InPlace": node(0.3, 2.4), "Recreate": node(4.0, 6.0)})
+    assert both["in_place_against_recreate"] == {"to_every_rank_running": 0.075, "to_first_report": 0.4}
+    assert both["InPlace"] == node(0.3, 2.4)
+    assert "in_place_against_recreate" not in compared({"InPlace": node(0.3, 2.4)})

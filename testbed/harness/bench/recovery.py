@@ -38,7 +38,7 @@ from testbed.harness.base import HarnessCluster, HarnessParser, run_to_end
 from testbed.harness.bench.operator import Operator
 from testbed.harness.bench.podtimeline import PodTimeline, all_running_again, new_run_reported
 from testbed.harness.bench.recoverygang import RECREATE, RESTART_STRATEGIES, gang_restarts, load_average
-from testbed.harness.bench.restartphases import RestartLog, medians
+from testbed.harness.bench.restartphases import RestartLog, compared, medians
 from testbed.node import nodehost
 from testbed.node.placement import REAL_NODE
 
@@ -90,7 +90,7 @@ class Options:
     timeout: float
     refreshes: int
     dev_dir: Path
-    restart_strategy: str = RECREATE
+    restart_strategies: tuple[str, ...] = (RECREATE,)
 
 
 def parse_options(argv: Sequence[str] | None) -> Options:
@@ -112,7 +112,8 @@ def parse_options(argv: Sequence[str] | None) -> Options:
         "--restart-strategy",
         str,
         RECREATE,
-        "the jobs' spec.failurePolicy.restartStrategy: Recreate (new pods) or InPlace (the pods stay)",
+        "the jobs' spec.failurePolicy.restartStrategy: Recreate (new pods) or InPlace (the pods stay); "
+        "InPlace,Recreate runs each part with both, one after the other, and compares them",
     )
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     parts = tuple(part for part in args.parts.split(",") if part)
@@ -126,9 +127,10 @@ def parse_options(argv: Sequence[str] | None) -> Options:
         parser.error(f"--gang must be within 1-{contract.MAX_WORKERS} and --sizes positive")
     if args.failures < 0 or args.evictions < 0:
         parser.error("--failures and --evictions must be at least 0")
-    if args.restart_strategy not in RESTART_STRATEGIES:
+    strategies = tuple(strategy for strategy in args.restart_strategy.split(",") if strategy)
+    if not strategies or set(strategies) - set(RESTART_STRATEGIES) or len(set(strategies)) < len(strategies):
         parser.error(
-            f"--restart-strategy: {args.restart_strategy!r} is not one of {', '.join(RESTART_STRATEGIES)}"
+            f"--restart-strategy: {args.restart_strategy!r} is not a list of {', '.join(RESTART_STRATEGIES)}"
         )
     return Options(
         failures=args.failures,
@@ -139,7 +141,7 @@ def parse_options(argv: Sequence[str] | None) -> Options:
         timeout=args.timeout,
         refreshes=args.refreshes,
         dev_dir=args.dev_dir.resolve(),
-        restart_strategy=args.restart_strategy,
+        restart_strategies=strategies,
     )
 
 
@@ -213,8 +215,9 @@ class NodeBusy(Exception):
 class NodeRecovery:
     """The node part: one job on the real node, failed and evicted again and again, each recovery timed."""
 
-    def __init__(self, options: Options) -> None:
+    def __init__(self, options: Options, strategy: str) -> None:
         self.options = options
+        self.strategy = strategy
         self.harness = HarnessCluster("recovery", options.dev_dir, say)
         self.operator: Operator | None = None
         self.timeline: PodTimeline | None = None
@@ -280,7 +283,7 @@ class NodeRecovery:
             120,
             self.guard,
         )
-        strategy = self.options.restart_strategy
+        strategy = self.strategy
         if strategy != RECREATE:
             self.restart_log = RestartLog(client, NAMESPACE, JOB)
             self.restart_log.start()
@@ -453,17 +456,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         "options": {
             "failures": options.failures,
             "evictions": options.evictions,
-            "restart_strategy": options.restart_strategy,
+            "restart_strategy": ",".join(options.restart_strategies),
         }
     }
 
     def run() -> int:
+        strategies = options.restart_strategies
         if "node" in options.parts:
-            result["node"] = NodeRecovery(options).run()
+            nodes = {strategy: NodeRecovery(options, strategy).run() for strategy in strategies}
+            result["node"] = compared(nodes) if len(nodes) > 1 else nodes[strategies[0]]
         if "gang" in options.parts:
-            result["gang"] = gang_restarts(
-                options.dev_dir, options.sizes, options.gang, options.timeout, say, options.restart_strategy
-            )
+            gangs = {
+                strategy: gang_restarts(
+                    options.dev_dir, options.sizes, options.gang, options.timeout, say, strategy
+                )
+                for strategy in strategies
+            }
+            result["gang"] = gangs if len(gangs) > 1 else gangs[strategies[0]]
         print(json.dumps(result, indent=2), flush=True)
         return 0
 

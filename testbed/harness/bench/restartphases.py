@@ -92,6 +92,23 @@ def steps(
     return {name: round(at - fault, 3) for name, at in found.items() if at is not None}
 
 
+def compared(by_strategy: Mapping[str, JsonDict]) -> JsonDict:
+    """The node part's results of each restart strategy, measured one after the other in one run, and
+    the ratio of InPlace's median to Recreate's for each figure of a failure."""
+    result: JsonDict = dict(by_strategy)
+    in_place, recreate = by_strategy.get("InPlace"), by_strategy.get("Recreate")
+    if in_place is None or recreate is None:
+        return result
+    ratios = {}
+    for figure in ("to_every_rank_running", "to_first_report"):
+        slow = recreate["failure"][figure].get("median")
+        fast = in_place["failure"][figure].get("median")
+        if slow and fast is not None:
+            ratios[figure] = round(fast / slow, 3)
+    result["in_place_against_recreate"] = ratios
+    return result
+
+
 def _last(moments: Sequence[float | None]) -> float | None:
     """The latest of the ranks' moments; None while a rank has not reached it."""
     known = [moment for moment in moments if moment is not None]
