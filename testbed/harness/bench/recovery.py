@@ -315,7 +315,7 @@ class NodeRecovery:
         status = client.get(TRAININGJOBS, NAMESPACE, JOB).get("status") or {}
         results["restarts"] = status.get("restarts") or {}
         results["last_restart_kind"] = status.get("lastRestartKind")
-        keep_logs(self.harness.cluster.kubectl, logs)
+        keep_logs(self.harness.cluster.kubectl, logs, strategy)
         client.delete(TRAININGJOBS, NAMESPACE, JOB)
         results["downward_api_refresh"] = summary(
             annotation_refreshes(
@@ -412,12 +412,12 @@ def annotation_refreshes(
     return seconds
 
 
-def keep_logs(kubectl: Kubectl, directory: Path) -> None:
+def keep_logs(kubectl: Kubectl, directory: Path, strategy: str) -> None:
     """The ranks' trainer logs beside the operator's (a kept pod's log holds every in-place attempt)."""
     for rank in RANKS:
         with contextlib.suppress(KubectlError):
             text = kubectl.run("logs", rank, "-n", NAMESPACE, "-c", contract.CONTAINER_NAME)
-            (directory / f"{rank}.log").write_text(text)
+            (directory / f"{rank}-{strategy}.log").write_text(text)
 
 
 def probe_log(kubectl: Kubectl) -> dict[str, float]:
