@@ -224,6 +224,8 @@ def build_pod(
     account = service_account or service_account_name(job)
     labels = pod_labels(job, slot, attempt)
     annotations = pod_annotations(job)
+    if supervised(job, slot):
+        annotations[contract.SUPERVISED_ANNOTATION] = "true"
     # A stable DNS name for every pod of the training cluster (TF_CONFIG names them). The evaluator is not
     # in it, and its name, <job>-evaluator-0, may be longer than a hostname may be.
     hostname = {"hostname": pod_name(job, slot)} if slot in job.spec.replicas.hosts else {}

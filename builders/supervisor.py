@@ -59,11 +59,10 @@ def supervised(job: TrainingJob, slot: int) -> bool:
 
 
 def runs_supervisor(pod: Mapping[str, Any]) -> bool:
-    """Whether the pod's trainer container was built to start under the supervisor."""
-    for container in pod.get("spec", {}).get("containers") or []:
-        if container.get("name") == contract.CONTAINER_NAME:
-            return list(container.get("command") or [])[:3] == ["python3", "-c", BOOTSTRAP]
-    return False
+    """Whether the pod's trainer container was built to start under the supervisor (its annotation:
+    the operator's pod cache keeps no spec)."""
+    annotations = pod.get("metadata", {}).get("annotations") or {}
+    return annotations.get(contract.SUPERVISED_ANNOTATION) == "true"
 
 
 def supervised_command(command: tuple[str, ...]) -> list[str]:

@@ -96,6 +96,10 @@ GPU_UTILIZATION_METRIC: Final = "gpu_utilization"
 # patches this annotation on its own Pod, a JSON object {"attempt", "state": Running | Exited,
 # "exitCode" (with Exited), "at"}; the operator orders the next attempt through status.inPlaceRestart.
 RUN_ANNOTATION: Final = f"{GROUP}/run"
+# Set ("true") on a pod whose trainer container the operator built to start under the supervisor: the
+# operator's pod cache keeps no spec, and a supervised container that ended before its supervisor ever
+# reported means the image cannot run it (status.inPlaceUnavailable).
+SUPERVISED_ANNOTATION: Final = f"{GROUP}/supervised"
 RESTART_STRATEGIES: Final = ("Recreate", "InPlace")
 # The supervisor's module, run as `python3 -m` with the trainer sources' mount on its path.
 SUPERVISOR_MODULE: Final = "trainingjob_progress.supervise"

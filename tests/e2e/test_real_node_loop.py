@@ -30,8 +30,7 @@ import trainingjob_progress as tp
 from builders.configmap import PROGRESS_HELPER_FILE, TRAINER_FILES
 from controller.planner.inplace_steps import RECREATING
 from crd import contract
-from testbed import REAL_NODE, Kubectl, claim_directory, pod_processes, terminated, wait_for
-from testbed.node.realnode import image_reference
+from testbed import REAL_NODE, Kubectl, claim_directory, ensure_image, pod_processes, terminated, wait_for
 from tests.cluster import DEV
 from tests.e2e.conftest import StartOperator
 from tests.e2e.jobs import (
@@ -294,7 +293,7 @@ def test_an_image_without_python3_runs_its_command_directly_after_one_uncounted_
     name = "no-python"
     job = job_manifest(
         name,
-        image=image_reference("busybox"),
+        image=ensure_image("busybox").references[0],  # busybox:<version>, which the node holds
         command=["sh", "-c", "echo trained without python3"],
         failurePolicy={"backoffLimit": 0, "restartStrategy": "InPlace"},
     )

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from builders.pods import build_pod
-from builders.supervisor import BOOTSTRAP, supervised_command
+from builders.supervisor import BOOTSTRAP, runs_supervisor, supervised_command
 from crd import contract
 from crd.spec import parse
 from tests.unit.builders_support import EXAMPLES, defaulted
@@ -61,6 +61,10 @@ def test_an_in_place_job_runs_its_command_under_the_supervisor_and_nothing_else_
         container = after["spec"]["containers"][0]
         assert container["command"] == ["python3", "-c", BOOTSTRAP, "--", "python3", "train.py"]
         assert container["args"] == ["--epochs", "3"]
+        # Marked, for the operator's pod cache (which keeps no spec) to know it.
+        assert after["metadata"]["annotations"].pop(contract.SUPERVISED_ANNOTATION) == "true"
+        assert runs_supervisor(after) is False
+        assert contract.SUPERVISED_ANNOTATION not in before["metadata"].get("annotations", {})
         container["command"] = before["spec"]["containers"][0]["command"]
         assert after == before
 
@@ -110,5 +114,7 @@ def test_only_the_training_cluster_is_supervised_not_the_evaluator() -> None:
     )
     replicas = job.spec.replicas
     for slot in range(replicas.size):
-        command = build_pod(job, slot, attempt=0, resume_from=None)["spec"]["containers"][0]["command"]
+        pod = build_pod(job, slot, attempt=0, resume_from=None)
+        command = pod["spec"]["containers"][0]["command"]
         assert (BOOTSTRAP in command) == (slot in replicas.training), replicas.at(slot)
+        assert runs_supervisor(pod) == (slot in replicas.training)
